@@ -1,0 +1,3 @@
+"""hpcprov: site profiles, provisioning, launching and validation of distributed DL on HPC."""
+
+__version__ = "0.1.0"
