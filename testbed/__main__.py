@@ -1,0 +1,93 @@
+"""``python -m hpcprov.testbed up [--nodes N] [--no-accounting] | down | status [--json] | ...``"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import sys
+import time
+
+from .cluster import MAX_NODES, Testbed, TestbedError
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m hpcprov.testbed",
+        description="A real multi-node Slurm cluster (KISTI Neuron in miniature) in network "
+                    "namespaces on this machine. Needs root.")
+    p.add_argument("--state-dir", help="state directory (default: $HPCPROV_TESTBED_DIR or "
+                                       "/var/lib/hpcprov-testbed)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="bring the cluster up (idempotent)")
+    up.add_argument("--nodes", type=int, default=2, help=f"compute nodes, 1-{MAX_NODES} "
+                                                         "(default 2)")
+    up.add_argument("--no-accounting", action="store_true",
+                    help="no slurmdbd/MariaDB (sacct will not work)")
+    up.add_argument("--no-policy", action="store_true",
+                    help="do not enforce Neuron's submit policy (--comment required, no --mem)")
+    sub.add_parser("down", help="stop everything and remove namespaces, links and mounts")
+    st = sub.add_parser("status", help="what is running")
+    st.add_argument("--json", action="store_true", help="machine-readable output")
+    sub.add_parser("env", help="print `export` lines for the client environment "
+                               "(eval \"$(python -m hpcprov.testbed env)\")")
+    ex = sub.add_parser("exec", help="run a command inside a compute node's namespaces")
+    ex.add_argument("node")
+    ex.add_argument("argv", nargs=argparse.REMAINDER, help="command (default: bash -l)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.cmd == "up":
+            tb = Testbed(nodes=args.nodes, accounting=not args.no_accounting,
+                         state_dir=args.state_dir, policy=not args.no_policy)
+            t0 = time.monotonic()
+            tb.up()
+            print(f"testbed up in {time.monotonic() - t0:.1f}s: "
+                  f"{', '.join(f'{n.name} ({n.addr}, {n.partition.name})' for n in tb.nodes)}"
+                  f"; accounting {'on' if tb.accounting else 'off'}")
+            print(f"use it with: export SLURM_CONF={tb.slurm_conf}")
+            return 0
+        tb = Testbed.from_state(args.state_dir)
+        if args.cmd == "down":
+            tb.down()
+            print("testbed down")
+            return 0
+        if args.cmd == "status":
+            st = tb.status()
+            if args.json:
+                print(json.dumps({**st, "describe": tb.describe()}, indent=2))
+            else:
+                print(f"testbed {'UP' if st['up'] else 'DOWN'} (state dir {st['state_dir']})")
+                for key in ("munged", "slurmctld", "slurmdbd", "mariadb"):
+                    print(f"  {key:10s} {'pid ' + str(st[key]) if st[key] else '-'}")
+                for n in st["nodes"]:
+                    print(f"  {n['name']:6s} {n['addr']:12s} {n['partition']:13s} "
+                          f"slurmd={'pid ' + str(n['slurmd']) if n['slurmd'] else '-'} "
+                          f"sshd={'pid ' + str(n['sshd']) if n['sshd'] else '-'} "
+                          f"state={n['state'] or '-'}")
+            return 0 if st["up"] else 3
+        if args.cmd == "env":
+            for k, v in tb.env().items():
+                print(f"export {k}={shlex.quote(v)}")
+            return 0
+        if args.cmd == "exec":
+            if os.geteuid() != 0:
+                raise TestbedError("must run as root")
+            argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+            cmd = tb.node_command(args.node, argv or ["bash", "-l"])
+            os.execvpe(cmd[0], cmd, tb.environ())
+    except TestbedError as exc:
+        print(f"hpcprov testbed: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("hpcprov testbed: interrupted", file=sys.stderr)
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
