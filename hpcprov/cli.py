@@ -1,0 +1,352 @@
+"""The `hpcprov` command line. Heavy modules are imported inside commands, so start-up is fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any, NoReturn
+
+import click
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    _print_error(message)
+    raise click.exceptions.Exit(code)
+
+
+def _print_error(message: str) -> None:
+    for line in str(message).splitlines() or ["error"]:
+        click.echo(f"hpcprov: error: {line}", err=True)
+
+
+def _load(site: str | None):  # noqa: ANN202 - returns hpcprov.model.Site
+    from hpcprov.profiles import load_site
+
+    return load_site(site or default_site())
+
+
+def default_site() -> str:
+    """HPCPROV_SITE, else the site whose login hosts match this machine, else local."""
+    if os.environ.get("HPCPROV_SITE"):
+        return os.environ["HPCPROV_SITE"]
+    from hpcprov.detect import detect
+
+    found = detect()
+    return found[0] if found else "local"
+
+
+def _site_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from hpcprov.loader import available_sites
+
+    return [CompletionItem(n) for n in available_sites() if n.startswith(incomplete)]
+
+
+site_option = click.option(
+    "--site", "-s", shell_complete=_site_names,
+    help="site name or profile path (default: $HPCPROV_SITE, detected, or local)")
+json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="hpcprov")
+def cli() -> None:
+    """Provision, launch and validate distributed deep learning on HPC clusters."""
+
+
+@cli.command("sites")
+@json_option
+def sites_cmd(as_json: bool) -> None:
+    """List the known site profiles."""
+    from hpcprov.loader import available_sites, resolve
+    from hpcprov.profiles import validate_layer
+
+    rows = []
+    for name, path in sorted(available_sites().items()):
+        try:
+            site = validate_layer(resolve(path))
+            rows.append({"name": name, "scheduler": site.scheduler.value,
+                         "partitions": len(site.partitions), "description": site.description,
+                         "path": str(path), "error": None})
+        except Exception as exc:  # noqa: BLE001 - a broken user profile must not hide the rest
+            rows.append({"name": name, "scheduler": "?", "partitions": 0, "description": "",
+                         "path": str(path), "error": str(exc)})
+    if as_json:
+        _emit_json(rows)
+        return
+    width = max(len(r["name"]) for r in rows) if rows else 4
+    for r in rows:
+        desc = f"BROKEN: {r['error']}" if r["error"] else r["description"]
+        click.echo(f"{r['name']:<{width}}  {r['scheduler']:<6} {desc}")
+
+
+@cli.group("site")
+def site_group() -> None:
+    """Show, check and describe site profiles."""
+
+
+@site_group.command("show")
+@click.argument("name", shell_complete=_site_names)
+@json_option
+def site_show(name: str, as_json: bool) -> None:
+    """Print a profile with `extends` resolved and defaults filled in."""
+    import yaml
+
+    site = _load(name)
+    data = site.model_dump(mode="json")
+    if as_json:
+        _emit_json(data)
+    else:
+        click.echo(yaml.safe_dump(data, sort_keys=False, width=100), nl=False)
+
+
+@site_group.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@json_option
+def site_check(files: tuple[str, ...], as_json: bool) -> None:
+    """Validate profile files; one line per problem, exit 2 if any."""
+    from pathlib import Path
+
+    from hpcprov.profiles import check_file
+
+    report = {f: [str(e) for e in check_file(Path(f))] for f in files}
+    if as_json:
+        _emit_json({"ok": not any(report.values()), "files": report})
+    else:
+        for f, errors in report.items():
+            for err in errors:
+                click.echo(err, err=True)
+            if not errors:
+                click.echo(f"{f}: ok")
+    if any(report.values()):
+        raise click.exceptions.Exit(2)
+
+
+@site_group.command("schema")
+def site_schema() -> None:
+    """Print the JSON Schema of site profiles (for editor completion)."""
+    from hpcprov.model import Site
+
+    _emit_json(Site.model_json_schema())
+
+
+@cli.command("detect")
+@click.option("--hostname", help="host name to match (default: this machine's)")
+@json_option
+def detect_cmd(hostname: str | None, as_json: bool) -> None:
+    """Name the site whose login host patterns match this machine."""
+    import socket
+
+    from hpcprov.detect import detect
+
+    host = hostname or socket.getfqdn()
+    found = detect(host)
+    if as_json:
+        _emit_json({"hostname": host, "sites": found})
+    elif found:
+        click.echo(found[0])
+    if not found:
+        if not as_json:
+            _print_error(f"no site profile matches host {host!r}; use --site NAME (e.g. local)")
+        raise click.exceptions.Exit(1)
+
+
+def _job_options(func: Any) -> Any:
+    opts = [
+        site_option,
+        click.option("--nodes", "-N", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--gpus-per-node", "-G", type=click.IntRange(min=0),
+                     help="default: all GPUs of the partition"),
+        click.option("--partition", "-p", help="default: the site's default partition"),
+        click.option("--launcher", "-l", help="srun, mpirun, horovodrun, torchrun, container"),
+        click.option("--tasks-per-node", type=click.IntRange(min=1),
+                     help="ranks per node (default: one per GPU)"),
+        click.option("--hosts", "-H", multiple=True,
+                     help="node list for mpirun/horovodrun -H, e.g. gpu[32-33]"),
+        click.option("--image", help="container image name or path (container launcher)"),
+        click.option("--option", "-o", "raw_options", multiple=True, metavar="NAME=VALUE",
+                     help="scheduler option, e.g. comment=pytorch, account=def-pi"),
+        click.option("--time", "-t", "walltime", help="walltime, e.g. 24:00:00"),
+        click.option("--job-name", "-J"),
+        click.option("--cpus-per-task", type=click.IntRange(min=1)),
+        json_option,
+        click.argument("command", nargs=-1, required=True),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def _request(kw: dict[str, Any], **extra: Any) -> Any:
+    from hpcprov.job import JobRequest
+    from hpcprov.options import parse_option
+
+    site = _load(kw["site"])
+    options = dict(parse_option(o) for o in kw["raw_options"])
+    return JobRequest(
+        site=site, nodes=kw["nodes"], gpus_per_node=kw["gpus_per_node"],
+        command=tuple(kw["command"]), partition=kw["partition"], launcher=kw["launcher"],
+        tasks_per_node=kw["tasks_per_node"], cpus_per_task=kw["cpus_per_task"],
+        time=kw["walltime"], job_name=kw["job_name"], options=options,
+        hosts=tuple(kw["hosts"]), image=kw["image"], **extra)
+
+
+def _lint(req: Any) -> list[Any]:
+    from hpcprov.lint import check
+
+    warnings = check(req)
+    for w in warnings:
+        click.echo(f"hpcprov: warning: {w}", err=True)
+    return warnings
+
+
+def _geometry(req: Any) -> dict[str, Any]:
+    return {"site": req.site.name, "partition": req.partition_name, "nodes": req.nodes,
+            "gpus_per_node": req.gpus, "ranks_per_node": req.ranks_per_node,
+            "world_size": req.world_size, "launcher": req.launcher_name}
+
+
+@cli.command("launch")
+@_job_options
+@click.option("--allocate", is_flag=True, help="also print the salloc/qsub -I line first")
+def launch_cmd(allocate: bool, **kw: Any) -> None:
+    """Print the launch command for CMD (run it inside an allocation)."""
+    from hpcprov.jobscript import allocate_argv
+    from hpcprov.launchers import build_launch
+    from hpcprov.shell import join
+
+    req = _request(kw)
+    warnings = _lint(req)
+    launch = build_launch(req, "allocation")
+    alloc = allocate_argv(req)
+    if kw["as_json"]:
+        _emit_json({**_geometry(req), "argv": [str(a) for a in launch.argv], "line": launch.line,
+                    "setup": launch.setup, "allocate": [str(a) for a in alloc],
+                    "allocate_line": join(alloc) if alloc else None,
+                    "warnings": [w.to_json() for w in warnings]})
+        return
+    if allocate and alloc:
+        click.echo(join(alloc))
+    for line in launch.setup:
+        click.echo(line)
+    click.echo(launch.line)
+
+
+@cli.command("jobscript")
+@_job_options
+@click.option("--prefix", help="environment prefix to activate (default: the site's)")
+@click.option("--no-activate", is_flag=True, help="do not activate the Python environment")
+@click.option("--output", "out_path", type=click.Path(dir_okay=False, writable=True),
+              help="write the script here instead of stdout")
+def jobscript_cmd(prefix: str | None, no_activate: bool, out_path: str | None,
+                  **kw: Any) -> None:
+    """Print a batch script (sbatch, PBS, or bash) that runs CMD with the site's rules."""
+    from hpcprov.jobscript import build_jobscript, submit_argv
+
+    req = _request(kw, prefix=prefix, activate=not no_activate)
+    warnings = _lint(req)
+    text = build_jobscript(req)
+    if out_path:
+        with open(out_path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    if kw["as_json"]:
+        _emit_json({**_geometry(req), "script": text, "path": out_path,
+                    "submit": [str(a) for a in submit_argv(req, out_path or "job.sh")],
+                    "warnings": [w.to_json() for w in warnings]})
+    elif not out_path:
+        click.echo(text, nl=False)
+
+
+@cli.command("setup")
+@site_option
+@click.option("--prefix", help="install prefix (default: the site's)")
+@click.option("--env", "env_name", help="environment name (default: the site's)")
+@click.option("--on", "runs_on", type=click.Choice(["login", "compute"]), default="login",
+              show_default=True, help="where the steps will run")
+@click.option("--dry-run", is_flag=True, help="print the complete bash script, run nothing")
+@json_option
+def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_on: str,
+              dry_run: bool, as_json: bool) -> None:
+    """Provision the Python environment and Horovod for a site."""
+    from hpcprov.lint import LintFailed, lint_plan
+    from hpcprov.provision.plan import build_plan, render_script
+
+    s = _load(site)
+    if env_name:
+        from hpcprov.model import PythonStack
+
+        s = s.model_copy(update={"python": PythonStack.model_validate(
+            {**s.python.model_dump(), "env_name": env_name})})
+    plan = build_plan(s, prefix=prefix, runs_on=runs_on)  # type: ignore[arg-type]
+    findings = lint_plan(plan, s)
+    if findings:
+        raise LintFailed(findings)
+    if as_json:
+        _emit_json({"plan": plan.to_json(), "script": render_script(plan)})
+        return
+    if dry_run:
+        click.echo(render_script(plan), nl=False)
+        return
+    _fail("executing the plan is not implemented yet; print it with --dry-run and run it "
+          "with bash")
+
+
+@cli.command("guide")
+@site_option
+@click.option("--partition", "-p")
+def guide_cmd(site: str | None, partition: str | None) -> None:
+    """Print the site's walkthrough for a new user (Markdown)."""
+    from hpcprov.guide import render_guide
+
+    s = _load(site)
+    if partition and partition not in s.partitions:
+        _fail(f"site {s.name} has no partition {partition!r} ({', '.join(s.partitions)})")
+    click.echo(render_guide(s, partition), nl=False)
+
+
+@cli.command("completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion_cmd(shell: str) -> None:
+    """Print the shell completion script: eval "$(hpcprov completion bash)"."""
+    from click.shell_completion import get_completion_class
+
+    comp_cls = get_completion_class(shell)
+    assert comp_cls is not None
+    comp = comp_cls(cli, {}, "hpcprov", "_HPCPROV_COMPLETE")
+    click.echo(comp.source())
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: errors become one line on stderr and exit status 2."""
+    from hpcprov.errors import HpcprovError
+
+    try:
+        rc = cli.main(args=argv, prog_name="hpcprov", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        _print_error("aborted")
+        return 130
+    except click.ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see: {ctx.command_path} --help)" if ctx else ""
+        _print_error(exc.format_message() + hint)
+        return 2
+    except HpcprovError as exc:
+        _print_error(str(exc))
+        return exc.exit_code
+    except BrokenPipeError:
+        return 0
+    return rc if isinstance(rc, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

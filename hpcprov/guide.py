@@ -1,0 +1,142 @@
+"""The site walkthrough a seed tutorial gives a new user, generated from the profile."""
+
+from __future__ import annotations
+
+from hpcprov.errors import HpcprovError
+from hpcprov.job import JobRequest
+from hpcprov.jobscript import allocate_argv, build_jobscript, submit_argv
+from hpcprov.launchers import build_launch
+from hpcprov.layout import Layout
+from hpcprov.model import LauncherKind, Scheduler, Site
+from hpcprov.modules import load_lines
+from hpcprov.shell import join
+
+
+def _block(lines: list[str], lang: str = "bash") -> list[str]:
+    return [f"```{lang}", *lines, "```", ""]
+
+
+def _example_request(site: Site, partition: str | None, launcher: str | None = None,
+                     command: tuple[str, ...] = ("python", "train_hvd.py")) -> JobRequest:
+    pname, part = site.partition(partition)
+    gpus = part.gpus.count
+    nodes = min(2, part.nodes)
+    options = {n: (r.default or r.example or "VALUE")
+               for n, r in site.policies.required_options.items()}
+    return JobRequest(site=site, nodes=nodes, gpus_per_node=gpus, partition=pname,
+                      launcher=launcher, command=command, options=options,
+                      job_name="train_hvd")
+
+
+def _check_build(site: Site) -> list[str]:
+    from hpcprov.provision.horovod import expected_check_build
+
+    want = expected_check_build(site.horovod)
+    rows = {
+        "Available Frameworks": (["TensorFlow", "PyTorch", "MXNet"], want["frameworks"]),
+        "Available Controllers": (["MPI", "Gloo"], want["controllers"]),
+        "Available Tensor Operations": (["NCCL", "DDL", "CCL", "MPI", "Gloo"],
+                                        want["tensor_operations"]),
+    }
+    out = [f"Horovod v{site.horovod.version or '?'}:", ""]
+    for title, (names, on) in rows.items():
+        out.append(f"{title}:")
+        out += [f"    [{'X' if n in on else ' '}] {n}" for n in names]
+        out.append("")
+    return out[:-1]
+
+
+def render_guide(site: Site, partition: str | None = None) -> str:
+    """Markdown walkthrough for a new user of the site."""
+    from hpcprov.provision.plan import build_plan
+
+    pname, part = site.partition(partition)
+    lay = Layout.of(site)
+    out = [f"# Distributed training on {site.name}", "", site.description or "", ""]
+    out += ["## The cluster", "",
+            f"Scheduler: **{site.scheduler.value}**. Partitions:", "",
+            "| partition | nodes | cores/node | GPUs/node | GPU | arch | limits |",
+            "|---|---|---|---|---|---|---|"]
+    for name, p in site.partitions.items():
+        lim = p.limits
+        limits = ", ".join(x for x in [
+            f"{lim.max_jobs_per_user} jobs/user" if lim.max_jobs_per_user else "",
+            f"{lim.max_gpus_per_user} GPUs/user" if lim.max_gpus_per_user else "",
+            f"walltime {lim.max_walltime}" if lim.max_walltime else ""] if x)
+        out.append(f"| {name}{' (default)' if p.default else ''} | {p.nodes} | "
+                   f"{p.cores_per_node} | {p.gpus.count} | {p.gpus.model or '-'} | {p.arch} | "
+                   f"{limits or '-'} |")
+    out.append("")
+    pol = site.policies
+    rules = [f"`--{n}` is mandatory" + (f" ({r.reason})" if r.reason else "")
+             + (f"; accepted: {', '.join(r.choices)}" if r.choices else "")
+             for n, r in pol.required_options.items()]
+    rules += [f"`--{n}` is not allowed: {why}" for n, why in pol.forbidden_options.items()]
+    if not pol.compute_internet:
+        rules.append("Compute nodes have no internet: install everything from a login node.")
+    if not pol.conda_allowed:
+        rules.append("Conda is not allowed: hpcprov uses a virtualenv.")
+    if pol.home_readonly_on_compute:
+        rules.append("Home is read-only on compute nodes: write to scratch.")
+    if pol.submit_from:
+        rules.append(f"Submit jobs from `{pol.submit_from}`.")
+    rules += pol.notes
+    if rules:
+        out += ["## Site rules", "", *[f"- {r}" for r in rules], ""]
+
+    plan = build_plan(site)
+    out += ["## 1. Install the environment", "",
+            "One command does all of it, resumably:", "",
+            *_block([f"hpcprov setup --site {site.name}"]),
+            "It runs these steps (print the whole script with `--dry-run`):", ""]
+    out += [f"{i}. **{s.id}**: {s.title}" for i, s in enumerate(plan.steps, 1)] + [""]
+    if site.horovod.source == "pip":
+        step = next((s for s in plan.steps if s.id == "build-horovod"), None)
+        if step:
+            mods = load_lines(site.modules, site.modules.build)
+            out += ["Horovod is built against the site's modules:", "",
+                    *_block([*mods, *step.lines])]
+    if site.python.backend != "container":
+        out += ["Check the build; every entry hpcprov expects is marked:", "",
+                *_block(["horovodrun -cb"]), *_block(_check_build(site), "text")]
+    if "tensorflow" in site.python.frameworks:
+        out += ["> TensorFlow: with Keras 3 (TF >= 2.16) `horovod.tensorflow.keras."
+                "DistributedOptimizer` silently does not average gradients (Horovod issue "
+                "#4290). Use `horovod.tensorflow` with `hvd.DistributedGradientTape` and "
+                "`hvd.broadcast_variables` instead.", ""]
+
+    out += ["## 2. Run interactively", ""]
+    req = _example_request(site, pname)
+    activation = [f"source {lay.activate_file}"] if site.python.backend != "container" else []
+    if site.scheduler != Scheduler.none:
+        out += ["Ask for nodes, then start the ranks from inside the allocation:", "",
+                *_block([join(allocate_argv(req))])]
+    runtime_mods = load_lines(site.modules_for(pname), site.modules_for(pname).runtime)
+    launches = []
+    for name, launcher in site.launchers.items():
+        r = _example_request(site, pname, name)
+        try:
+            launch = build_launch(r, "allocation")
+        except HpcprovError as exc:
+            launches.append(f"# {name}: {exc}")
+            continue
+        note = " (one torchrun per node)" if launcher.kind == LauncherKind.torchrun else ""
+        launches += [f"# {name}{note}", *launch.setup, launch.line]
+    out += _block([*runtime_mods, *activation, *launches])
+
+    out += ["## 3. Submit a batch job", "",
+            f"`hpcprov jobscript --site {site.name} --nodes {req.nodes} "
+            f"--gpus-per-node {req.gpus} -- python train_hvd.py` writes:", ""]
+    try:
+        out += _block(build_jobscript(req).rstrip("\n").splitlines())
+    except HpcprovError as exc:
+        out += [f"(cannot generate the example: {exc})", ""]
+    monitor = {"slurm": "squeue -u $USER", "pbs": "qstat -u $USER", "none": "jobs"}
+    out += _block([join(submit_argv(req, "train_hvd.sh")), monitor[site.scheduler.value]])
+    if site.containers.images:
+        out += ["## 4. Containers", "",
+                f"Runtime: {site.containers.runtime}. Images:", "",
+                *[f"- `{n}`: `{p}`" for n, p in site.containers.images.items()], ""]
+    for section, text in site.guide.items():
+        out += [f"## {section}", "", text, ""]
+    return "\n".join(out).rstrip() + "\n"

@@ -1,0 +1,99 @@
+"""A job request (what the user asked for) and its geometry, resolved against a site."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from hpcprov.errors import UsageError
+from hpcprov.model import Launcher, LauncherKind, Partition, Scheduler, Site
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Everything needed to generate a launch line or a job script. Pure data."""
+
+    site: Site
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    command: tuple[str, ...] = ()
+    partition: str | None = None
+    launcher: str | None = None
+    tasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    time: str | None = None
+    job_name: str | None = None
+    options: dict[str, str] = field(default_factory=dict)
+    hosts: tuple[str, ...] = ()
+    image: str | None = None
+    prefix: str | None = None
+    activate: bool = True
+
+    @property
+    def partition_name(self) -> str:
+        try:
+            return self.site.partition(self.partition)[0]
+        except KeyError:
+            raise UsageError(
+                f"site {self.site.name} has no partition {self.partition!r} "
+                f"(partitions: {', '.join(self.site.partitions)})"
+            ) from None
+
+    @property
+    def part(self) -> Partition:
+        return self.site.partitions[self.partition_name]
+
+    @property
+    def launcher_name(self) -> str:
+        name = self.launcher or self.site.default_launcher
+        if name not in self.site.launchers:
+            raise UsageError(
+                f"site {self.site.name} has no launcher {name!r} "
+                f"(launchers: {', '.join(self.site.launchers)}); pick one with --launcher"
+            )
+        return name
+
+    @property
+    def launch(self) -> Launcher:
+        return self.site.launchers[self.launcher_name]
+
+    @property
+    def gpus(self) -> int:
+        """GPUs requested per node (default: all of the partition's)."""
+        return self.part.gpus.count if self.gpus_per_node is None else self.gpus_per_node
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Training processes per node (one per GPU unless told otherwise)."""
+        if self.tasks_per_node is not None:
+            return self.tasks_per_node
+        return self.gpus if self.gpus > 0 else 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def per_node_launch(self) -> bool:
+        """True when the launcher starts one process per node that spawns the ranks."""
+        return self.launch.kind == LauncherKind.torchrun
+
+    @property
+    def scheduler_tasks_per_node(self) -> int:
+        """Tasks the scheduler is asked for per node."""
+        return 1 if self.per_node_launch else self.ranks_per_node
+
+    @property
+    def job_cpus_per_task(self) -> int | None:
+        if self.cpus_per_task is not None:
+            return self.cpus_per_task
+        if self.per_node_launch and self.part.cpus_per_task:
+            return self.part.cpus_per_task * self.ranks_per_node
+        return self.part.cpus_per_task
+
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.site.scheduler
+
+    @property
+    def walltime(self) -> str | None:
+        return self.time or self.part.limits.default_walltime

@@ -1,0 +1,230 @@
+"""Launch lines: one builder per launcher kind, quirks read from the launcher's data.
+
+``context`` says where the line will run: ``"batch"`` inside a job script (the scheduler
+directives already fix the geometry) or ``"allocation"`` typed by hand inside salloc/qsub -I
+(the line must carry the geometry itself).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+import hostlist
+
+from hpcprov.errors import UsageError
+from hpcprov.job import JobRequest
+from hpcprov.model import LauncherKind, Scheduler
+from hpcprov.shell import Raw, Template, join
+
+Context = Literal["batch", "allocation"]
+_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+_PY = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+
+@dataclass
+class Launch:
+    """A launch line plus the shell lines it needs before it (e.g. exported ports)."""
+
+    argv: list[str]
+    setup: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def line(self) -> str:
+        return join(self.argv)
+
+
+SLURM_NODES = '"$SLURM_JOB_NODELIST"'
+
+
+def first_node(req: JobRequest) -> str:
+    """Shell word for the first node of the job (the rendezvous host)."""
+    if req.hosts:
+        return expand_hosts(req.hosts)[0]
+    if req.scheduler == Scheduler.slurm:
+        if req.launch.rdzv_host == "hostname":
+            return Raw('"$(hostname)"')
+        return Raw(f'"$(scontrol show hostnames {SLURM_NODES} | head -n 1)"')
+    if req.scheduler == Scheduler.pbs:
+        return Raw('"$(head -n 1 "$PBS_NODEFILE")"')
+    return "localhost"
+
+
+def expand_hosts(hosts: tuple[str, ...]) -> list[str]:
+    """Expand Slurm-style host lists (gpu[32-33]) given on the command line."""
+    out: list[str] = []
+    for item in hosts:
+        try:
+            expanded = hostlist.expand_hostlist(item)
+        except hostlist.BadHostlist as exc:
+            raise UsageError(f"--hosts {item!r}: {exc}") from None
+        for host in expanded:
+            if not _HOST.match(host):
+                raise UsageError(f"--hosts: {host!r} is not a host name")
+            out.append(host)
+    return out
+
+
+def host_slots(req: JobRequest) -> list[str]:
+    """``-H`` argument words, or ``--hostfile`` words, for mpirun/horovodrun."""
+    slots = req.ranks_per_node
+    launcher = req.launch
+    if launcher.hosts == "hostfile" and not req.hosts:
+        return ["--hostfile", Template(launcher.hostfile or "")]
+    if req.hosts:
+        hosts = expand_hosts(req.hosts)
+        return ["-H", ",".join(f"{h}:{slots}" for h in hosts)]
+    if req.scheduler == Scheduler.slurm:
+        expr = f"\"$(scontrol show hostnames {SLURM_NODES} | sed 's/$/:{slots}/' | paste -sd, -)\""
+        return ["-H", Raw(expr)]
+    if req.scheduler == Scheduler.pbs:
+        return ["--hostfile", Template("$PBS_NODEFILE")]
+    return ["-H", f"localhost:{slots}"]
+
+
+def _srun_geometry(req: JobRequest, context: Context, tasks_per_node: int) -> list[str]:
+    if context == "batch":
+        return []
+    return [f"--ntasks={tasks_per_node * req.nodes}", f"--ntasks-per-node={tasks_per_node}"]
+
+
+def _srun_prefix(req: JobRequest, context: Context) -> list[str]:
+    argv = ["srun"]
+    if req.launch.mpi:
+        argv.append(f"--mpi={req.launch.mpi}")
+    return argv + _srun_geometry(req, context, req.ranks_per_node)
+
+
+def build_srun(req: JobRequest, context: Context) -> Launch:
+    return Launch([*_srun_prefix(req, context), *req.launch.args, *req.command])
+
+
+def _rendezvous_env(req: JobRequest) -> tuple[list[str], list[str]]:
+    """(mpirun -x words, setup lines) exporting MASTER_ADDR / MASTER_PORT."""
+    port = str(req.launch.port)
+    setup = [f"export MASTER_PORT={port}"]
+    words = ["-x", Raw(f"MASTER_ADDR={first_node(req)}"), "-x", "MASTER_PORT"]
+    return words, setup
+
+
+def build_mpirun(req: JobRequest, context: Context) -> Launch:
+    launcher = req.launch
+    argv = ["mpirun", "-np", str(req.world_size), *host_slots(req)]
+    setup: list[str] = []
+    if launcher.oversubscribe:
+        argv.append("--oversubscribe")
+    if launcher.rendezvous_env:
+        words, setup = _rendezvous_env(req)
+        argv += words
+    if launcher.set_cuda_visible_devices and req.gpus > 0:
+        argv += ["-x", "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(req.gpus))]
+    for name in launcher.export_env:
+        argv += ["-x", name]
+    return Launch([*argv, *launcher.args, *req.command], setup)
+
+
+def build_horovodrun(req: JobRequest, context: Context) -> Launch:
+    argv = ["horovodrun", "-np", str(req.world_size), *host_slots(req)]
+    return Launch([*argv, *req.launch.args, *req.command])
+
+
+def _torchrun_target(command: tuple[str, ...]) -> list[str]:
+    """torchrun runs a script itself: drop a leading ``python [-u]``."""
+    cmd = list(command)
+    if cmd and _PY.match(cmd[0].rsplit("/", 1)[-1]):
+        cmd = cmd[1:]
+        while cmd and cmd[0] in ("-u", "-O"):
+            cmd = cmd[1:]
+        if cmd and cmd[0] == "-m":
+            return ["-m", *cmd[1:]]
+        return cmd
+    if cmd and not cmd[0].endswith(".py"):
+        return ["--no-python", *cmd]
+    return cmd
+
+
+def build_torchrun(req: JobRequest, context: Context) -> Launch:
+    launcher = req.launch
+    target = _torchrun_target(req.command)
+    per_node = [f"--nproc_per_node={req.ranks_per_node}"]
+    if req.scheduler == Scheduler.none:
+        return Launch(["torchrun", "--standalone", "--nnodes=1", *per_node, *launcher.args, *target])
+    job_id = Raw('"$SLURM_JOB_ID"') if req.scheduler == Scheduler.slurm else Raw('"$PBS_JOBID"')
+    endpoint = Raw(f"{first_node(req)}:{launcher.port}")
+    torchrun = [
+        "torchrun",
+        f"--nnodes={req.nodes}",
+        *per_node,
+        Raw(f"--rdzv_id={job_id}"),
+        f"--rdzv_backend={launcher.rdzv_backend}",
+        Raw(f"--rdzv_endpoint={endpoint}"),
+        *launcher.args,
+        *target,
+    ]
+    if launcher.per_node_wrapper == "srun" and req.scheduler == Scheduler.slurm:
+        wrap = ["srun", "--ntasks-per-node=1", f"--ntasks={req.nodes}"]
+        return Launch([*wrap, *torchrun])
+    return Launch(torchrun)
+
+
+def _image(req: JobRequest) -> str:
+    containers = req.site.containers
+    name = req.image or containers.default_image
+    if not name:
+        raise UsageError(
+            f"site {req.site.name} has no default container image; pass --image NAME|PATH "
+            f"(images: {', '.join(containers.images) or 'none'})"
+        )
+    return containers.images.get(name, name)
+
+
+def build_container(req: JobRequest, context: Context) -> Launch:
+    launcher, containers = req.launch, req.site.containers
+    runtime = launcher.runtime or containers.runtime
+    if req.scheduler != Scheduler.slurm:
+        raise UsageError("the container launcher starts tasks with srun: it needs a Slurm site")
+    image = _image(req)
+    command = list(req.command)
+    if launcher.unbuffered and command and _PY.match(command[0]) and "-u" not in command[1:2]:
+        command.insert(1, "-u")
+    if runtime == "pyxis":
+        argv = [*_srun_prefix(req, context), Template(f"--container-image={image}")]
+        if containers.mounts:
+            argv.append(Template("--container-mounts=" + ",".join(containers.mounts)))
+        argv.append("--no-container-entrypoint")
+        if launcher.per_task_output:
+            argv.append(f"--output={launcher.per_task_output}")
+        argv += launcher.args
+        if launcher.wrap_in_bash:
+            return Launch([*argv, "/bin/bash", "-c", join(command)])
+        return Launch([*argv, *command])
+    if runtime in ("singularity", "apptainer"):
+        argv = [*_srun_prefix(req, context), runtime, *(launcher.args or ["exec"])]
+        if containers.gpu_flag and req.gpus > 0:
+            argv.append(containers.gpu_flag)
+        return Launch([*argv, Template(image), *command])
+    raise UsageError(f"launcher {req.launcher_name!r}: container runtime {runtime!r} is unknown")
+
+
+BUILDERS: dict[LauncherKind, Callable[[JobRequest, Context], Launch]] = {
+    LauncherKind.srun: build_srun,
+    LauncherKind.mpirun: build_mpirun,
+    LauncherKind.horovodrun: build_horovodrun,
+    LauncherKind.torchrun: build_torchrun,
+    LauncherKind.container: build_container,
+}
+
+
+def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
+    """The launch line for a request, by the launcher's kind."""
+    if not req.command:
+        raise UsageError("no command given: add it after --, e.g. -- python train.py")
+    kind = req.launch.kind
+    if kind not in BUILDERS:
+        raise UsageError(f"launcher kind {kind.value!r} cannot build a launch line")
+    if kind == LauncherKind.srun and req.scheduler != Scheduler.slurm:
+        raise UsageError(f"launcher {req.launcher_name!r} (srun) needs a Slurm site")
+    return BUILDERS[kind](req, context)

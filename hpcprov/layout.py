@@ -1,0 +1,62 @@
+"""Where a provisioned environment lives under its prefix, and how to activate it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hpcprov.model import Site
+from hpcprov.shell import Template, quote
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths under an install prefix (templates: they may hold $VARS)."""
+
+    site: Site
+    prefix: str
+
+    @classmethod
+    def of(cls, site: Site, prefix: str | None = None) -> Layout:
+        return cls(site, prefix or site.prefix())
+
+    def _under(self, *parts: str) -> Template:
+        return Template("/".join([self.prefix.rstrip("/"), *parts]))
+
+    @property
+    def conda_root(self) -> Template:
+        return self._under("miniconda3")
+
+    @property
+    def env_dir(self) -> Template:
+        py = self.site.python
+        if py.backend == "conda":
+            return self._under("miniconda3", "envs", py.env_name)
+        return self._under("venvs", py.env_name)
+
+    @property
+    def downloads(self) -> Template:
+        return self._under("downloads")
+
+    @property
+    def images(self) -> Template:
+        return self._under("images")
+
+    @property
+    def activate_file(self) -> Template:
+        return self._under("activate")
+
+    @property
+    def state_dir(self) -> Template:
+        return self._under(".hpcprov")
+
+    def python_activation(self) -> list[str]:
+        """Shell lines that activate the Python environment (no modules)."""
+        backend = self.site.python.backend
+        if backend == "conda":
+            return [
+                f"source {quote(Template(self.conda_root + '/etc/profile.d/conda.sh'))}",
+                f"conda activate {quote(self.site.python.env_name)}",
+            ]
+        if backend == "venv":
+            return [f"source {quote(Template(self.env_dir + '/bin/activate'))}"]
+        return []

@@ -1,0 +1,380 @@
+"""The typed site model: what a cluster is, as checked YAML.
+
+Every seed site is expressed with these fields alone; generators read the data and never
+ask which site they are working for. Unknown keys are rejected everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import Enum
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+_OPTION_RE = r"^[A-Za-z][A-Za-z0-9-]*$"
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+Name = Annotated[str, Field(pattern=_NAME_RE, max_length=64)]
+OptionName = Annotated[str, Field(pattern=_OPTION_RE, max_length=64)]
+
+
+class Strict(BaseModel):
+    """Base: unknown keys are errors, assignment re-validates."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if not _ENV_RE.match(key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+    return env
+
+
+class EnvMixin(BaseModel):
+    """Checks that every key of an ``env`` field is a valid variable name."""
+
+    @field_validator("env", check_fields=False)
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_env_names(value)
+
+
+class Scheduler(str, Enum):
+    slurm = "slurm"
+    pbs = "pbs"
+    none = "none"
+
+
+class ModuleSystem(str, Enum):
+    lmod = "lmod"
+    tcl = "tcl"  # Environment Modules
+    none = "none"
+
+
+class ModuleSet(Strict):
+    """Modules to load for one purpose, optionally after `module purge`."""
+
+    purge: bool = Field(False, description="run `module purge` before loading")
+    load: list[str] = Field(default_factory=list, description="modules, in load order")
+
+
+class Modules(Strict):
+    system: ModuleSystem = ModuleSystem.lmod
+    init: str | None = Field(
+        None,
+        description="file to source when `module` is not defined (e.g. /etc/profile.d/lmod.sh)",
+    )
+    build: ModuleSet = Field(default_factory=ModuleSet, description="modules to build Horovod")
+    runtime: ModuleSet = Field(default_factory=ModuleSet, description="modules to run jobs")
+
+
+class Gpus(Strict):
+    count: int = Field(0, ge=0, le=64, description="GPUs per node")
+    model: str | None = Field(None, description="e.g. A100-SXM4-80GB")
+    type: str | None = Field(
+        None, description="GPU type label in requests, e.g. a100 or v100l (--gres=gpu:v100l:4)"
+    )
+    interconnect: str | None = Field(None, description="NVLink, PCIe, NVSwitch, ...")
+
+
+class Limits(Strict):
+    max_jobs_per_user: int | None = Field(None, ge=1)
+    max_gpus_per_user: int | None = Field(None, ge=1)
+    max_nodes_per_job: int | None = Field(None, ge=1)
+    max_walltime: str | None = Field(None, description="[D-]HH:MM:SS")
+    default_walltime: str | None = None
+
+
+class Reference(Strict):
+    """A performance reference: pass when value*(1+lower) <= measured <= value*(1+upper)."""
+
+    value: float
+    lower: float = Field(-0.1, le=0, description="fraction, e.g. -0.05 for 5% below")
+    upper: float | None = Field(None, ge=0, description="fraction above; null = unbounded")
+    unit: str
+    note: str | None = None
+
+
+class Partition(Strict):
+    description: str | None = None
+    nodes: int = Field(ge=1, description="number of nodes in the partition")
+    cores_per_node: int = Field(ge=1)
+    memory_gb: float | None = Field(None, gt=0, description="memory per node")
+    arch: Literal["x86_64", "aarch64", "ppc64le"] = "x86_64"
+    gpus: Gpus = Field(default_factory=Gpus)
+    limits: Limits = Field(default_factory=Limits)
+    cpus_per_task: int | None = Field(None, ge=1, description="default --cpus-per-task")
+    options: dict[OptionName, str] = Field(
+        default_factory=dict, description="job options always added for this partition"
+    )
+    modules: Modules | None = Field(None, description="replaces the site's modules here")
+    references: dict[Name, Reference] = Field(
+        default_factory=dict, description="performance references by metric name"
+    )
+    default: bool = False
+
+
+class RequiredOption(Strict):
+    """A job option the site insists on (Neuron --comment, CC --account)."""
+
+    default: str | None = Field(None, description="used when the user gives none")
+    choices: list[str] | None = None
+    example: str | None = Field(None, description="shown in the error when missing")
+    reason: str | None = None
+
+
+class Policies(Strict):
+    required_options: dict[OptionName, RequiredOption] = Field(default_factory=dict)
+    forbidden_options: dict[OptionName, str] = Field(
+        default_factory=dict, description="option -> why it is refused"
+    )
+    compute_internet: bool = Field(True, description="compute nodes reach the internet")
+    conda_allowed: bool = True
+    home_readonly_on_compute: bool = False
+    submit_from: str | None = Field(None, description="directory jobs must be submitted from")
+    purge_days: int | None = Field(None, ge=1, description="scratch files unused this long vanish")
+    notes: list[str] = Field(default_factory=list)
+
+
+class Paths(Strict):
+    scratch: str = Field("$HOME", description="user scratch (may use $VARS)")
+    prefix: str = Field(
+        "{scratch}/hpcprov", description="install prefix; {scratch} is replaced by scratch"
+    )
+    workdir: str | None = Field(None, description="where jobs run and write (default scratch)")
+
+
+class CondaSpec(Strict):
+    installer_url: str = "https://repo.anaconda.com/miniconda/Miniconda3-latest-Linux-x86_64.sh"
+    installer_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    mirror_url: str | None = None
+    installer_file: str | None = Field(None, description="local installer for offline sites")
+    channels: list[str] = Field(default_factory=list)
+    python: str | None = Field(None, description="python version for `conda create`")
+
+
+class VenvSpec(Strict):
+    creator: Literal["venv", "virtualenv", "uv"] = "venv"
+    python: str = Field("python3", description="interpreter that creates the venv")
+    system_site_packages: bool = False
+    wheelhouse: list[str] = Field(default_factory=list, description="--find-links locations")
+    no_index: bool = Field(False, description="pip --no-index (only the wheelhouse)")
+
+
+class ContainerSpec(Strict):
+    """Provisioning through a container image instead of a Python environment."""
+
+    image: Name = Field(description="name in containers.images: where the image is kept")
+    source: str = Field(description="what to import, e.g. docker://nvcr.io#nvidia/pytorch:22.09-py3")
+    add_horovod: bool = Field(False, description="the image lacks Horovod: install it inside")
+
+
+class Framework(Strict):
+    version: str
+    installer: Literal["pip", "conda"] = "pip"
+    packages: list[str] = Field(
+        default_factory=list, description="exact specs; default <pkg>==<version>"
+    )
+    channel: str | None = None
+
+
+class PythonStack(Strict):
+    backend: Literal["conda", "venv", "container"] = "venv"
+    env_name: Name = "horovod"
+    conda: CondaSpec = Field(default_factory=CondaSpec)
+    venv: VenvSpec = Field(default_factory=VenvSpec)
+    container: ContainerSpec | None = None
+    frameworks: dict[Literal["pytorch", "tensorflow"], Framework] = Field(default_factory=dict)
+    packages: list[str] = Field(default_factory=list, description="more pip packages")
+
+    @model_validator(mode="after")
+    def _container_needs_spec(self) -> PythonStack:
+        if self.backend == "container" and self.container is None:
+            raise ValueError("backend 'container' needs a 'container:' section")
+        return self
+
+
+class HorovodBuild(Strict, EnvMixin):
+    source: Literal["pip", "wheelhouse", "module", "container", "none"] = "pip"
+    version: str | None = Field("0.28.1", description="null: whatever pip picks")
+    module: str | None = Field(None, description="module providing Horovod (source: module)")
+    frameworks: list[Literal["pytorch", "tensorflow", "mxnet", "keras"]] = Field(
+        default_factory=lambda: ["pytorch"]
+    )
+    controllers: list[Literal["mpi", "gloo"]] = Field(default_factory=lambda: ["mpi", "gloo"])
+    gpu_operations: Literal["nccl", "mpi", "ddl", "ccl"] | None = None
+    gpu_allreduce: Literal["nccl", "mpi", "ddl"] | None = None
+    gpu_broadcast: Literal["nccl", "mpi"] | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="more build variables")
+    pip_args: list[str] = Field(default_factory=lambda: ["--no-cache-dir"])
+
+
+class LauncherKind(str, Enum):
+    srun = "srun"
+    mpirun = "mpirun"
+    horovodrun = "horovodrun"
+    torchrun = "torchrun"
+    container = "container"
+
+
+class Launcher(Strict):
+    """How a site starts ranks. Quirks are data read by one builder per kind."""
+
+    kind: LauncherKind
+    description: str | None = None
+    args: list[str] = Field(default_factory=list, description="extra launcher arguments")
+    # mpirun / horovodrun
+    hosts: Literal["list", "hostfile"] = Field(
+        "list", description="list: -H node:slots,...; hostfile: --hostfile <hostfile>"
+    )
+    hostfile: str | None = Field(None, description="e.g. $PBS_NODEFILE")
+    oversubscribe: bool = False
+    export_env: list[str] = Field(default_factory=list, description="mpirun -x NAME")
+    set_cuda_visible_devices: bool = Field(False, description="-x CUDA_VISIBLE_DEVICES=0,..,G-1")
+    rendezvous_env: bool = Field(False, description="export MASTER_ADDR/MASTER_PORT")
+    # torchrun
+    rdzv_backend: str = "c10d"
+    rdzv_host: Literal["hostname", "first_node"] = Field(
+        "first_node", description="rendezvous host: $(hostname) or the first node of the job"
+    )
+    port: int = Field(29500, ge=1024, le=65535)
+    per_node_wrapper: Literal["srun", "none"] = Field(
+        "srun", description="torchrun: start one per node with srun, or run directly"
+    )
+    # srun
+    mpi: str | None = Field(None, description="srun --mpi=<plugin>, e.g. pmix")
+    # container
+    runtime: Literal["singularity", "apptainer", "pyxis"] | None = None
+    # args for a container launcher are the runtime's verb and flags (default: exec)
+    wrap_in_bash: bool = Field(False, description='run the command as /bin/bash -c "..."')
+    unbuffered: bool = Field(False, description="python -u")
+    per_task_output: str | None = Field(None, description="srun --output pattern per task")
+
+    @field_validator("export_env")
+    @classmethod
+    def _export_names(cls, value: list[str]) -> list[str]:
+        _check_env_names(dict.fromkeys(value, ""))
+        return value
+
+    @model_validator(mode="after")
+    def _hostfile_needs_path(self) -> Launcher:
+        if self.hosts == "hostfile" and not self.hostfile:
+            raise ValueError("hosts: hostfile needs 'hostfile:' (e.g. $PBS_NODEFILE)")
+        return self
+
+
+class Containers(Strict):
+    runtime: Literal["singularity", "apptainer", "enroot"] | None = None
+    module: str | None = Field(None, description="module that provides the runtime")
+    images: dict[Name, str] = Field(default_factory=dict, description="name -> image path/URI")
+    default_image: Name | None = None
+    mounts: list[str] = Field(default_factory=list, description="SRC:DST, for pyxis")
+    gpu_flag: str | None = Field(None, description="e.g. --nv for Singularity")
+
+
+class SlurmOptions(Strict):
+    gpu_request: Literal["gres", "gpus_per_node", "gpus"] = Field(
+        "gres", description="--gres=gpu:N per node, --gpus-per-node=N, or --gpus=total"
+    )
+    task_request: Literal["per_node", "total"] = Field(
+        "per_node", description="--ntasks-per-node or --ntasks"
+    )
+    output: str = "%x_%j.out"
+    error: str | None = "%x_%j.err"
+    shell: str = Field("/bin/bash -l", description="interpreter line of job scripts")
+
+
+class PbsOptions(Strict):
+    shell: str = "/bin/bash"
+    select_format: str = Field(
+        "{nodes}:ncpus={ncpus}:ngpus={gpus}",
+        description="value of -l select=; fields {nodes} {ncpus} {gpus} {mpiprocs}",
+    )
+    output: str | None = None
+    error: str | None = None
+    join_output: bool = False
+
+
+class Site(Strict, EnvMixin):
+    """A cluster: scheduler, partitions, modules, policies, Python stack, Horovod, launchers."""
+
+    name: Name
+    description: str = ""
+    extends: str | None = Field(None, description="parent profile name or file path")
+    scheduler: Scheduler = Scheduler.slurm
+    login_hosts: list[str] = Field(default_factory=list, description="fnmatch host patterns")
+    paths: Paths = Field(default_factory=Paths)
+    modules: Modules = Field(default_factory=lambda: Modules(system=ModuleSystem.none))
+    partitions: dict[Name, Partition] = Field(min_length=1)
+    policies: Policies = Field(default_factory=Policies)
+    python: PythonStack = Field(default_factory=PythonStack)
+    horovod: HorovodBuild = Field(default_factory=HorovodBuild)
+    launchers: dict[Name, Launcher] = Field(min_length=1)
+    default_launcher: Name
+    containers: Containers = Field(default_factory=Containers)
+    slurm: SlurmOptions = Field(default_factory=SlurmOptions)
+    pbs: PbsOptions = Field(default_factory=PbsOptions)
+    env: dict[str, str] = Field(default_factory=dict, description="exported in every job")
+    guide: dict[str, str] = Field(
+        default_factory=dict, description="extra site notes for `hpcprov guide` by section"
+    )
+    unverified: list[str] = Field(
+        default_factory=list, description="fields whose values are not confirmed"
+    )
+
+    @field_validator("partitions")
+    @classmethod
+    def _one_default(cls, value: dict[str, Partition]) -> dict[str, Partition]:
+        defaults = [n for n, p in value.items() if p.default]
+        if len(defaults) > 1:
+            raise ValueError(f"more than one default partition: {', '.join(defaults)}")
+        return value
+
+    @field_validator("default_launcher")
+    @classmethod
+    def _known_launcher(cls, value: str, info: ValidationInfo) -> str:
+        launchers = info.data.get("launchers")
+        if launchers is not None and value not in launchers:
+            raise ValueError(
+                f"{value!r} is not one of the launchers ({', '.join(launchers)})"
+            )
+        return value
+
+    @field_validator("containers")
+    @classmethod
+    def _known_image(cls, value: Containers) -> Containers:
+        img = value.default_image
+        if img and img not in value.images:
+            raise ValueError(f"default_image {img!r} is not in images")
+        return value
+
+    def partition(self, name: str | None = None) -> tuple[str, Partition]:
+        """The named partition, else the default one, else the first."""
+        if name is not None:
+            if name not in self.partitions:
+                raise KeyError(name)
+            return name, self.partitions[name]
+        for pname, part in self.partitions.items():
+            if part.default:
+                return pname, part
+        first = next(iter(self.partitions))
+        return first, self.partitions[first]
+
+    def modules_for(self, partition: str | None = None) -> Modules:
+        """The module configuration that applies on a partition."""
+        _, part = self.partition(partition)
+        return part.modules or self.modules
+
+    def prefix(self) -> str:
+        """The install prefix template with {scratch} filled in."""
+        return self.paths.prefix.replace("{scratch}", self.paths.scratch)

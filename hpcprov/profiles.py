@@ -1,0 +1,94 @@
+"""Site lookup: turn a name or path into a validated :class:`~hpcprov.model.Site`."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from hpcprov.errors import ProfileError
+from hpcprov.loader import Layer, available_sites, find_profile, resolve
+from hpcprov.model import Site
+
+
+def _hint(err: dict[str, Any], model_fields: list[str]) -> str:
+    kind, value = err["type"], err.get("input")
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][-1]), model_fields, n=1)
+        return f" (did you mean {close[0]!r}?)" if close else ""
+    if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
+        return f" (quote it: '{value}')"
+    return ""
+
+
+def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
+    """Field names allowed at the parent of ``loc`` (for suggestions)."""
+    model: Any = Site
+    for part in loc[:-1]:
+        info = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
+        if info is None:
+            continue
+        ann = info.annotation
+        for candidate in (ann, *getattr(ann, "__args__", ())):
+            if hasattr(candidate, "model_fields"):
+                model = candidate
+                break
+            inner = getattr(candidate, "__args__", ())
+            if inner and hasattr(inner[-1], "model_fields"):
+                model = inner[-1]
+                break
+    return list(getattr(model, "model_fields", {}))
+
+
+def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
+    """Turn pydantic errors into located one-line ProfileErrors."""
+    out = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        file, line = layer.where(loc)
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        out.append(ProfileError(file, line, f"{dotted}: {msg}{_hint(err, _allowed_fields(loc))}"))
+    return out
+
+
+def validate_layer(layer: Layer) -> Site:
+    """Validate merged profile data; raise the first located error (with a count of others)."""
+    try:
+        return Site.model_validate(layer.data)
+    except ValidationError as exc:
+        errors = describe(exc, layer)
+        first = errors[0]
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ProfileError(first.file, first.line, first.problem + more) from None
+
+
+def check_file(path: Path) -> list[ProfileError]:
+    """Every problem in one profile file (empty list when it is valid)."""
+    try:
+        layer = resolve(path)
+    except ProfileError as exc:
+        return [exc]
+    try:
+        Site.model_validate(layer.data)
+    except ValidationError as exc:
+        return describe(exc, layer)
+    return []
+
+
+def load_site(ref: str) -> Site:
+    """Load a site by name (search path) or by file path."""
+    path = find_profile(ref)
+    if not path.is_file():
+        raise ProfileError(str(path), 0, "no such profile file")
+    return validate_layer(resolve(path))
+
+
+def site_names() -> list[str]:
+    return sorted(available_sites())

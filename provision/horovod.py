@@ -1,0 +1,48 @@
+"""What a Horovod build needs (variables, pip spec) and what `horovodrun -cb` should show."""
+
+from __future__ import annotations
+
+from hpcprov.model import HorovodBuild
+
+FRAMEWORK_FLAGS = {"tensorflow": "TENSORFLOW", "pytorch": "PYTORCH", "mxnet": "MXNET"}
+CONTROLLER_FLAGS = {"mpi": "MPI", "gloo": "GLOO"}
+CB_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "mxnet": "MXNet",
+            "mpi": "MPI", "gloo": "Gloo", "nccl": "NCCL", "ddl": "DDL", "ccl": "CCL"}
+
+
+def build_env(hvd: HorovodBuild) -> dict[str, str]:
+    """HOROVOD_* build variables, in a stable order, from the profile's build section."""
+    env: dict[str, str] = {}
+    if hvd.gpu_operations:
+        env["HOROVOD_GPU_OPERATIONS"] = hvd.gpu_operations.upper()
+    if hvd.gpu_allreduce:
+        env["HOROVOD_GPU_ALLREDUCE"] = hvd.gpu_allreduce.upper()
+    if hvd.gpu_broadcast:
+        env["HOROVOD_GPU_BROADCAST"] = hvd.gpu_broadcast.upper()
+    for name, flag in FRAMEWORK_FLAGS.items():
+        on = name in hvd.frameworks
+        env[f"HOROVOD_WITH{'' if on else 'OUT'}_{flag}"] = "1"
+    for name, flag in CONTROLLER_FLAGS.items():
+        on = name in hvd.controllers
+        env[f"HOROVOD_WITH{'' if on else 'OUT'}_{flag}"] = "1"
+    env.update(hvd.env)
+    return env
+
+
+def pip_spec(hvd: HorovodBuild) -> str:
+    """`horovod==X` (or plain `horovod` when the profile leaves the version open)."""
+    return f"horovod=={hvd.version}" if hvd.version else "horovod"
+
+
+def expected_check_build(hvd: HorovodBuild) -> dict[str, list[str]]:
+    """Entries that must be [X] in `horovodrun -cb`, by section."""
+    ops = {"mpi": "MPI", "gloo": "Gloo"}
+    tensor_ops = [ops[c] for c in hvd.controllers]
+    gpu = hvd.gpu_operations or hvd.gpu_allreduce
+    if gpu:
+        tensor_ops.insert(0, CB_NAMES[gpu])
+    return {
+        "frameworks": [CB_NAMES[f] for f in hvd.frameworks if f in CB_NAMES],
+        "controllers": [CB_NAMES[c] for c in hvd.controllers],
+        "tensor_operations": sorted(set(tensor_ops), key=tensor_ops.index),
+    }

@@ -1,0 +1,314 @@
+"""The provisioning plan: ordered steps as pure data, rendered to one runnable bash script.
+
+The script defines one function per step and runs all of them, or only the steps named
+on its command line (``bash setup.sh build-horovod``): the runner executes the very same
+text step by step, so ``--dry-run`` and a real run never differ.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+from hpcprov.provision.horovod import build_env, pip_spec
+
+from hpcprov.layout import Layout
+from hpcprov.model import Site
+from hpcprov.modules import init_lines, load_lines
+from hpcprov.shell import Raw, Template, assign, env_prefix, join, quote
+
+Where = Literal["login", "compute"]
+
+
+@dataclass(frozen=True)
+class Step:
+    """One resumable unit of work."""
+
+    id: str
+    title: str
+    lines: tuple[str, ...]
+    needs_network: bool = False
+    modules: Literal["build", "runtime"] | None = None
+    in_env: bool = False
+
+    @property
+    def function(self) -> str:
+        return "step_" + self.id.replace("-", "_")
+
+
+@dataclass(frozen=True)
+class Plan:
+    site: str
+    backend: str
+    prefix: str
+    runs_on: Where
+    variables: dict[str, str]
+    functions: dict[str, tuple[str, ...]]
+    steps: tuple[Step, ...] = field(default_factory=tuple)
+
+    def step(self, step_id: str) -> Step:
+        for step in self.steps:
+            if step.id == step_id:
+                return step
+        raise KeyError(step_id)
+
+    def to_json(self) -> dict[str, object]:
+        data = asdict(self)
+        for step, raw in zip(data["steps"], self.steps, strict=True):
+            step["function"] = raw.function
+        return data
+
+
+def _vars(site: Site, prefix: str) -> dict[str, str]:
+    lay = Layout.of(site, "$PREFIX")
+    out = {"PREFIX": Template(prefix), "ENV_DIR": lay.env_dir}
+    if site.python.backend == "conda":
+        out["CONDA_ROOT"] = lay.conda_root
+        out["INSTALLER"] = Template("$PREFIX/downloads/" + _installer_name(site))
+    if site.python.backend == "container":
+        out["IMAGES"] = lay.images
+    return out
+
+
+def _installer_name(site: Site) -> str:
+    url = site.python.conda.installer_file or site.python.conda.installer_url
+    return url.rstrip("/").rsplit("/", 1)[-1] or "Miniconda3.sh"
+
+
+def pip_index_args(site: Site) -> list[str]:
+    """pip arguments for the site's wheelhouse policy."""
+    venv = site.python.venv
+    args = ["--no-index"] if venv.no_index else []
+    for location in venv.wheelhouse:
+        args += ["--find-links", Template(location)]
+    return args
+
+
+def _pip(site: Site, *specs: str, extra: tuple[str, ...] = ()) -> str:
+    return join(["python", "-m", "pip", "install", *extra, *pip_index_args(site), *specs])
+
+
+def _framework_steps(site: Site) -> list[Step]:
+    py = site.python
+    lines: list[str] = []
+    network = False
+    for name, fw in py.frameworks.items():
+        specs = fw.packages or [f"{'torch' if name == 'pytorch' else name}=={fw.version}"]
+        if fw.installer == "conda":
+            channel = ["-c", fw.channel] if fw.channel else []
+            lines.append(join(["conda", "install", "-y", *channel, *specs]))
+            network = True
+        else:
+            lines.append(_pip(site, *specs))
+            network = network or not site.python.venv.no_index
+    if py.packages:
+        lines.append(_pip(site, *py.packages))
+        network = network or not site.python.venv.no_index
+    if not lines:
+        return []
+    return [Step("install-frameworks", "Install the frameworks", tuple(lines), network,
+                 modules="build", in_env=True)]
+
+
+def _horovod_steps(site: Site) -> list[Step]:
+    hvd = site.horovod
+    if hvd.source in ("none", "container"):
+        return []
+    check = Step("check-build", "Check the Horovod build (horovodrun -cb)",
+                 ("horovodrun -cb",), modules="runtime", in_env=True)
+    if hvd.source == "module":
+        return [check]
+    offline = site.python.venv.no_index and site.python.backend == "venv"
+    env = build_env(hvd) if hvd.source == "pip" else {}
+    cmd = env_prefix(env) + _pip(site, pip_spec(hvd), extra=tuple(hvd.pip_args))
+    build = Step("build-horovod", "Build Horovod against the site's modules",
+                 (cmd,), needs_network=not offline, modules="build", in_env=True)
+    return [build, check]
+
+
+def _conda_steps(site: Site) -> list[Step]:
+    conda = site.python.conda
+    steps: list[Step] = []
+    if conda.installer_file:
+        fetch = [join(["cp", Template(conda.installer_file), Raw('"$INSTALLER.part"')])]
+        network = False
+    else:
+        urls = [u for u in (conda.mirror_url, conda.installer_url) if u]
+        tries = " || ".join(
+            join(["curl", "-fL", "--retry", "3", "-o", Raw('"$INSTALLER.part"'), u]) for u in urls
+        )
+        fetch = [tries]
+        network = True
+    verify = (
+        [f'echo {quote(conda.installer_sha256 + "  ")}"$INSTALLER.part" | sha256sum -c -']
+        if conda.installer_sha256
+        else ['echo "hpcprov: warning: no installer_sha256 in the profile; not verified" >&2']
+    )
+    steps.append(Step("download-installer", "Download the Miniconda installer",
+                      ('mkdir -p "$PREFIX/downloads"', *fetch, *verify,
+                       'mv -f "$INSTALLER.part" "$INSTALLER"'), needs_network=network))
+    steps.append(Step("install-conda", "Install Miniconda (silent, -b -p)", (
+        'bash "$INSTALLER" -b -u -p "$CONDA_ROOT"',
+        '"$CONDA_ROOT/bin/conda" config --set auto_activate_base false',
+    )))
+    py = [f"python={conda.python}"] if conda.python else []
+    steps.append(Step("create-env", "Create the conda environment", (
+        'source "$CONDA_ROOT/etc/profile.d/conda.sh"',
+        join(["conda", "create", "-y", "-n", site.python.env_name, *py]),
+    ), needs_network=True))
+    return steps
+
+
+def _venv_steps(site: Site) -> list[Step]:
+    venv = site.python.venv
+    ssp = ["--system-site-packages"] if venv.system_site_packages else []
+    if venv.creator == "virtualenv":
+        create = join(["virtualenv", "--no-download", *ssp, Raw('"$ENV_DIR"')])
+    elif venv.creator == "uv":
+        create = join(["uv", "venv", "--python", venv.python, *ssp, Raw('"$ENV_DIR"')])
+    else:
+        create = join([venv.python, "-m", "venv", *ssp, Raw('"$ENV_DIR"')])
+    upgrade = join([Raw('"$ENV_DIR/bin/python"'), "-m", "pip", "install", "--upgrade",
+                    *pip_index_args(site), "pip"])
+    return [Step("create-env", "Create the virtual environment",
+                 ('mkdir -p "$(dirname "$ENV_DIR")"', create, upgrade),
+                 needs_network=not venv.no_index, modules="build")]
+
+
+def _container_steps(site: Site) -> list[Step]:
+    spec = site.python.container
+    assert spec is not None
+    runtime = site.containers.runtime
+    target = site.containers.images.get(spec.image, f"$PREFIX/images/{spec.image}.sqsh")
+    steps: list[Step] = []
+    if runtime == "enroot":
+        base = Template("$IMAGES/" + spec.image + "-base.sqsh") if spec.add_horovod else None
+        out = base or Template(target)
+        steps.append(Step("import-image", "Import the container image with enroot", (
+            'mkdir -p "$IMAGES"', join(["mkdir", "-p", Raw(f'"$(dirname {quote(Template(target))})"')]),
+            join(["enroot", "import", "-o", out, spec.source]),
+        ), needs_network=True))
+        name = f"hpcprov-{spec.image}"
+        if spec.add_horovod:
+            env = build_env(site.horovod)
+            inner = env_prefix(env) + join(["pip", "install", *site.horovod.pip_args,
+                                             pip_spec(site.horovod)])
+            steps.append(Step("add-horovod", "Install Horovod inside the image", (
+                join(["enroot", "remove", "-f", name]) + " 2>/dev/null || true",
+                join(["enroot", "create", "--name", name, base]),
+                join(["enroot", "start", "--rw", name, "sh", "-c", inner]),
+                join(["enroot", "export", "-f", "-o", Template(target), name]),
+                join(["enroot", "remove", "-f", name]),
+            ), needs_network=True))
+        check = f"{name}-check"
+        steps.append(Step("check-build", "Check Horovod in the image (horovodrun -cb)", (
+            join(["enroot", "remove", "-f", check]) + " 2>/dev/null || true",
+            join(["enroot", "create", "--name", check, Template(target)]),
+            join(["enroot", "start", check, "horovodrun", "-cb"]),
+            join(["enroot", "remove", "-f", check]),
+        )))
+        return steps
+    binary = runtime or "singularity"
+    steps.append(Step("pull-image", f"Pull the image with {binary}", (
+        join(["mkdir", "-p", Raw(f'"$(dirname {quote(Template(target))})"')]),
+        join([binary, "pull", Template(target), spec.source]),
+    ), needs_network=True))
+    steps.append(Step("check-build", "Check Horovod in the image (horovodrun -cb)", (
+        join([binary, "exec", Template(target), "horovodrun", "-cb"]),)))
+    return steps
+
+
+def activate_lines(site: Site, prefix: str) -> list[str]:
+    """What `source PREFIX/activate` runs: modules, then the Python environment."""
+    lines = ["# Generated by hpcprov: loads the runtime modules and the Python environment."]
+    lines += init_lines(site.modules)
+    lines += load_lines(site.modules, site.modules.runtime)
+    lines += Layout.of(site, prefix).python_activation()
+    return lines
+
+
+def _activate_step(site: Site, prefix: str) -> Step:
+    body = activate_lines(site, prefix)
+    return Step("write-activate", "Write the activation script PREFIX/activate", (
+        "cat > \"$PREFIX/activate.part\" <<'HPCPROV_EOF'",
+        *body,
+        "HPCPROV_EOF",
+        'mv -f "$PREFIX/activate.part" "$PREFIX/activate"',
+        'echo "hpcprov: activate with: source $PREFIX/activate"',
+    ))
+
+
+def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") -> Plan:
+    """The provisioning plan for a site. Pure: nothing is touched."""
+    prefix = prefix or site.prefix()
+    backend = site.python.backend
+    steps = [Step("prepare", "Create the prefix", ('mkdir -p "$PREFIX"',))]
+    if backend == "conda":
+        steps += _conda_steps(site)
+    elif backend == "venv":
+        steps += _venv_steps(site)
+    else:
+        steps += _container_steps(site)
+    if backend != "container":
+        steps += _framework_steps(site)
+        steps += _horovod_steps(site)
+        steps.append(_activate_step(site, prefix))
+    mods = site.modules
+    functions = {
+        "hpcprov_modules_build": (*init_lines(mods), *load_lines(mods, mods.build)),
+        "hpcprov_modules_runtime": (*init_lines(mods), *load_lines(mods, mods.runtime)),
+        "hpcprov_activate_env": tuple(Layout.of(site, "$PREFIX").python_activation()),
+    }
+    return Plan(site.name, backend, prefix, runs_on, _vars(site, prefix), functions, tuple(steps))
+
+
+def render_script(plan: Plan) -> str:
+    """The complete, runnable bash script of a plan."""
+    out = [
+        "#!/bin/bash",
+        "# shellcheck disable=SC1091  # sourced files exist only when the steps run",
+        f"# hpcprov setup plan for site {plan.site} (backend {plan.backend}), "
+        f"runs on the {plan.runs_on} node.",
+        "# Run every step:  bash THIS_FILE      Run some steps:  bash THIS_FILE STEP...",
+        "# Steps: " + " ".join(s.id for s in plan.steps),
+        "set -eo pipefail",
+        "",
+    ]
+    out += [assign(k, v) for k, v in plan.variables.items()]
+    out.append("export " + " ".join(plan.variables))
+    for name, body in plan.functions.items():
+        out += ["", f"{name}() {{", *(f"  {line}" for line in body or (":",)), "}"]
+    for step in plan.steps:
+        pre = []
+        if step.modules:
+            pre.append(f"hpcprov_modules_{step.modules}")
+        if step.in_env:
+            pre.append("hpcprov_activate_env")
+        net = " (needs network)" if step.needs_network else ""
+        out += ["", f"# {step.id}: {step.title}{net}", f"{step.function}() {{"]
+        body, heredoc = [], False
+        for line in (*pre, *step.lines):
+            body.append(line if heredoc else f"  {line}")
+            if "<<'HPCPROV_EOF'" in line:
+                heredoc = True
+            elif line == "HPCPROV_EOF":
+                heredoc = False
+                body[-1] = line
+        out += [*body, "}"]
+    out += [
+        "",
+        "HPCPROV_STEPS=(" + " ".join(s.id for s in plan.steps) + ")",
+        "hpcprov_run() {",
+        "  local s",
+        '  for s in "$@"; do',
+        '    if ! declare -F "step_${s//-/_}" >/dev/null; then',
+        '      echo "hpcprov: unknown step $s (steps: ${HPCPROV_STEPS[*]})" >&2; return 2',
+        "    fi",
+        '    echo "==> [hpcprov] $s" >&2',
+        '    "step_${s//-/_}"',
+        "  done",
+        "}",
+        'if [ "$#" -gt 0 ]; then hpcprov_run "$@"; else hpcprov_run "${HPCPROV_STEPS[@]}"; fi',
+        "",
+    ]
+    return "\n".join(out)
