@@ -21,9 +21,8 @@ def _directive_value(text: str) -> str:
 def directives(req: JobRequest) -> list[str]:
     """The #SBATCH or #PBS lines of a request."""
     if req.scheduler == Scheduler.slurm:
-        return [
-            "#SBATCH " + _directive_value(slurm_flag(n, v)) for n, v in slurm_options(req, batch=True)
-        ]
+        opts = slurm_options(req, batch=True)
+        return ["#SBATCH " + _directive_value(slurm_flag(n, v)) for n, v in opts]
     if req.scheduler == Scheduler.pbs:
         return ["#PBS " + pbs_directive(n, v) for n, v in pbs_options(req)]
     return []

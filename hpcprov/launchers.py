@@ -151,7 +151,8 @@ def build_torchrun(req: JobRequest, context: Context) -> Launch:
     target = _torchrun_target(req.command)
     per_node = [f"--nproc_per_node={req.ranks_per_node}"]
     if req.scheduler == Scheduler.none:
-        return Launch(["torchrun", "--standalone", "--nnodes=1", *per_node, *launcher.args, *target])
+        standalone = ["torchrun", "--standalone", "--nnodes=1", *per_node]
+        return Launch([*standalone, *launcher.args, *target])
     job_id = Raw('"$SLURM_JOB_ID"') if req.scheduler == Scheduler.slurm else Raw('"$PBS_JOBID"')
     endpoint = Raw(f"{first_node(req)}:{launcher.port}")
     torchrun = [

@@ -90,7 +90,8 @@ def _geometry(req: JobRequest) -> list[Finding]:
     part, pname, site = req.part, req.partition_name, req.site
     kind = req.launch.kind
     if req.nodes < 1:
-        out.append(Finding("error", "nodes", "at least one node is needed", "use --nodes 1 or more"))
+        out.append(Finding("error", "nodes", "at least one node is needed",
+                           "use --nodes 1 or more"))
     if req.nodes > part.nodes:
         out.append(Finding("error", "nodes-exceed",
                            f"partition {pname} has {part.nodes} node(s); {req.nodes} requested",

@@ -185,7 +185,8 @@ def _container_steps(site: Site) -> list[Step]:
         base = Template("$IMAGES/" + spec.image + "-base.sqsh") if spec.add_horovod else None
         out = base or Template(target)
         steps.append(Step("import-image", "Import the container image with enroot", (
-            'mkdir -p "$IMAGES"', join(["mkdir", "-p", Raw(f'"$(dirname {quote(Template(target))})"')]),
+            'mkdir -p "$IMAGES"',
+            join(["mkdir", "-p", Raw(f'"$(dirname {quote(Template(target))})"')]),
             join(["enroot", "import", "-o", out, spec.source]),
         ), needs_network=True))
         name = f"hpcprov-{spec.image}"
