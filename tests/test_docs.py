@@ -1,0 +1,44 @@
+"""The generated docs are current, and the README's commands exist."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from hpcprov.cli import cli
+from hpcprov.docgen import reference, site_page
+from hpcprov.loader import bundled_site_dir
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_reference_is_current() -> None:
+    committed = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+    assert committed == reference(), "run: python -m hpcprov.docgen docs"
+
+
+def test_reference_documents_every_model_section() -> None:
+    text = reference()
+    for section in ("Site", "Partition", "Launcher", "HorovodBuild", "PythonStack", "Policies"):
+        assert f"## {section}\n" in text
+
+
+def test_a_page_per_bundled_site_is_current() -> None:
+    names = sorted(p.stem for p in bundled_site_dir().glob("*.yaml"))
+    assert {"neuron", "taurus", "sockeye", "sockeye-slurm", "cc", "technion", "local"} <= set(names)
+    for name in names:
+        page = ROOT / "docs" / "sites" / f"{name}.md"
+        assert page.read_text(encoding="utf-8") == site_page(name), (
+            f"{page} is stale: run python -m hpcprov.docgen docs"
+        )
+
+
+def test_readme_commands_are_real_subcommands() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    used = set(re.findall(r"^hpcprov ([a-z]+)", readme, flags=re.M))
+    used |= set(re.findall(r"&& hpcprov ([a-z]+)", readme))
+    assert used, "README shows no hpcprov command"
+    assert used <= set(cli.commands), used - set(cli.commands)
+    assert "bash .ci/run" in readme
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    assert "python3 -m pytest -q" in ci and "python3 -m pytest -q" in readme
