@@ -504,9 +504,11 @@ class Testbed:
         os.chmod(sd / "scratch", 0o1777)
         for n in self.nodes:
             (sd / "nodes" / n.name / "spool").mkdir(parents=True, exist_ok=True)
-        # stale runtime files from an earlier run
+        # stale runtime files from an earlier run; logs of the previous run -> *.log.prev
         for f in (sd / "run").iterdir():
             f.unlink()
+        for log in [*(sd / "log").glob("*.log"), *(sd / "nodes").glob("*/*.log")]:
+            log.replace(log.with_name(log.name + ".prev"))
         shutil.rmtree(sd / "ctld")
         (sd / "ctld").mkdir()
 
@@ -576,6 +578,7 @@ class Testbed:
                 # with a non-default munge socket the dbd connection needs it too
                 f"AccountingStoragePass=socket={self.munge_socket}",
                 "AccountingStorageTRES=gres/gpu",
+                "AccountingStoreFlags=job_comment,job_script",
                 "JobAcctGatherFrequency=30",
             ])
         else:

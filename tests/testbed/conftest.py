@@ -1,0 +1,148 @@
+"""Fixtures for tests that run on the real Slurm testbed (``hpcprov.testbed``).
+
+``testbed`` (session): a 2-node cluster with accounting, brought up once and torn
+down at the end. Not root or packages missing -> the tests are skipped with the
+reason, unless ``HPCPROV_REQUIRE_TESTBED=1`` (CI), where they fail instead.
+``HPCPROV_TESTBED_KEEP=1`` leaves the cluster up after the session.
+
+``slurm`` (function): a small client bound to the testbed and to a fresh shared
+working directory (under the testbed's scratch dir, visible on every node;
+``/tmp`` is node-local on the compute nodes).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hpcprov.testbed.cluster import Testbed, TestbedError
+
+REQUIRE = os.environ.get("HPCPROV_REQUIRE_TESTBED") == "1"
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
+            "BOOT_FAIL", "DEADLINE", "PREEMPTED"}
+
+
+def _unavailable(reason: str):
+    if REQUIRE:
+        pytest.fail(f"testbed required (HPCPROV_REQUIRE_TESTBED=1) but unavailable: {reason}",
+                    pytrace=False)
+    pytest.skip(f"testbed unavailable: {reason}")
+
+
+@pytest.fixture(scope="session")
+def torch():
+    """PyTorch, or skip (fail under HPCPROV_REQUIRE_TESTBED=1: CI installs torch==2.13.0)."""
+    try:
+        import torch
+    except ImportError as exc:
+        if REQUIRE:
+            pytest.fail(f"torch is needed by the testbed tests: {exc}", pytrace=False)
+        pytest.skip("torch not installed (pip install torch==2.13.0)")
+    return torch
+
+
+@pytest.fixture(scope="session")
+def testbed():
+    tb = Testbed(nodes=2, accounting=True)
+    problems = tb.problems()
+    if problems:
+        _unavailable("; ".join(problems))
+    try:
+        tb.up()
+    except TestbedError as exc:
+        pytest.fail(f"testbed bring-up failed: {exc}", pytrace=False)
+    shutil.rmtree(tb.scratch / "pytest", ignore_errors=True)
+    yield tb
+    if os.environ.get("HPCPROV_TESTBED_KEEP") != "1":
+        tb.down()
+
+
+@dataclass
+class Job:
+    id: str
+    state: str
+    exit_code: str  # "rc:signal", as Slurm prints it
+    node_list: str
+    output: str
+
+    @property
+    def rc(self) -> int:
+        return int(self.exit_code.split(":")[0])
+
+
+class SlurmClient:
+    """Run Slurm commands against the testbed from the host ("login node")."""
+
+    def __init__(self, tb: Testbed, workdir: Path):
+        self.tb = tb
+        self.workdir = workdir
+        self.env = tb.environ()
+
+    def run(self, *argv: str, check: bool = True, timeout: float = 60,
+            **kwargs) -> subprocess.CompletedProcess:
+        proc = subprocess.run(list(argv), cwd=self.workdir, env=self.env, capture_output=True,
+                              text=True, timeout=timeout, **kwargs)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}\n"
+                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        return proc
+
+    def write(self, name: str, text: str, mode: int = 0o755) -> Path:
+        path = self.workdir / name
+        path.write_text(text)
+        path.chmod(mode)
+        return path
+
+    def job_info(self, job_id: str) -> dict[str, str]:
+        out = self.run("scontrol", "show", "job", "-o", job_id).stdout
+        return dict(re.findall(r"(\w+)=(\S*)", out))
+
+    def wait(self, job_id: str, timeout: float = 90) -> dict[str, str]:
+        """Poll until the job reaches a terminal state (no fixed sleeps)."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while True:
+            info = self.job_info(job_id)
+            if info.get("JobState") in TERMINAL:
+                return info
+            if time.monotonic() > deadline:
+                self.run("scancel", job_id, check=False)
+                raise AssertionError(f"job {job_id} not done after {timeout}s: {info}")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def sbatch(self, script: str, *args: str, timeout: float = 90,
+               name: str = "job.sh") -> Job:
+        """Submit ``script`` (its text), wait for it, return state + output."""
+        path = self.write(name, script)
+        out_file = self.workdir / (path.stem + "-%j.out")
+        proc = self.run("sbatch", "--parsable", f"--output={out_file}", *args, str(path))
+        job_id = proc.stdout.strip().split(";")[0]
+        info = self.wait(job_id, timeout)
+        out_path = Path(str(out_file).replace("%j", job_id))
+        output = out_path.read_text() if out_path.exists() else ""
+        return Job(job_id, info["JobState"], info.get("ExitCode", ""), info.get("NodeList", ""),
+                   output)
+
+
+@pytest.fixture
+def slurm(testbed: Testbed, request) -> SlurmClient:
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:80]
+    workdir = testbed.scratch / "pytest" / name
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    return SlurmClient(testbed, workdir)
+
+
+@pytest.fixture
+def python() -> str:
+    """The interpreter running the tests; the nodes share its file system."""
+    return sys.executable

@@ -1,0 +1,122 @@
+"""Bring-up/tear-down of the testbed itself: idempotence, hygiene, --no-accounting, CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from hpcprov.testbed.cluster import BRIDGE, Testbed
+
+pytestmark = pytest.mark.testbed
+
+
+def _live_testbed_processes(tb: Testbed) -> list[str]:
+    """Live (non-zombie) testbed daemons, found independently of Testbed's own bookkeeping."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                comm, rest = f.read().split(" (", 1)[1].rsplit(") ", 1)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode()
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read().decode(errors="replace")
+        except OSError:
+            continue
+        if rest.startswith("Z"):
+            continue  # reaped by nobody on machines whose PID 1 does not reap; holds nothing
+        if comm in {"slurmd", "slurmctld", "slurmdbd", "munged", "sshd", "mariadbd"} or \
+                comm.startswith("slurmstepd"):
+            if str(tb.state_dir) in cmdline or str(tb.state_dir) in environ:
+                found.append(f"{pid} {comm}")
+    return found
+
+
+def _assert_clean(tb: Testbed) -> None:
+    assert _live_testbed_processes(tb) == []
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert "hpctb-" not in netns
+    links = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+    assert BRIDGE not in links and "hpctb-" not in links
+    with open("/proc/self/mountinfo") as f:
+        mounts = f.read()
+    assert str(tb.state_dir) not in mounts
+    assert tb.leftovers() == {"processes": [], "netns": [], "links": [], "mounts": []}
+
+
+def test_up_is_idempotent(testbed):
+    before = testbed.status()
+    t0 = time.monotonic()
+    testbed.up()
+    assert time.monotonic() - t0 < 2
+    after = testbed.status()
+    assert after["up"]
+    assert after["slurmctld"] == before["slurmctld"]
+    assert [n["slurmd"] for n in after["nodes"]] == [n["slurmd"] for n in before["nodes"]]
+
+
+def test_status_and_cli(testbed):
+    env = testbed.environ()
+    proc = subprocess.run([sys.executable, "-m", "hpcprov.testbed", "status", "--json"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    st = json.loads(proc.stdout)
+    assert st["up"] is True
+    assert [n["name"] for n in st["nodes"]] == ["gpu01", "gpu02"]
+    assert [n["addr"] for n in st["nodes"]] == ["10.251.0.11", "10.251.0.12"]
+    assert st["env"]["SLURM_CONF"] == str(testbed.slurm_conf)
+    hn = subprocess.run([sys.executable, "-m", "hpcprov.testbed", "exec", "gpu02", "--",
+                         "hostname"], capture_output=True, text=True, env=env, timeout=60)
+    assert hn.stdout.strip() == "gpu02"
+    ssh = subprocess.run(["ssh", "-F", str(testbed.ssh_config), "gpu01", "hostname"],
+                         capture_output=True, text=True, timeout=60)
+    assert ssh.stdout.strip() == "gpu01", ssh.stderr
+
+
+def test_cli_errors_are_one_line(testbed):
+    proc = subprocess.run([sys.executable, "-m", "hpcprov.testbed", "up", "--nodes", "9"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("hpcprov testbed: nodes must be between 1 and 4")
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_down_leaves_nothing_no_accounting_then_back_up(testbed):
+    """down() -> clean; up(--no-accounting) -> jobs run, jobcomp logs, sacct fails; restore."""
+    testbed.down()
+    _assert_clean(testbed)
+    testbed.down()  # twice is fine too
+
+    plain = Testbed(nodes=2, accounting=False, state_dir=testbed.state_dir)
+    t0 = time.monotonic()
+    plain.up()
+    up_seconds = time.monotonic() - t0
+    try:
+        st = plain.status()
+        assert st["up"] and st["slurmdbd"] is None and st["mariadb"] is None
+        env = plain.environ()
+        run = subprocess.run(["srun", "--comment=t", "--nodes=2", "hostname"],
+                             capture_output=True, text=True, env=env, timeout=60,
+                             cwd=plain.scratch)
+        assert sorted(run.stdout.split()) == ["gpu01", "gpu02"]
+        sacct = subprocess.run(["sacct", "-X", "-n"], capture_output=True, text=True, env=env,
+                               timeout=60)
+        assert sacct.returncode != 0 or sacct.stdout.strip() == ""
+        jobcomp = plain.state_dir / "log" / "jobcomp.log"
+        deadline = time.monotonic() + 20
+        while "JobState=COMPLETED" not in (jobcomp.read_text() if jobcomp.exists() else ""):
+            assert time.monotonic() < deadline, "jobcomp/filetxt never logged the job"
+            time.sleep(0.05)
+    finally:
+        plain.down()
+    _assert_clean(plain)
+    assert up_seconds < 10
+
+    testbed.up()  # the session fixture's cluster again, for the other tests
+    assert testbed.status()["up"]
