@@ -24,6 +24,7 @@ Everything the testbed creates lives under the state directory (default
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -219,10 +220,8 @@ def _kill_and_wait(pids: set[int], timeout: float = 3.0) -> None:
     pids = {p for p in pids if p != me}
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             pids = {p for p in pids if _pid_alive(p)}
@@ -485,10 +484,8 @@ class Testbed:
                 self._start_node_daemons(n)
             self._wait_nodes_idle(timeout)
         except BaseException:
-            try:
+            with contextlib.suppress(TestbedError):
                 self.down()
-            except TestbedError:
-                pass
             raise
         (self.state_dir / "testbed.json").write_text(json.dumps({
             "nodes": len(self.nodes), "accounting": self.accounting, "policy": self.policy,
@@ -689,16 +686,15 @@ class Testbed:
         _run(["mariadb-install-db", *common, "--auth-root-authentication-method=normal",
               "--skip-test-db", "--skip-name-resolve", "--innodb-log-file-size=16M"],
              timeout=timeout, env=self._daemon_env())
-        log = open(sd / "log" / "mariadb.log", "ab")
-        proc = subprocess.Popen(
-            ["mariadbd", *common, f"--socket={db / 'mysqld.sock'}", f"--port={MARIADB_PORT}",
-             "--bind-address=127.0.0.1", f"--pid-file={sd / 'run/mariadb.pid'}",
-             "--skip-grant-tables", "--skip-name-resolve", "--skip-log-bin",
-             "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M",
-             "--innodb-flush-log-at-trx-commit=0", "--max-connections=200"],
-            stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            start_new_session=True, env=self._daemon_env())
-        log.close()
+        with open(sd / "log" / "mariadb.log", "ab") as log:
+            proc = subprocess.Popen(
+                ["mariadbd", *common, f"--socket={db / 'mysqld.sock'}", f"--port={MARIADB_PORT}",
+                 "--bind-address=127.0.0.1", f"--pid-file={sd / 'run/mariadb.pid'}",
+                 "--skip-grant-tables", "--skip-name-resolve", "--skip-log-bin",
+                 "--innodb-buffer-pool-size=64M", "--innodb-log-file-size=16M",
+                 "--innodb-flush-log-at-trx-commit=0", "--max-connections=200"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, env=self._daemon_env())
         (sd / "run" / "mariadb.pid").write_text(f"{proc.pid}\n")
 
         def db_ready():
@@ -764,9 +760,9 @@ class Testbed:
                 pids.add(int(pid))
                 continue
             comm = _proc_text(pid, "comm").strip()
-            if comm in daemons or comm.startswith("slurmstepd"):
-                if sd in _proc_text(pid, "cmdline") or f"={sd}/" in _proc_text(pid, "environ"):
-                    pids.add(int(pid))
+            ours = sd in _proc_text(pid, "cmdline") or f"={sd}/" in _proc_text(pid, "environ")
+            if (comm in daemons or comm.startswith("slurmstepd")) and ours:
+                pids.add(int(pid))
         for name in ("munged", "slurmctld", "slurmdbd", "mariadb"):
             pid = _read_pid(self.state_dir / "run" / f"{name}.pid")
             if pid:

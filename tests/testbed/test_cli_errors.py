@@ -1,0 +1,60 @@
+"""Testbed CLI/API behaviour that needs no root and no cluster (runs everywhere)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from hpcprov.testbed import __main__ as cli
+from hpcprov.testbed import cluster
+from hpcprov.testbed.cluster import Testbed, TestbedError, hostlist, node_layout
+
+
+def test_node_layout_mirrors_neuron():
+    nodes = node_layout(4)
+    assert [(n.name, n.addr, n.partition.name, n.gpus) for n in nodes] == [
+        ("gpu01", "10.251.0.11", "amd_a100nv_8", 8),
+        ("gpu02", "10.251.0.12", "amd_a100nv_8", 8),
+        ("gpu03", "10.251.0.13", "cas_v100_4", 4),
+        ("gpu04", "10.251.0.14", "cas_v100_4", 4),
+    ]
+    assert Testbed(nodes=2).partitions == {"amd_a100nv_8": ["gpu01", "gpu02"]}
+    assert hostlist(["gpu01", "gpu02"]) == "gpu[01-02]"
+    assert hostlist(["gpu03"]) == "gpu03"
+    with pytest.raises(TestbedError):
+        node_layout(5)
+
+
+def test_not_root_is_one_line_error(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(cluster.os, "geteuid", lambda: 1000)
+    rc = cli.main(["--state-dir", str(tmp_path / "x"), "up"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert err.startswith("hpcprov testbed: must run as root")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_missing_packages_is_one_line_error(monkeypatch, capsys):
+    monkeypatch.setattr(cluster.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(cluster.shutil, "which", lambda cmd, path=None: None)
+    rc = cli.main(["--state-dir", "/var/lib/hpcprov-testbed-nonexistent", "up"])
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "missing packages: " in err and "slurmctld" in err and "install-deps.sh" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_state_dir_under_tmp_is_refused(monkeypatch):
+    monkeypatch.setattr(cluster.os, "geteuid", lambda: 0)
+    probs = Testbed(state_dir="/tmp/tb").problems()
+    assert any("must not be under /tmp" in p for p in probs)
+
+
+def test_cli_errors_are_one_line():
+    proc = subprocess.run([sys.executable, "-m", "hpcprov.testbed", "up", "--nodes", "9"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().startswith("hpcprov testbed: nodes must be between 1 and 4")
+    assert "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
