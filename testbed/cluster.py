@@ -13,7 +13,8 @@ Each compute node is a network namespace (``ip netns``, name ``hpctb-gpuNN``)
 joined to the bridge by a veth pair, plus a persistent mount + UTS namespace
 (bind-mounted onto ``STATE/ns/gpuNN.{mnt,uts}``) in which the node has its own
 hostname, its own ``/tmp``, ``/dev/shm`` and ``/run``, and generated
-``/etc/hosts``, ``/etc/ssh/ssh_config`` and ``/etc/lmod/modulespath``.  The rest
+``/etc/hosts``, ``/etc/ssh/ssh_config`` and ``/etc/lmod/modulespath``, and the
+generated Slurm config directory bind-mounted over ``/etc/slurm``.  The rest
 of the file system is shared, as a cluster shares ``/home`` and ``/scratch``:
 submit jobs from a directory outside ``/tmp`` (``Testbed.scratch``).
 

@@ -8,7 +8,8 @@
 # Gives the node its hostname and node-local /tmp, /dev/shm and /run (as on a
 # real compute node), and bind-mounts the generated /etc/hosts (all nodes by
 # name), /etc/ssh/ssh_config (testbed key, no host key checks) and
-# /etc/lmod/modulespath (the testbed's Neuron-like modulefiles).
+# /etc/lmod/modulespath (the testbed's Neuron-like modulefiles), and the
+# generated Slurm config directory over /etc/slurm.
 set -eu
 STATE=$1
 NODE=$2
@@ -29,6 +30,10 @@ ln -s /dev/shm /run/shm
 mount --bind "$STATE/etc/hosts" /etc/hosts
 if [ -e /etc/ssh/ssh_config ]; then
     mount --bind "$STATE/ssh/ssh_config" /etc/ssh/ssh_config
+fi
+# as on a real node, Slurm commands find the config without SLURM_CONF
+if [ -d /etc/slurm ]; then
+    mount --bind "$STATE/etc" /etc/slurm
 fi
 if [ -e /etc/lmod/modulespath ]; then
     mount --bind "$STATE/etc/lmod-modulespath" /etc/lmod/modulespath
