@@ -83,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     except TestbedError as exc:
         print(f"hpcprov testbed: {exc}", file=sys.stderr)
         return 1
+    except BrokenPipeError:  # e.g. `status | head -1`
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print("hpcprov testbed: interrupted", file=sys.stderr)
         return 130

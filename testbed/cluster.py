@@ -251,6 +251,16 @@ def _port_open(addr: str, port: int) -> bool:
         return False
 
 
+def _port_free(port: int, addr: str = "0.0.0.0") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((addr, port))
+        except OSError:
+            return False
+    return True
+
+
 def _mounts() -> list[str]:
     """Mount points of this mount namespace, from /proc/self/mountinfo."""
     points = []
@@ -473,6 +483,11 @@ class Testbed:
             return self
         if self._anything_left():
             self.down()
+        ports = [SLURMCTLD_PORT] + ([SLURMDBD_PORT, MARIADB_PORT] if self.accounting else [])
+        busy = [str(p) for p in ports if not _port_free(p)]
+        if busy:
+            raise TestbedError(f"port(s) {', '.join(busy)} already in use on this machine "
+                               "(another Slurm or testbed running?)")
         try:
             self._prepare_files()
             self._start_munge()
@@ -706,13 +721,29 @@ class Testbed:
 
         _wait_for("MariaDB", db_ready, timeout, sd / "log/mariadb.log")
         _run(["slurmdbd"], env=self._daemon_env())
-        _wait_for("slurmdbd", lambda: _port_open(HOST_ADDR, SLURMDBD_PORT), timeout,
-                  sd / "log/slurmdbd.log")
+        dbd_log, dbd_pid = sd / "log/slurmdbd.log", sd / "run/slurmdbd.pid"
+
+        def dbd_ready():
+            self._daemon_died("slurmdbd", dbd_pid, dbd_log)
+            return dbd_pid.exists() and _port_open(HOST_ADDR, SLURMDBD_PORT)
+
+        _wait_for("slurmdbd", dbd_ready, timeout, dbd_log)
+
+    def _daemon_died(self, name: str, pidfile: Path, log: Path) -> None:
+        """Raise if ``pidfile`` names a process that is gone (the daemon died)."""
+        if pidfile.exists() and _read_pid(pidfile) is None:
+            raise TestbedError(f"{name} died during start-up (see {log})")
 
     def _start_slurmctld(self, timeout: float) -> None:
         _run(["slurmctld", "-c", "-f", str(self.slurm_conf)], env=self._daemon_env())
-        _wait_for("slurmctld", lambda: _port_open(HOST_ADDR, SLURMCTLD_PORT), timeout,
-                  self.state_dir / "log/slurmctld.log")
+        log = self.state_dir / "log/slurmctld.log"
+        pidfile = self.state_dir / "run/slurmctld.pid"
+
+        def ready():
+            self._daemon_died("slurmctld", pidfile, log)
+            return pidfile.exists() and _port_open(HOST_ADDR, SLURMCTLD_PORT)
+
+        _wait_for("slurmctld", ready, timeout, log)
 
     def _start_node_daemons(self, n: Node) -> None:
         env = self._daemon_env()
@@ -726,6 +757,12 @@ class Testbed:
         names = set(self.node_names)
 
         def idle():
+            self._daemon_died("slurmctld", self.state_dir / "run/slurmctld.pid",
+                              self.state_dir / "log/slurmctld.log")
+            for n in self.nodes:
+                ndir = self.state_dir / "nodes" / n.name
+                self._daemon_died(f"slurmd on {n.name}", ndir / "slurmd.pid",
+                                  ndir / "slurmd.log")
             states = self._sinfo_states()
             return all(states.get(n, "").rstrip("*") == "idle" for n in names)
 

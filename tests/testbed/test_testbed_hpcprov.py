@@ -1,0 +1,132 @@
+"""hpcprov's own output, run for real on the testbed: job scripts from `hpcprov jobscript
+--site testbed` for every launcher form, submitted with sbatch on 2 nodes."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcprov.cli import main as hpcprov
+
+pytestmark = pytest.mark.testbed
+
+PROBE = r'''
+import json, os, socket
+e = os.environ
+def first(*names):
+    for n in names:
+        if n in e:
+            return e[n]
+    return None
+rec = {
+    "rank": int(first("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "SLURM_PROCID")),
+    "local_rank": int(first("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK",
+                            "SLURM_LOCALID")),
+    "world_size": int(first("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "SLURM_NTASKS")),
+    "master_addr": e.get("MASTER_ADDR"),
+    "host": socket.gethostname(),
+    "modules": e.get("LOADEDMODULES", ""),
+}
+os.write(1, (json.dumps(rec) + "\n").encode())
+'''
+
+ALLREDUCE = r'''
+import json, os, socket
+import torch, torch.distributed as dist
+# srun + python: the rank variables come from Slurm (torchrun sets RANK/WORLD_SIZE itself)
+os.environ.setdefault("RANK", os.environ.get("SLURM_PROCID", "0"))
+os.environ.setdefault("WORLD_SIZE", os.environ.get("SLURM_NTASKS", "1"))
+dist.init_process_group("gloo")
+rank, size = dist.get_rank(), dist.get_world_size()
+t = torch.full((1000,), float(rank + 1))
+dist.all_reduce(t)
+rec = {"rank": rank, "size": size, "sum": t[0].item(), "uniform": bool((t == t[0]).all())}
+os.write(1, (json.dumps(rec) + "\n").encode())
+dist.destroy_process_group()
+'''
+
+
+def _records(text: str) -> list[dict]:
+    return [json.loads(m) for m in re.findall(r"\{[^{}]*\}", text)]
+
+
+def _jobscript(capsys, *args: str) -> str:
+    rc = hpcprov(["jobscript", "--site", "testbed", "--no-activate", *args])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return out
+
+
+@pytest.fixture
+def client(slurm):
+    """The slurm client, with this interpreter's bin dir (python, torchrun) first on PATH."""
+    bindir = str(Path(sys.executable).parent)
+    slurm.env = {**slurm.env, "PATH": bindir + os.pathsep + slurm.env.get("PATH", "")}
+    return slurm
+
+
+LAUNCHERS = ["srun", "torchrun", "mpirun", "horovodrun"]
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+def test_generated_jobscript_starts_ranks_on_two_nodes(client, capsys, launcher, torch):
+    if launcher == "horovodrun" and shutil.which("horovodrun") is None:
+        pytest.skip("horovodrun not installed (Horovod is built by the provisioner)")
+    client.write("probe.py", PROBE)
+    script = _jobscript(capsys, "-N", "2", "-G", "2", "-l", launcher, "-J", f"probe-{launcher}",
+                        "--", sys.executable, str(client.workdir / "probe.py"))
+    assert "module load gcc/10.2.0 cuda/11.4 cudampi/openmpi-4.1.1" in script
+    job = client.sbatch(script, name=f"{launcher}.sh")
+    assert job.state == "COMPLETED", (job, script)
+    assert job.node_list == "gpu[01-02]"
+    recs = sorted(_records(job.output), key=lambda r: r["rank"])
+    assert [r["rank"] for r in recs] == [0, 1, 2, 3], job.output
+    assert {r["world_size"] for r in recs} == {4}
+    assert sorted((r["host"], r["local_rank"]) for r in recs) == [
+        ("gpu01", 0), ("gpu01", 1), ("gpu02", 0), ("gpu02", 1)]
+    # the site's module line ran inside the job and the ranks inherited it
+    assert all("cudampi/openmpi-4.1.1" in r["modules"] for r in recs)
+    if launcher in ("srun", "mpirun", "torchrun"):
+        masters = {r["master_addr"] for r in recs}
+        assert len(masters) == 1 and masters <= {"gpu01", "gpu02"}, masters
+        if launcher != "torchrun":  # torchrun names the host of its rank-0 agent
+            assert masters == {"gpu01"}
+
+
+@pytest.mark.parametrize("launcher", ["torchrun", "srun"])
+def test_generated_jobscript_gloo_allreduce_two_nodes(client, capsys, launcher, torch):
+    client.write("allreduce.py", ALLREDUCE)
+    script = _jobscript(capsys, "-N", "2", "-G", "2", "-l", launcher, "--", sys.executable,
+                        str(client.workdir / "allreduce.py"))
+    job = client.sbatch(script, name=f"allreduce-{launcher}.sh", timeout=120)
+    assert job.state == "COMPLETED", (job, script)
+    recs = _records(job.output)
+    assert sorted(r["rank"] for r in recs) == [0, 1, 2, 3], job.output
+    assert {r["sum"] for r in recs} == {float(1 + 2 + 3 + 4)}
+    assert all(r["uniform"] and r["size"] == 4 for r in recs)
+
+
+def test_site_policy_enforced_by_lint_and_by_the_cluster(client, capsys):
+    # hpcprov refuses --mem before anything reaches the queue ...
+    rc = hpcprov(["jobscript", "--site", "testbed", "-o", "mem=1G", "--", "true"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "forbidden-option" in err
+    # ... and the cluster itself refuses a script without hpcprov's mandatory --comment
+    script = _jobscript(capsys, "-N", "1", "-G", "1", "--", "true")
+    assert "#SBATCH --comment=python" in script
+    stripped = "\n".join(ln for ln in script.splitlines() if "--comment" not in ln) + "\n"
+    path = client.write("nocomment.sh", stripped)
+    refused = client.run("sbatch", str(path), check=False)
+    assert refused.returncode != 0 and "--comment is required" in refused.stderr
+
+
+def test_gpu_request_above_partition_is_caught_before_submission(capsys):
+    rc = hpcprov(["jobscript", "--site", "testbed", "-N", "2", "-G", "9", "--", "true"])
+    assert rc == 2
+    assert "gpus-exceed" in capsys.readouterr().err
