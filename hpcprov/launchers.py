@@ -99,7 +99,10 @@ def _srun_prefix(req: JobRequest, context: Context) -> list[str]:
 
 
 def build_srun(req: JobRequest, context: Context) -> Launch:
-    return Launch([*_srun_prefix(req, context), *req.launch.args, *req.command])
+    setup = []
+    if req.launch.rendezvous_env:
+        setup = [f"export MASTER_ADDR={first_node(req)}", f"export MASTER_PORT={req.launch.port}"]
+    return Launch([*_srun_prefix(req, context), *req.launch.args, *req.command], setup)
 
 
 def _rendezvous_env(req: JobRequest) -> tuple[list[str], list[str]]:

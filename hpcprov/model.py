@@ -241,7 +241,9 @@ class Launcher(Strict):
     oversubscribe: bool = False
     export_env: list[str] = Field(default_factory=list, description="mpirun -x NAME")
     set_cuda_visible_devices: bool = Field(False, description="-x CUDA_VISIBLE_DEVICES=0,..,G-1")
-    rendezvous_env: bool = Field(False, description="export MASTER_ADDR/MASTER_PORT")
+    rendezvous_env: bool = Field(
+        False, description="export MASTER_ADDR (first node) and MASTER_PORT to the ranks"
+    )
     # torchrun
     rdzv_backend: str = "c10d"
     rdzv_host: Literal["hostname", "first_node"] = Field(
