@@ -56,13 +56,17 @@ def test_gres_gpus_and_private_tmp(slurm):
         "#!/bin/bash\n"
         "#SBATCH --nodes=2 --ntasks-per-node=1 --gres=gpu:8\n"
         "srun bash -c 'echo $(hostname) cvd=$CUDA_VISIBLE_DEVICES; "
-        "echo $(hostname) > /tmp/who; echo $(hostname) tmp=$(ls /tmp | tr \"\\n\" ,)'\n",
+        "touch /tmp/tbwho-$SLURM_JOB_ID-$(hostname)'\n"
+        # a second step, after both nodes wrote their file
+        "srun bash -c 'echo $(hostname) tmp=$(cd /tmp && echo tbwho-$SLURM_JOB_ID-*)'\n",
         COMMENT)
     assert job.state == "COMPLETED", job
     assert "gpu01 cvd=0,1,2,3,4,5,6,7" in job.output
     assert "gpu02 cvd=0,1,2,3,4,5,6,7" in job.output
-    # each node has its own /tmp: only its own file there
-    assert "gpu01 tmp=who," in job.output and "gpu02 tmp=who," in job.output
+    # each node has its own /tmp: only its own file there, and none on the host
+    assert f"gpu01 tmp=tbwho-{job.id}-gpu01\n" in job.output, job.output
+    assert f"gpu02 tmp=tbwho-{job.id}-gpu02\n" in job.output, job.output
+    assert not list(Path("/tmp").glob(f"tbwho-{job.id}-*"))
     too_many = slurm.run("sbatch", COMMENT, "--gres=gpu:9", "--wrap=true", check=False)
     assert too_many.returncode != 0
 
