@@ -1,0 +1,312 @@
+"""Shared helpers for the site-profile / CLI / generator tests.
+
+* every test runs with an empty user search path (no ~/.config/hpcprov/sites, no
+  HPCPROV_SITES_PATH, no HPCPROV_SITE), so only the bundled profiles and the ones a test
+  writes under tmp_path are seen;
+* :func:`cli` runs ``hpcprov.cli.main`` in-process and returns (rc, stdout, stderr);
+  :func:`cli_subprocess` runs the real console script;
+* :class:`Stubs` is a bin folder of fake cluster tools (module, srun, conda, curl, ...)
+  that record their argv, so generated scripts can really be run with bash.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hpcprov.cli import main
+
+# The test modules import these helpers as ``hpcprov_tests`` (tests/ is not a package, and
+# tests/testbed/ has a conftest.py of its own, so the plain name ``conftest`` is ambiguous).
+sys.modules.setdefault("hpcprov_tests", sys.modules[__name__])
+
+REPO = Path(__file__).resolve().parent.parent
+# the profiles written from the seed tutorials; more bundled profiles may exist (testbed)
+SEED_SITES = ["cc", "local", "neuron", "sockeye", "sockeye-slurm", "taurus", "technion"]
+# every profile in the repository's sites/ folder (what a wheel ships)
+BUNDLED = sorted(p.stem for p in (REPO / "sites").glob("*.yaml"))
+
+
+@pytest.fixture(autouse=True)
+def _isolated_search_path(request: pytest.FixtureRequest,
+                          tmp_path_factory: pytest.TempPathFactory,
+                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """No profile from the developer's machine leaks into a test (testbed tests excepted)."""
+    if "testbed" in Path(str(request.node.path)).parts:
+        return
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path_factory.mktemp("xdg")))
+    monkeypatch.delenv("HPCPROV_SITES_PATH", raising=False)
+    monkeypatch.delenv("HPCPROV_SITE", raising=False)
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+@dataclass
+class Result:
+    rc: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self) -> list[str]:
+        return [line for line in self.err.splitlines() if line.strip()]
+
+
+def cli(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
+    """Run ``hpcprov ARGS`` in-process."""
+    capsys.readouterr()
+    rc = main(list(args))
+    out, err = capsys.readouterr()
+    return Result(rc, out, err)
+
+
+def hpcprov_argv() -> list[str]:
+    exe = shutil.which("hpcprov")
+    return [exe] if exe else [sys.executable, "-m", "hpcprov.cli"]
+
+
+def cli_subprocess(*args: str, env: dict[str, str] | None = None,
+                   cwd: Path | None = None) -> Result:
+    """Run the real ``hpcprov`` command."""
+    proc = subprocess.run([*hpcprov_argv(), *args], capture_output=True, text=True,
+                          env=env, cwd=cwd, timeout=60)
+    return Result(proc.returncode, proc.stdout, proc.stderr)
+
+
+def assert_one_line_error(res: Result, rc: int = 2, *needles: str) -> str:
+    """Exit status ``rc``, exactly one non-empty stderr line, no traceback."""
+    assert res.rc == rc, (res.rc, res.out, res.err)
+    assert "Traceback" not in res.err + res.out
+    assert len(res.err_lines) == 1, res.err
+    line = res.err_lines[0]
+    for needle in needles:
+        assert needle in line, (needle, line)
+    return line
+
+
+# ------------------------------------------------------------------ profiles
+
+
+def write_profile(directory: Path, name: str, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{name}.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+# ---------------------------------------------------------- shell text helpers
+
+
+def lines_starting(text: str, prefix: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip().startswith(prefix)]
+
+
+def one_line_starting(text: str, prefix: str) -> str:
+    found = lines_starting(text, prefix)
+    assert len(found) == 1, (prefix, found, text)
+    return found[0]
+
+
+def words(line: str) -> list[str]:
+    """The shell words of one command line (quotes removed, nothing expanded)."""
+    return shlex.split(line, comments=False, posix=True)
+
+
+def contains_run(seq: Sequence[str], run: Sequence[str]) -> bool:
+    """True when ``run`` occurs contiguously in ``seq``."""
+    n = len(run)
+    return any(list(seq[i : i + n]) == list(run) for i in range(len(seq) - n + 1))
+
+
+def directives(script: str, magic: str = "#SBATCH") -> dict[str, str | None]:
+    """``#SBATCH --name=value`` lines as {name: value}, parsed the way sbatch reads them."""
+    out: dict[str, str | None] = {}
+    for line in script.splitlines():
+        if not line.startswith(magic + " "):
+            continue
+        for word in shlex.split(line[len(magic) + 1 :]):
+            name, sep, value = word.lstrip("-").partition("=")
+            out[name] = value if sep else None
+    return out
+
+
+def pbs_directives(script: str) -> list[list[str]]:
+    return [shlex.split(line[len("#PBS ") :]) for line in script.splitlines()
+            if line.startswith("#PBS ")]
+
+
+def body_lines(script: str) -> list[str]:
+    """Non-empty lines that are not comments (the commands bash runs)."""
+    return [line for line in script.splitlines()
+            if line.strip() and not line.lstrip().startswith("#")]
+
+
+def bash_syntax_ok(text: str, tmp_path: Path, name: str = "script.sh") -> None:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    proc = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def shellcheck(text: str, tmp_path: Path, name: str = "script.sh",
+               exclude: Iterable[str] = ()) -> subprocess.CompletedProcess[str]:
+    path = tmp_path / name
+    path.write_text(text, encoding="utf-8")
+    cmd = ["shellcheck", "-S", "warning", "-s", "bash"]
+    excluded = list(exclude)
+    if excluded:
+        cmd += ["-e", ",".join(excluded)]
+    return subprocess.run([*cmd, str(path)], capture_output=True, text=True)
+
+
+needs_shellcheck = pytest.mark.skipif(shutil.which("shellcheck") is None,
+                                      reason="shellcheck not installed (CI installs it)")
+
+
+# ------------------------------------------------------------------- stubs
+
+_LOG = r"""#!/bin/bash
+# hpcprov test stub: records its argv (NUL-separated, record ends with \036), succeeds.
+{ printf '%s\0' "${0##*/}" "$@"; printf '\036'; } >> "${STUB_LOG:-/dev/null}"
+"""
+
+_VENV = r"""
+if [ "${1-}" = "-m" ] && [ "${2-}" = "venv" ] || [ "${0##*/}" = virtualenv ] \
+   || { [ "${0##*/}" = uv ] && [ "${1-}" = venv ]; }; then
+  d="${!#}"
+  mkdir -p "$d/bin"
+  echo "# stub venv activate" > "$d/bin/activate"
+  cp "$0" "$d/bin/python"
+fi
+exit 0
+"""
+
+_CURL = r"""
+out=
+while [ "$#" -gt 0 ]; do
+  if [ "$1" = "-o" ]; then out="$2"; shift; fi
+  shift
+done
+if [ -n "$out" ]; then
+  cat > "$out" <<'INSTALLER_EOF'
+#!/bin/bash
+# stub Miniconda installer: honours -p PREFIX
+p=
+while [ "$#" -gt 0 ]; do
+  if [ "$1" = "-p" ]; then p="$2"; shift; fi
+  shift
+done
+mkdir -p "$p/bin" "$p/etc/profile.d"
+printf '#!/bin/bash\nexit 0\n' > "$p/bin/conda"
+chmod +x "$p/bin/conda"
+echo "# stub conda.sh" > "$p/etc/profile.d/conda.sh"
+INSTALLER_EOF
+fi
+exit 0
+"""
+
+STUB_NAMES = [
+    "module", "ml", "srun", "salloc", "sbatch", "squeue", "scontrol", "qsub", "qstat",
+    "mpirun", "mpiexec", "horovodrun", "torchrun", "conda", "pip", "pip3", "wget", "git",
+    "singularity", "apptainer", "enroot", "nvidia-smi", "hpcprov",
+]
+
+
+@dataclass
+class Stubs:
+    """A bin folder of fake tools plus a HOME and a working directory, all under tmp_path."""
+
+    root: Path
+    bin: Path
+    home: Path
+    work: Path
+    log: Path
+
+    @classmethod
+    def create(cls, root: Path, failing: Iterable[str] = ()) -> Stubs:
+        stubs = cls(root, root / "stubbin", root / "home", root / "work", root / "stub.log")
+        for d in (stubs.bin, stubs.home, stubs.work):
+            d.mkdir(parents=True, exist_ok=True)
+        scripts = {name: _LOG + "exit 0\n" for name in STUB_NAMES}
+        for name in ("python", "python3", "virtualenv", "uv"):
+            scripts[name] = _LOG + _VENV
+        scripts["curl"] = _LOG + _CURL
+        for name in failing:
+            scripts[name] = _LOG + "exit 1\n"
+        for name, text in scripts.items():
+            path = stubs.bin / name
+            path.write_text(text, encoding="utf-8")
+            path.chmod(0o755)
+        return stubs
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "PATH": f"{self.bin}:/usr/bin:/bin",
+            "HOME": str(self.home),
+            "USER": "tester",
+            "LANG": "C.UTF-8",
+            "STUB_LOG": str(self.log),
+        }
+
+    def run(self, script: str, *args: str, name: str = "script.sh",
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """Write ``script`` to the work folder and run it with bash."""
+        path = self.work / name
+        path.write_text(script, encoding="utf-8")
+        env = {**self.env, **(extra_env or {})}
+        return subprocess.run(["bash", str(path), *args], capture_output=True, text=True,
+                              env=env, cwd=self.work, timeout=60)
+
+    def reset_log(self) -> None:
+        self.log.unlink(missing_ok=True)
+
+    def calls(self, tool: str | None = None) -> list[list[str]]:
+        """Recorded invocations, each [tool, arg, ...]."""
+        if not self.log.exists():
+            return []
+        records = self.log.read_bytes().decode("utf-8", "surrogateescape").split("\x1e")
+        out = [r.split("\0")[:-1] for r in records if r]
+        return [c for c in out if tool is None or c[0] == tool]
+
+
+@pytest.fixture
+def stubs(tmp_path: Path) -> Stubs:
+    return Stubs.create(tmp_path / "sandbox")
+
+
+PWNED = re.compile(r"^PWNED\w*$")
+
+
+def pwned_files(*roots: Path) -> list[Path]:
+    """Files an injected `touch PWNED...` would have created."""
+    found: list[Path] = []
+    for root in roots:
+        if root.is_dir():
+            found += [p for p in root.rglob("*") if PWNED.match(p.name)]
+    found += [p for p in Path.cwd().glob("PWNED*")]
+    return found
+
+
+@pytest.fixture
+def repo_root() -> Path:
+    return REPO
+
+
+def env_without_user_profiles(tmp_path: Path) -> dict[str, str]:
+    """os.environ for a subprocess, with the user search path pointed into tmp_path."""
+    env = dict(os.environ)
+    env.pop("HPCPROV_SITES_PATH", None)
+    env.pop("HPCPROV_SITE", None)
+    env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg-sub")
+    return env

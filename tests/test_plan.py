@@ -1,0 +1,171 @@
+"""The setup plan and its rendered script: named steps, order, JSON = script."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hpcprov.provision.plan import activate_lines, build_plan, render_script
+from hpcprov_tests import BUNDLED, Stubs, cli
+
+from hpcprov.profiles import load_site
+
+
+def script_steps(script: str) -> list[str]:
+    m = re.search(r"^HPCPROV_STEPS=\((.*)\)$", script, flags=re.M)
+    assert m, "no HPCPROV_STEPS array"
+    return m.group(1).split()
+
+
+def local_setup(capsys: pytest.CaptureFixture[str], prefix: Path, *extra: str) -> str:
+    res = cli(capsys, "setup", "--site", "local", "--prefix", str(prefix), "--dry-run", *extra)
+    assert res.rc == 0, res.err
+    return res.out
+
+
+def announced(stderr: str) -> list[str]:
+    return re.findall(r"^==> \[hpcprov\] (\S+)$", stderr, flags=re.M)
+
+
+def test_a_single_named_step_runs_alone(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                        stubs: Stubs) -> None:
+    prefix = tmp_path / "opt" / "hpcprov"
+    script = local_setup(capsys, prefix)
+    proc = stubs.run(script, "prepare", name="setup.sh")
+    assert proc.returncode == 0, proc.stderr
+    assert prefix.is_dir()
+    assert announced(proc.stderr) == ["prepare"]
+    assert sorted(prefix.iterdir()) == []  # create-env etc. did not run
+    assert stubs.calls() == []
+
+
+def test_named_steps_run_in_the_given_order(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                            stubs: Stubs) -> None:
+    prefix = tmp_path / "p"
+    site = load_site("local")
+    script = local_setup(capsys, prefix)
+    proc = stubs.run(script, "prepare", "write-activate", name="setup.sh")
+    assert proc.returncode == 0, proc.stderr
+    assert announced(proc.stderr) == ["prepare", "write-activate"]
+    written = (prefix / "activate").read_text(encoding="utf-8")
+    assert written.splitlines() == activate_lines(site, str(prefix))
+    assert not (prefix / "activate.part").exists()
+
+
+def test_unknown_step_exits_2_and_lists_the_steps(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  stubs: Stubs) -> None:
+    prefix = tmp_path / "p"
+    script = local_setup(capsys, prefix)
+    proc = stubs.run(script, "prepare", "no-such-step", name="setup.sh")
+    assert proc.returncode == 2
+    (line,) = [x for x in proc.stderr.splitlines() if "no-such-step" in x]
+    for step in script_steps(script):
+        assert step in line
+    # nothing after the unknown step ran, steps before it did
+    assert announced(proc.stderr) == ["prepare"]
+    # an unknown step alone runs nothing at all
+    other = tmp_path / "q"
+    proc = stubs.run(local_setup(capsys, other), "bogus", name="setup2.sh")
+    assert proc.returncode == 2 and not other.exists()
+
+
+def test_the_whole_script_runs_every_step_in_order(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str],
+                                                   stubs: Stubs) -> None:
+    prefix = tmp_path / "p"
+    script = local_setup(capsys, prefix)
+    proc = stubs.run(script, name="setup.sh")
+    assert proc.returncode == 0, proc.stderr
+    assert announced(proc.stderr) == script_steps(script)
+    assert (prefix / "venvs" / "horovod" / "bin" / "activate").is_file()
+    assert (prefix / "activate").is_file()
+    assert ["horovodrun", "-cb"] in stubs.calls("horovodrun")
+    pip = [c for c in stubs.calls("python") if "install" in c]
+    assert any("horovod==0.28.1" in c for c in pip)
+    assert any("torch==2.13.0" in c for c in pip)
+
+
+def test_a_failing_step_stops_the_run_and_names_itself(tmp_path: Path,
+                                                       capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    stubs = Stubs.create(tmp_path / "sandbox", failing=["horovodrun"])
+    prefix = tmp_path / "p"
+    script = local_setup(capsys, prefix)
+    proc = stubs.run(script, name="setup.sh")
+    assert proc.returncode != 0
+    steps = script_steps(script)
+    ran = announced(proc.stderr)
+    assert ran == steps[: steps.index("check-build") + 1]  # stopped at the failing step
+    assert not (prefix / "activate").exists()  # later steps did not run
+
+
+@pytest.mark.parametrize("site", BUNDLED)
+def test_json_steps_match_the_script(capsys: pytest.CaptureFixture[str], site: str) -> None:
+    res = cli(capsys, "setup", "--site", site, "--json")
+    assert res.rc == 0, res.err
+    data = json.loads(res.out)
+    plan, script = data["plan"], data["script"]
+    ids = [s["id"] for s in plan["steps"]]
+    assert ids == script_steps(script)
+    assert ids[0] == "prepare" and len(set(ids)) == len(ids)
+    m = re.search(r"^# Steps: (.*)$", script, flags=re.M)
+    assert m and m.group(1).split() == ids
+    for step in plan["steps"]:
+        assert f"\n{step['function']}() {{\n" in script
+        assert step["function"] == "step_" + step["id"].replace("-", "_")
+        comment = re.search(rf"^# {re.escape(step['id'])}: (.*)$", script, flags=re.M)
+        assert comment, step["id"]
+        assert comment.group(1).endswith("(needs network)") is step["needs_network"]
+    # the plan's variables are assigned and exported by the script
+    for name in plan["variables"]:
+        assert re.search(rf"^{name}=", script, flags=re.M)
+    assert re.search(r"^export " + " ".join(plan["variables"]) + "$", script, flags=re.M)
+
+
+@pytest.mark.parametrize("site", BUNDLED)
+def test_plan_is_pure_and_deterministic(tmp_path: Path, site: str) -> None:
+    s = load_site(site)
+    first = render_script(build_plan(s, prefix=str(tmp_path / "x")))
+    assert first == render_script(build_plan(s, prefix=str(tmp_path / "x")))
+    assert not (tmp_path / "x").exists()  # building and rendering touch nothing
+
+
+def test_runs_on_changes_the_header_only_where_it_matters() -> None:
+    cc = load_site("cc")
+    login, compute = build_plan(cc, runs_on="login"), build_plan(cc, runs_on="compute")
+    assert [s.id for s in login.steps] == [s.id for s in compute.steps]
+    assert "runs on the compute node" in render_script(compute)
+
+
+@pytest.mark.parametrize("site", BUNDLED)
+def test_jobs_run_in_the_environment_setup_built(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str],
+                                                 stubs: Stubs, site: str) -> None:
+    """setup (all steps) then the job script, both against stub tools and one --prefix:
+    every path the job sources must be one the setup created."""
+    prefix = tmp_path / "prefix"
+    res = cli(capsys, "setup", "--site", site, "--prefix", str(prefix), "--dry-run")
+    assert res.rc == 0, res.err
+    proc = stubs.run(res.out, name="setup.sh")
+    assert proc.returncode == 0, proc.stderr
+    s = load_site(site)
+    options = [f"--option={n}={r.default or r.example or 'x'}"
+               for n, r in s.policies.required_options.items()]
+    res = cli(capsys, "jobscript", "--site", site, "--prefix", str(prefix), *options,
+              "--", "python", "train.py")
+    assert res.rc == 0, res.err
+    stubs.reset_log()
+    nodefile = stubs.work / "nodefile"
+    nodefile.write_text("node1\n", encoding="utf-8")
+    proc = stubs.run(res.out, name="job.sh", extra_env={
+        "PBS_O_WORKDIR": str(stubs.work), "PBS_NODEFILE": str(nodefile),
+        "SLURM_JOB_NODELIST": "node1", "SLURM_JOB_ID": "1", "PBS_JOBID": "1"})
+    assert proc.returncode == 0, proc.stderr
+    calls = stubs.calls()
+    assert calls, "the launcher was never started"
+    launcher = calls[-1]
+    assert launcher[0] in {"srun", "mpirun", "horovodrun", "torchrun"}
+    assert launcher[-1] in {"train.py", "python -u train.py"}
