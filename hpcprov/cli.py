@@ -281,10 +281,17 @@ def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_o
 
     s = _load(site)
     if env_name:
+        from pydantic import ValidationError
+
+        from hpcprov.errors import UsageError
         from hpcprov.model import PythonStack
 
-        s = s.model_copy(update={"python": PythonStack.model_validate(
-            {**s.python.model_dump(), "env_name": env_name})})
+        try:
+            stack = PythonStack.model_validate({**s.python.model_dump(), "env_name": env_name})
+        except ValidationError:
+            raise UsageError(f"--env {env_name!r}: use letters, digits, '.', '_', '+', '-' "
+                             "(starting with a letter or digit)") from None
+        s = s.model_copy(update={"python": stack})
     plan = build_plan(s, prefix=prefix, runs_on=runs_on)  # type: ignore[arg-type]
     findings = lint_plan(plan, s)
     if findings:
@@ -335,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     except click.exceptions.Abort:
         _print_error("aborted")
         return 130
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "")
+        return 0
     except click.ClickException as exc:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx else ""

@@ -9,7 +9,7 @@ from hpcprov.launchers import build_launch
 from hpcprov.layout import Layout
 from hpcprov.model import LauncherKind, Scheduler, Site
 from hpcprov.modules import load_lines
-from hpcprov.shell import join
+from hpcprov.shell import join, quote
 
 
 def _block(lines: list[str], lang: str = "bash") -> list[str]:
@@ -107,7 +107,8 @@ def render_guide(site: Site, partition: str | None = None) -> str:
 
     out += ["## 2. Run interactively", ""]
     req = _example_request(site, pname)
-    activation = [f"source {lay.activate_file}"] if site.python.backend != "container" else []
+    native = site.python.backend != "container"
+    activation = [f"source {quote(lay.activate_file)}"] if native else []
     if site.scheduler != Scheduler.none:
         out += ["Ask for nodes, then start the ranks from inside the allocation:", "",
                 *_block([join(allocate_argv(req))])]

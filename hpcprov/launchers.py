@@ -101,7 +101,8 @@ def _srun_prefix(req: JobRequest, context: Context) -> list[str]:
 def build_srun(req: JobRequest, context: Context) -> Launch:
     setup = []
     if req.launch.rendezvous_env:
-        setup = [f"export MASTER_ADDR={first_node(req)}", f"export MASTER_PORT={req.launch.port}"]
+        setup = [f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
+                 f"export MASTER_PORT={req.launch.port}"]
     return Launch([*_srun_prefix(req, context), *req.launch.args, *req.command], setup)
 
 

@@ -103,6 +103,14 @@ def _geometry(req: JobRequest) -> list[Finding]:
     if site.scheduler == Scheduler.none and req.nodes > 1:
         out.append(Finding("error", "nodes-local", f"site {site.name} has no scheduler: one node",
                            "use --nodes 1"))
+    if req.hosts:
+        from hpcprov.launchers import expand_hosts
+
+        hosts = expand_hosts(req.hosts)
+        if len(hosts) != req.nodes:
+            out.append(Finding("error", "hosts-count",
+                               f"{len(hosts)} host(s) given with --hosts but --nodes {req.nodes}",
+                               f"give {req.nodes} host(s) or use --nodes {len(hosts)}"))
     gpus = req.gpus
     if gpus < 0 or gpus > part.gpus.count:
         out.append(Finding("error", "gpus-exceed",

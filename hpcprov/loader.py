@@ -40,6 +40,7 @@ class Layer:
     data: dict[str, Any]
     origins: dict[PathKey, Origin] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
+    sources: dict[PathKey, str] = field(default_factory=dict)  # scalars as written
 
     def where(self, loc: PathKey) -> Origin:
         """The file and line of the deepest known key on ``loc``."""
@@ -74,6 +75,9 @@ class _Loader(yaml.SafeLoader):
 
 def _build(loader: _Loader, node: yaml.Node, path: PathKey, layer: Layer, fname: str) -> Any:
     line = node.start_mark.line + 1
+    if node.tag == "tag:yaml.org,2002:timestamp" and isinstance(node, yaml.ScalarNode):
+        layer.sources[path] = node.value
+        return node.value  # a date is text to a profile, never a datetime
     if node.tag not in STD_TAGS:
         raise ProfileError(fname, line, f"tag {node.tag!r} is not allowed in a profile")
     if isinstance(node, yaml.MappingNode):
@@ -99,6 +103,7 @@ def _build(loader: _Loader, node: yaml.Node, path: PathKey, layer: Layer, fname:
             layer.origins[path + (i,)] = (fname, item.start_mark.line + 1)
             items.append(_build(loader, item, path + (i,), layer, fname))
         return items
+    layer.sources[path] = node.value
     return loader.construct_object(node)
 
 
@@ -126,6 +131,8 @@ def read_yaml(path: Path) -> Layer:
         layer.data = _build(loader, root, (), layer, fname)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
+        if exc.context_mark is not None and mark is not None and mark.index >= len(text):
+            mark = exc.context_mark  # an unterminated quote/bracket: where it opens
         line = mark.line + 1 if mark else 0
         problem = (exc.problem or exc.context or "invalid YAML").strip()
         raise ProfileError(fname, line, f"YAML error: {problem}") from None
@@ -155,7 +162,8 @@ def merge(parent: Layer, child: Layer) -> Layer:
 
     data = go(parent.data, child.data, ())
     origins.update(child.origins)
-    return Layer(data=data, origins=origins, files=parent.files + child.files)
+    sources = {**parent.sources, **child.sources}
+    return Layer(data=data, origins=origins, files=parent.files + child.files, sources=sources)
 
 
 def user_site_dirs() -> list[Path]:

@@ -27,10 +27,34 @@ Name = Annotated[str, Field(pattern=_NAME_RE, max_length=64)]
 OptionName = Annotated[str, Field(pattern=_OPTION_RE, max_length=64)]
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+FREE_TEXT = {"description", "note", "notes", "reason", "guide"}
+
+
+def _no_control(value: object) -> None:
+    if isinstance(value, str):
+        if _CONTROL.search(value):
+            raise ValueError("control characters (newlines, tabs) are not allowed here")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_control(key)
+            _no_control(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _no_control(item)
+
+
 class Strict(BaseModel):
-    """Base: unknown keys are errors, assignment re-validates."""
+    """Base: unknown keys are errors; strings that may reach a shell hold no control chars."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _single_line(cls, value: object, info: ValidationInfo) -> object:
+        if info.field_name not in FREE_TEXT:
+            _no_control(value)
+        return value
 
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:

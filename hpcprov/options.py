@@ -31,6 +31,7 @@ def parse_option(text: str) -> tuple[str, str | None]:
     name, sep, value = text.lstrip("-").partition("=")
     if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", name):
         raise UsageError(f"--option {text!r}: expected NAME=VALUE, e.g. --option comment=pytorch")
+    check_value(name, value if sep else None)
     return name, (value if sep else None)
 
 

@@ -13,13 +13,13 @@ from hpcprov.loader import Layer, available_sites, find_profile, resolve
 from hpcprov.model import Site
 
 
-def _hint(err: dict[str, Any], model_fields: list[str]) -> str:
+def _hint(err: dict[str, Any], model_fields: list[str], written: str | None = None) -> str:
     kind, value = err["type"], err.get("input")
     if kind == "extra_forbidden":
         close = difflib.get_close_matches(str(err["loc"][-1]), model_fields, n=1)
         return f" (did you mean {close[0]!r}?)" if close else ""
     if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
-        return f" (quote it: '{value}')"
+        return f" (quote it: '{written if written is not None else value}')"
     return ""
 
 
@@ -54,7 +54,8 @@ def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
             msg = "unknown key"
         elif err["type"] == "missing":
             msg = "required key is missing"
-        out.append(ProfileError(file, line, f"{dotted}: {msg}{_hint(err, _allowed_fields(loc))}"))
+        hint = _hint(err, _allowed_fields(loc), layer.sources.get(loc))
+        out.append(ProfileError(file, line, f"{dotted}: {msg}{hint}"))
     return out
 
 

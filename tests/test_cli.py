@@ -201,9 +201,6 @@ def test_version_and_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert res.rc == 0 and "jobscript" in res.out and res.err == ""
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: bare `hpcprov` prints the whole help as error lines ('hpcprov: error: ' on every "
-    "line, exit 2): hpcprov/cli.py main() treats click's NoArgsIsHelpError as a usage error"))
 def test_bare_command_prints_help_not_errors(capsys: pytest.CaptureFixture[str]) -> None:
     res = cli(capsys)
     assert "Commands:" in res.out + res.err

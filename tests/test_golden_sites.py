@@ -487,8 +487,8 @@ def test_jobscript_for_every_launcher_and_partition_parses(tmp_path: Path,
         if argv[-3:-1] == ["/bin/bash", "-c"]:  # pyxis: the command runs as bash -c '...'
             argv = words(argv[-1])
         assert argv[-3:] == ["train.py", "--data", "/data/x y"], launcher
-        if HAVE_SHELLCHECK:  # SC1090, SC2155: known bugs, see the xfail tests below
-            proc = shellcheck(text, tmp_path, f"{launcher}.sh", exclude=["SC1090", "SC2155"])
+        if HAVE_SHELLCHECK:
+            proc = shellcheck(text, tmp_path, f"{launcher}.sh", exclude=[])
             assert proc.returncode == 0, (launcher, proc.stdout)
     for partition in s.partitions:
         text = build_jobscript(_request(site_name, partition=partition))
@@ -508,16 +508,11 @@ def test_setup_script_and_activate_parse(tmp_path: Path, site_name: str) -> None
     if HAVE_SHELLCHECK:
         proc = shellcheck(render_script(build_plan(s)), tmp_path, "setup.sh")
         assert proc.returncode == 0, proc.stdout
-        proc = shellcheck(activate, tmp_path, "activate", exclude=["SC1090"])
+        proc = shellcheck(activate, tmp_path, "activate", exclude=[])
         assert proc.returncode == 0, proc.stdout
 
 
 @needs_shellcheck
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: `source \"/scratch/${USER}/...\"` (a variable inside the path) is SC1090 at "
-    "warning level; the job script only disables SC1091 (hpcprov/jobscript.py "
-    "build_jobscript) and the activate file disables nothing (provision/plan.py "
-    "activate_lines)"))
 @pytest.mark.parametrize("site", ["neuron", "taurus"])
 def test_jobscript_and_activate_pass_shellcheck_unfiltered(capsys: pytest.CaptureFixture[str],
                                                            tmp_path: Path, site: str) -> None:
@@ -528,11 +523,6 @@ def test_jobscript_and_activate_pass_shellcheck_unfiltered(capsys: pytest.Captur
         assert proc.returncode == 0, proc.stdout
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: srun with rendezvous_env emits `export MASTER_ADDR=\"$(scontrol ... | head -n 1)\"`"
-    " (hpcprov/launchers.py build_srun): export masks the substitution's status (SC2155), "
-    "so under set -eo pipefail a failing scontrol still starts srun with an empty MASTER_ADDR;"
-    " assign first, then export"))
 def test_srun_rendezvous_export_does_not_mask_failures(tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]
                                                        ) -> None:
@@ -550,7 +540,7 @@ def test_srun_rendezvous_export_does_not_mask_failures(tmp_path: Path,
     proc = stubs.run(text, name="job.sh", extra_env={"SLURM_JOB_NODELIST": "gpu[01-02]"})
     assert proc.returncode != 0 and stubs.calls("srun") == []
     if HAVE_SHELLCHECK:
-        check = shellcheck(text, tmp_path, "job.sh", exclude=["SC1090"])
+        check = shellcheck(text, tmp_path, "job.sh", exclude=[])
         assert check.returncode == 0, check.stdout
 
 

@@ -227,9 +227,6 @@ def test_env_name_must_be_a_plain_name(tmp_path: Path, env_name: str) -> None:
     assert "python.env_name" in err.problem
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: `setup --env` with a name outside the Name pattern escapes as a pydantic "
-    "ValidationError traceback (exit 1); hpcprov/cli.py setup_cmd PythonStack.model_validate"))
 def test_setup_env_option_is_validated(capsys: pytest.CaptureFixture[str]) -> None:
     res = cli(capsys, "setup", "--site", "local", "--env", "x;touch PWNED8", "--dry-run")
     assert_one_line_error(res, 2, "env")
@@ -239,11 +236,7 @@ def test_setup_env_option_is_validated(capsys: pytest.CaptureFixture[str]) -> No
     ["--site", "cc", "-o", "account=def-pi\ntouch PWNED"],
     ["--site", "cc", "-o", "account=def-pi", "-o", "mail-user=a\tb"],
     ["--site", "neuron", "-J", "job\n#SBATCH --mem=1T"],
-    pytest.param(["--site", "neuron", "-o", "comment=python\n#SBATCH --mem=1T"],
-                 marks=pytest.mark.xfail(strict=True, reason=(
-                     "BUG: a --option value with a newline is echoed raw by the option-choice "
-                     "lint finding (two stderr lines); parse_option (hpcprov/options.py) should "
-                     "refuse control characters up front"))),
+    ["--site", "neuron", "-o", "comment=python\n#SBATCH --mem=1T"],
 ], ids=["account", "tab", "job-name", "comment-with-choices"])
 def test_option_value_with_control_characters(capsys: pytest.CaptureFixture[str],
                                               argv: list[str]) -> None:
@@ -262,11 +255,6 @@ def test_hostile_host_lists_are_refused(capsys: pytest.CaptureFixture[str], host
 
 # ---------------------------------------------------------------- known holes
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: a profile value with a newline + 'HPCPROV_EOF' line ends the activate heredoc early "
-    "and the rest runs as commands in step write-activate (provision/plan.py _activate_step); "
-    "refuse control characters in module names / profile strings, or write the file with "
-    "printf '%s\\n' of quoted lines instead of a fixed heredoc delimiter"))
 def test_newline_in_a_module_name_cannot_end_the_activate_heredoc(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], stubs: Stubs) -> None:
     path = write_profile(tmp_path, "heredoc", yaml.safe_dump({
@@ -286,10 +274,6 @@ def _bash_blocks(markdown: str) -> list[str]:
     return re.findall(r"^```bash\n(.*?)^```$", markdown, flags=re.M | re.S)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the guide prints `source <prefix>/activate` with the profile path unquoted "
-    "(hpcprov/guide.py render_guide: activation = [f\"source {lay.activate_file}\"]); "
-    "should be shell.quote(lay.activate_file)"))
 def test_guide_commands_are_safe_to_paste(hostile: Path, tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str],
                                           stubs: Stubs) -> None:

@@ -297,11 +297,6 @@ def test_lint_failed_lists_one_line_per_error() -> None:
     assert all("(fix: " in line for line in lines)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: -H with fewer hosts than --nodes is not linted: `-N 2 -G 2 -H gpu33` gives "
-    "`horovodrun -np 4 -H gpu33:2` (4 ranks, 2 slots), which horovodrun/mpirun refuse at run "
-    "time; hpcprov/lint.py _geometry should compare len(expand_hosts(req.hosts)) with "
-    "req.nodes (or world_size should follow the host list)"))
 @pytest.mark.parametrize("launcher", ["horovodrun", "mpirun"])
 def test_host_list_must_match_the_node_count(launcher: str) -> None:
     r = req("neuron", nodes=2, gpus_per_node=2, launcher=launcher, hosts=("gpu33",), **NEURON)

@@ -157,9 +157,6 @@ def test_missing_file_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert_one_line_error(res, 2, str(path))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: the 'quote it' hint shows the YAML 1.1 resolved number (2.10 -> '2.1', "
-    "48:00:00 -> '172800'), not what the user wrote; hpcprov/profiles.py _hint"))
 @pytest.mark.parametrize(("text", "written"), [
     ("python:\n  frameworks:\n    tensorflow: {version: 2.10}\n", "2.10"),
     ("partitions:\n  local:\n    limits: {max_walltime: 48:00:00}\n", "48:00:00"),
@@ -171,10 +168,6 @@ def test_quote_hint_repeats_what_was_written(tmp_path: Path, text: str, written:
     assert f"'{written}'" in err.problem
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: an unterminated quote/bracket is reported at the end of the stream, a line past "
-    "the end of the file, instead of where it opens; hpcprov/loader.py read_yaml uses "
-    "problem_mark before context_mark"))
 @pytest.mark.parametrize("text", [
     "extends: local\ndescription: 'abc\n",
     "extends: local\nlogin_hosts: [a, b\n",
