@@ -351,11 +351,18 @@ class Testbed:
     def munge_socket(self) -> Path:
         return self.state_dir / "munge" / "munge.socket"
 
+    @property
+    def modulefiles_dir(self) -> Path:
+        """A copy of the package's modulefiles in the state dir: the repository may sit under
+        /tmp, which is private to each node, so the nodes read this copy."""
+        return self.state_dir / "modulefiles"
+
     def env(self) -> dict[str, str]:
         """Variables to add to a process's environment to use the testbed."""
         modulepath = os.environ.get("MODULEPATH", "")
-        parts = [str(MODULEFILES_DIR)] + [p for p in modulepath.split(":")
-                                          if p and p != str(MODULEFILES_DIR)]
+        mine = {str(self.modulefiles_dir), str(MODULEFILES_DIR)}
+        parts = [str(self.modulefiles_dir)] + [p for p in modulepath.split(":")
+                                               if p and p not in mine]
         return {
             "SLURM_CONF": str(self.slurm_conf),
             STATE_DIR_ENV: str(self.state_dir),
@@ -369,6 +376,8 @@ class Testbed:
         """A full environment (``base`` or os.environ) plus :meth:`env`."""
         merged = dict(os.environ if base is None else base)
         merged.update(self.env())
+        # pyenv's shims cd into PYENV_DIR (the caller's cwd), which may not exist on a node
+        merged.pop("PYENV_DIR", None)
         return merged
 
     def node_command(self, node: str, argv: list[str]) -> list[str]:
@@ -641,9 +650,11 @@ class Testbed:
             base = Path("/etc/lmod/modulespath").read_text()
         except FileNotFoundError:
             base = ""
+        shutil.rmtree(self.modulefiles_dir, ignore_errors=True)
+        shutil.copytree(MODULEFILES_DIR, self.modulefiles_dir)
         (etc / "lmod-modulespath").write_text(
             base.rstrip("\n") + "\n# hpcprov testbed: KISTI Neuron-like modules\n"
-            + f"{MODULEFILES_DIR}\n")
+            + f"{self.modulefiles_dir}\n")
 
     def _daemon_env(self) -> dict[str, str]:
         env = self.environ()
@@ -892,7 +903,7 @@ class Testbed:
             "state_dir": str(self.state_dir),
             "scratch": str(self.scratch),
             "ssh_config": str(self.ssh_config),
-            "modulefiles": str(MODULEFILES_DIR),
+            "modulefiles": str(self.modulefiles_dir),
             "env": self.env(),
         }
 
