@@ -28,26 +28,9 @@ def _example_request(site: Site, partition: str | None, launcher: str | None = N
                       job_name="train_hvd")
 
 
-def _check_build(site: Site) -> list[str]:
-    from hpcprov.provision.horovod import expected_check_build
-
-    want = expected_check_build(site.horovod)
-    rows = {
-        "Available Frameworks": (["TensorFlow", "PyTorch", "MXNet"], want["frameworks"]),
-        "Available Controllers": (["MPI", "Gloo"], want["controllers"]),
-        "Available Tensor Operations": (["NCCL", "DDL", "CCL", "MPI", "Gloo"],
-                                        want["tensor_operations"]),
-    }
-    out = [f"Horovod v{site.horovod.version or '?'}:", ""]
-    for title, (names, on) in rows.items():
-        out.append(f"{title}:")
-        out += [f"    [{'X' if n in on else ' '}] {n}" for n in names]
-        out.append("")
-    return out[:-1]
-
-
 def render_guide(site: Site, partition: str | None = None) -> str:
     """Markdown walkthrough for a new user of the site."""
+    from hpcprov.provision.horovod import render_check_build
     from hpcprov.provision.plan import build_plan
 
     pname, part = site.partition(partition)
@@ -98,7 +81,7 @@ def render_guide(site: Site, partition: str | None = None) -> str:
                     *_block([*mods, *step.lines])]
     if site.python.backend != "container":
         out += ["Check the build; every entry hpcprov expects is marked:", "",
-                *_block(["horovodrun -cb"]), *_block(_check_build(site), "text")]
+                *_block(["horovodrun -cb"]), *_block(render_check_build(site.horovod), "text")]
     if "tensorflow" in site.python.frameworks:
         out += ["> TensorFlow: with Keras 3 (TF >= 2.16) `horovod.tensorflow.keras."
                 "DistributedOptimizer` silently does not average gradients (Horovod issue "

@@ -59,28 +59,30 @@ def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
     return out
 
 
+def _validate(layer: Layer) -> tuple[Site | None, list[ProfileError]]:
+    """The site, or every located problem with the merged profile data."""
+    try:
+        return Site.model_validate(layer.data), []
+    except ValidationError as exc:
+        return None, describe(exc, layer)
+
+
 def validate_layer(layer: Layer) -> Site:
     """Validate merged profile data; raise the first located error (with a count of others)."""
-    try:
-        return Site.model_validate(layer.data)
-    except ValidationError as exc:
-        errors = describe(exc, layer)
+    site, errors = _validate(layer)
+    if site is None:
         first = errors[0]
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ProfileError(first.file, first.line, first.problem + more) from None
+        raise ProfileError(first.file, first.line, first.problem + more)
+    return site
 
 
 def check_file(path: Path) -> list[ProfileError]:
     """Every problem in one profile file (empty list when it is valid)."""
     try:
-        layer = resolve(path)
+        return _validate(resolve(path))[1]
     except ProfileError as exc:
         return [exc]
-    try:
-        Site.model_validate(layer.data)
-    except ValidationError as exc:
-        return describe(exc, layer)
-    return []
 
 
 def load_site(ref: str) -> Site:

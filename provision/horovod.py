@@ -34,10 +34,17 @@ def pip_spec(hvd: HorovodBuild) -> str:
     return f"horovod=={hvd.version}" if hvd.version else "horovod"
 
 
+# The sections of `horovodrun -cb`, in order: key -> (title, entries).
+CB_SECTIONS = {
+    "frameworks": ("Available Frameworks", ["TensorFlow", "PyTorch", "MXNet"]),
+    "controllers": ("Available Controllers", ["MPI", "Gloo"]),
+    "tensor_operations": ("Available Tensor Operations", ["NCCL", "DDL", "CCL", "MPI", "Gloo"]),
+}
+
+
 def expected_check_build(hvd: HorovodBuild) -> dict[str, list[str]]:
     """Entries that must be [X] in `horovodrun -cb`, by section."""
-    ops = {"mpi": "MPI", "gloo": "Gloo"}
-    tensor_ops = [ops[c] for c in hvd.controllers]
+    tensor_ops = [CB_NAMES[c] for c in hvd.controllers]
     gpu = hvd.gpu_operations or hvd.gpu_allreduce
     if gpu:
         tensor_ops.insert(0, CB_NAMES[gpu])
@@ -46,3 +53,12 @@ def expected_check_build(hvd: HorovodBuild) -> dict[str, list[str]]:
         "controllers": [CB_NAMES[c] for c in hvd.controllers],
         "tensor_operations": sorted(set(tensor_ops), key=tensor_ops.index),
     }
+
+
+def render_check_build(hvd: HorovodBuild) -> list[str]:
+    """The `horovodrun -cb` output a build from this profile should print."""
+    want = expected_check_build(hvd)
+    out = [f"Horovod v{hvd.version or '?'}:"]
+    for key, (title, names) in CB_SECTIONS.items():
+        out += ["", f"{title}:", *(f"    [{'X' if n in want[key] else ' '}] {n}" for n in names)]
+    return out
