@@ -272,38 +272,170 @@ def jobscript_cmd(prefix: str | None, no_activate: bool, out_path: str | None,
 @click.option("--on", "runs_on", type=click.Choice(["login", "compute"]), default="login",
               show_default=True, help="where the steps will run")
 @click.option("--dry-run", is_flag=True, help="print the complete bash script, run nothing")
+@click.option("--until", "until", metavar="STEP",
+              help="stop after this step (the prefix is not ready then)")
+@click.option("--redo", is_flag=True, help="run every step again, ignoring the journal")
+@click.option("--verbose", "-v", is_flag=True, help="print every line the steps print")
 @json_option
 def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_on: str,
-              dry_run: bool, as_json: bool) -> None:
-    """Provision the Python environment and Horovod for a site."""
+              dry_run: bool, until: str | None, redo: bool, verbose: bool,
+              as_json: bool) -> None:
+    """Provision the Python environment and Horovod for a site, and prove the build.
+
+    Runs the plan that --dry-run prints, step by step, with a journal: running it again
+    after success does nothing, after a failure or Ctrl-C it resumes at the failed step.
+    """
     from hpcprov.lint import LintFailed, lint_plan
     from hpcprov.provision.plan import build_plan, render_script
 
-    s = _load(site)
-    if env_name:
-        from pydantic import ValidationError
-
-        from hpcprov.errors import UsageError
-        from hpcprov.model import PythonStack
-
-        try:
-            stack = PythonStack.model_validate({**s.python.model_dump(), "env_name": env_name})
-        except ValidationError:
-            raise UsageError(f"--env {env_name!r}: use letters, digits, '.', '_', '+', '-' "
-                             "(starting with a letter or digit)") from None
-        s = s.model_copy(update={"python": stack})
+    s = _with_env_name(_load(site), env_name)
+    if prefix and "$" not in prefix:
+        prefix = os.path.abspath(os.path.expanduser(prefix))
     plan = build_plan(s, prefix=prefix, runs_on=runs_on)  # type: ignore[arg-type]
     findings = lint_plan(plan, s)
-    if findings:
+    if any(f.level == "error" for f in findings):
         raise LintFailed(findings)
-    if as_json:
-        _emit_json({"plan": plan.to_json(), "script": render_script(plan)})
-        return
+    warnings = [f for f in findings if f.level != "error"]
+    if until is not None and until not in [st.id for st in plan.steps]:
+        _fail(f"--until {until!r}: no such step (steps: "
+              f"{' '.join(st.id for st in plan.steps)})")
     if dry_run:
-        click.echo(render_script(plan), nl=False)
+        if as_json:
+            _emit_json({"plan": plan.to_json(), "script": render_script(plan),
+                        "warnings": [f.to_json() for f in warnings]})
+        else:
+            for f in warnings:
+                click.echo(f"hpcprov: warning: {f}", err=True)
+            click.echo(render_script(plan), nl=False)
         return
-    _fail("executing the plan is not implemented yet; print it with --dry-run and run it "
-          "with bash")
+    if not as_json:
+        for f in warnings:
+            click.echo(f"hpcprov: warning: {f}", err=True)
+    _execute_setup(s, site, plan, until, redo, verbose, as_json)
+
+
+def _with_env_name(s: Any, env_name: str | None) -> Any:
+    if not env_name:
+        return s
+    from pydantic import ValidationError
+
+    from hpcprov.errors import UsageError
+    from hpcprov.model import PythonStack
+
+    try:
+        stack = PythonStack.model_validate({**s.python.model_dump(), "env_name": env_name})
+    except ValidationError:
+        raise UsageError(f"--env {env_name!r}: use letters, digits, '.', '_', '+', '-' "
+                         "(starting with a letter or digit)") from None
+    return s.model_copy(update={"python": stack})
+
+
+def expand_prefix(template: str) -> str:
+    """The prefix as a path here: $VARS and ~ expanded; an unset variable is an error."""
+    from hpcprov.errors import UsageError
+
+    expanded = os.path.expandvars(os.path.expanduser(template))
+    if "$" in expanded:
+        raise UsageError(f"the prefix {template} uses a variable that is not set here; set it "
+                         "or pass --prefix DIR")
+    return os.path.abspath(expanded)
+
+
+def _execute_setup(s: Any, ref: str | None, plan: Any, until: str | None, redo: bool,
+                   verbose: bool, as_json: bool) -> None:
+    from pathlib import Path
+
+    from hpcprov.loader import find_profile
+    from hpcprov.provision.manifest import build_manifest, write_manifest
+    from hpcprov.provision.progress import make_reporter
+    from hpcprov.provision.runner import Runner, SetupFailed
+
+    target = Path(expand_prefix(plan.prefix))
+    profile = str(find_profile(ref or default_site()))
+
+    def manifest(prefix: Path, journal: Any) -> None:
+        write_manifest(build_manifest(s, profile, prefix, journal), prefix)
+
+    reporter = make_reporter(verbose=verbose, quiet=as_json)
+    runner = Runner(plan, reporter, manifest_writer=manifest, prefix_path=target)
+    try:
+        result = runner.run(until=until, redo=redo)
+    except SetupFailed as exc:
+        reporter.close()
+        if as_json:
+            _emit_json({"status": "failed", "prefix": str(target), "step": exc.step,
+                        "log": str(exc.log or ""), "error": str(exc)})
+            raise click.exceptions.Exit(exc.exit_code) from None
+        raise
+    reporter.close()
+    if as_json:
+        _emit_json(result.to_json())
+        return
+    activate = target / "activate"
+    if result.status == "nothing-to-do":
+        click.echo(f"hpcprov: nothing to do: {target} is ready (site {s.name}; "
+                   f"{len(result.skipped)} steps done before). Activate with: "
+                   f"source {activate}")
+    elif result.status == "stopped":
+        click.echo(f"hpcprov: stopped after step {until} as asked; {target} is not ready yet "
+                   "(run without --until to finish)")
+    else:
+        click.echo(f"hpcprov: {target} is ready ({len(result.ran)} steps in "
+                   f"{result.seconds:.0f} s). Activate with: source {activate}\n"
+                   f"hpcprov: manifest: {result.manifest}; check it any time with: "
+                   f"hpcprov doctor --prefix {target}")
+
+
+@cli.command("doctor")
+@site_option
+@click.option("--prefix", help="the provisioned prefix (default: the site's)")
+@click.option("--partition", "-p", help="partition whose GPUs should be visible "
+              "(default: $SLURM_JOB_PARTITION inside a job, else none)")
+@json_option
+def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
+               as_json: bool) -> None:
+    """Check a provisioned environment against its manifest (exit 1 when a check fails)."""
+    from pathlib import Path
+
+    from hpcprov.provision.doctor import judge, not_ready, probe
+    from hpcprov.provision.journal import Journal
+    from hpcprov.provision.manifest import read_manifest
+
+    if prefix is None:
+        prefix = _load(site).prefix()
+    target = Path(expand_prefix(prefix))
+    manifest = read_manifest(target)
+    rerun = f"hpcprov setup --site {site or default_site()} --prefix {target}"
+    if manifest is None:
+        journal = Journal.load(target / ".hpcprov" / "journal.json")
+        steps = {k: {"status": v.status, "log": v.log} for k, v in journal.steps.items()}
+        checks = [not_ready(target, steps, rerun)]
+    else:
+        rerun = f"hpcprov setup --site {manifest.get('profile') or manifest['site']} " \
+                f"--prefix {target}"
+        partition = partition or os.environ.get("SLURM_JOB_PARTITION")
+        parts = manifest.get("site_profile", {}).get("partitions", {})
+        expected = None
+        if partition:
+            if partition not in parts:
+                _fail(f"--partition {partition!r}: site {manifest['site']} has "
+                      f"{', '.join(parts) or 'no partitions'}")
+            expected = parts[partition].get("gpus", {}).get("count", 0)
+        checks = judge(manifest, probe(manifest, target), expected, rerun)
+    failed = [c for c in checks if c.status == "fail"]
+    if as_json:
+        _emit_json({"prefix": str(target), "ok": not failed,
+                    "checks": [c.to_json() for c in checks]})
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            click.echo(f"{c.status.upper():5} {c.name:{width}}  {c.detail}")
+            if c.fix and c.status in ("fail", "warn"):
+                click.echo(f"{'':5} {'':{width}}  fix: {c.fix}")
+        click.echo(f"hpcprov: {len(failed)} check(s) failed" if failed
+                   else f"hpcprov: {target} is healthy")
+    if failed:
+        raise click.exceptions.Exit(1)
 
 
 @cli.command("guide")

@@ -228,14 +228,26 @@ def _internet(req: JobRequest) -> list[Finding]:
 
 
 def lint_plan(plan: object, site: object) -> list[Finding]:
-    """Provisioning steps that need the internet where the plan runs without it."""
+    """Problems of a setup plan: steps that need the internet where there is none, and the
+    Horovod x framework combinations the compatibility table knows to be bad (errors) or
+    to have caveats (warnings)."""
     from hpcprov.model import Site
+    from hpcprov.provision.compat import for_site
     from hpcprov.provision.plan import Plan
 
     assert isinstance(plan, Plan) and isinstance(site, Site)
+    findings = []
+    for match in for_site(site):
+        if match.rule.verdict == "bad":
+            findings.append(Finding("error", f"compat-{match.rule.id}", match.message(),
+                                    "change horovod.version or the framework versions in "
+                                    "the profile (see docs/compatibility.md)"))
+        elif match.rule.verdict == "caveat":
+            findings.append(Finding("warning", f"compat-{match.rule.id}", match.message(),
+                                    "see docs/compatibility.md"))
     if plan.runs_on != "compute" or site.policies.compute_internet:
-        return []
-    return [
+        return findings
+    return findings + [
         Finding("error", "no-internet",
                 f"step {step.id} needs the internet, but compute nodes of {site.name} have none",
                 "run setup on a login node (--on login), or point the profile at a local "

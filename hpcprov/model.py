@@ -176,6 +176,12 @@ class Paths(Strict):
         "{scratch}/hpcprov", description="install prefix; {scratch} is replaced by scratch"
     )
     workdir: str | None = Field(None, description="where jobs run and write (default scratch)")
+    wheelhouse: str = Field(
+        "$HOME/.cache/hpcprov/wheelhouse",
+        description="cache of built Horovod wheels, keyed by ABI; make it a group-shared "
+        "directory so the next user at the site installs instead of rebuilding "
+        "($HPCPROV_WHEELHOUSE overrides it)",
+    )
 
 
 class CondaSpec(Strict):

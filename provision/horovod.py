@@ -62,3 +62,20 @@ def render_check_build(hvd: HorovodBuild) -> list[str]:
     for key, (title, names) in CB_SECTIONS.items():
         out += ["", f"{title}:", *(f"    [{'X' if n in want[key] else ' '}] {n}" for n in names)]
     return out
+
+
+def parse_check_build(text: str) -> dict[str, object]:
+    """`horovodrun -cb` output -> {"version": "0.28.1", section key: [names marked [X]]}."""
+    titles = {title: key for key, (title, _) in CB_SECTIONS.items()}
+    out: dict[str, object] = {key: [] for key in CB_SECTIONS}
+    out["version"] = None
+    section: str | None = None
+    for line in text.splitlines():
+        stripped = line.strip()
+        if line.startswith("Horovod v") and stripped.endswith(":"):
+            out["version"] = stripped[len("Horovod v"):-1]
+        elif stripped.endswith(":") and stripped[:-1] in titles:
+            section = titles[stripped[:-1]]
+        elif section and stripped.startswith("[X] "):
+            out[section].append(stripped[4:].strip())  # type: ignore[union-attr]
+    return out

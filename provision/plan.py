@@ -7,15 +7,18 @@ text step by step, so ``--dry-run`` and a real run never differ.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass, field
 from typing import Literal
 
+from hpcprov.provision import horovod_steps as hs
 from hpcprov.provision.horovod import build_env, pip_spec
 
 from hpcprov.layout import Layout
 from hpcprov.model import Site
 from hpcprov.modules import init_lines, load_lines
-from hpcprov.shell import Raw, Template, assign, env_prefix, join, quote
+from hpcprov.shell import Raw, Template, assign, env_prefix, export_lines, join, quote
 
 Where = Literal["login", "compute"]
 
@@ -61,7 +64,8 @@ class Plan:
 
 def _vars(site: Site, prefix: str) -> dict[str, str]:
     lay = Layout.of(site, "$PREFIX")
-    out = {"PREFIX": Template(prefix), "ENV_DIR": lay.env_dir}
+    out = {"PREFIX": Template(prefix), "STATE": lay.state_dir, "ENV_DIR": lay.env_dir,
+           "WHEELHOUSE": Template(site.paths.wheelhouse)}
     if site.python.backend == "conda":
         out["CONDA_ROOT"] = lay.conda_root
         out["INSTALLER"] = Template("$PREFIX/downloads/" + _installer_name(site))
@@ -115,15 +119,22 @@ def _horovod_steps(site: Site) -> list[Step]:
     if hvd.source in ("none", "container"):
         return []
     check = Step("check-build", "Check the Horovod build (horovodrun -cb)",
-                 ("horovodrun -cb",), modules="runtime", in_env=True)
+                 tuple(hs.check_build_lines(site)), modules="runtime", in_env=True)
+    prove = Step("prove-allreduce", "Prove it: a 2-process allreduce",
+                 tuple(hs.prove_lines(site)), modules="runtime", in_env=True)
     if hvd.source == "module":
-        return [check]
+        return [check, prove]
+    if hvd.source == "wheelhouse":
+        offline = site.python.venv.no_index and site.python.backend == "venv"
+        cmd = _pip(site, pip_spec(hvd), extra=tuple(hvd.pip_args))
+        install = Step("install-horovod", "Install Horovod from the site's wheelhouse",
+                       (cmd,), needs_network=not offline, modules="build", in_env=True)
+        return [install, check, prove]
     offline = site.python.venv.no_index and site.python.backend == "venv"
-    env = build_env(hvd) if hvd.source == "pip" else {}
-    cmd = env_prefix(env) + _pip(site, pip_spec(hvd), extra=tuple(hvd.pip_args))
-    build = Step("build-horovod", "Build Horovod against the site's modules",
-                 (cmd,), needs_network=not offline, modules="build", in_env=True)
-    return [build, check]
+    build = Step("build-horovod", "Build Horovod against the site's modules (or reuse the "
+                 "wheelhouse)", tuple(hs.build_lines(site)), needs_network=not offline,
+                 modules="build", in_env=True)
+    return [build, check, prove]
 
 
 def _conda_steps(site: Site) -> list[Step]:
@@ -139,11 +150,20 @@ def _conda_steps(site: Site) -> list[Step]:
         )
         fetch = [tries]
         network = True
-    verify = (
-        [f'echo {quote(conda.installer_sha256 + "  ")}"$INSTALLER.part" | sha256sum -c -']
-        if conda.installer_sha256
-        else ['echo "hpcprov: warning: no installer_sha256 in the profile; not verified" >&2']
-    )
+    if conda.installer_sha256:
+        want = conda.installer_sha256
+        verify = [
+            'got=$(sha256sum "$INSTALLER.part" | cut -d" " -f1)',
+            f'if [ "$got" != {quote(want)} ]; then',
+            '  rm -f "$INSTALLER.part"',
+            '  echo "hpcprov: error: the installer\'s SHA-256 is $got, but the profile expects '
+            + want + ' (python.conda.installer_sha256); the download was deleted" >&2',
+            "  return 3",
+            "fi",
+            'echo "hpcprov: installer SHA-256 ok ($got)"',
+        ]
+    else:
+        verify = ['echo "hpcprov: warning: no installer_sha256 in the profile; not verified" >&2']
     steps.append(Step("download-installer", "Download the Miniconda installer",
                       ('mkdir -p "$PREFIX/downloads"', *fetch, *verify,
                        'mv -f "$INSTALLER.part" "$INSTALLER"'), needs_network=network))
@@ -171,7 +191,7 @@ def _venv_steps(site: Site) -> list[Step]:
     upgrade = join([Raw('"$ENV_DIR/bin/python"'), "-m", "pip", "install", "--upgrade",
                     *pip_index_args(site), "pip"])
     return [Step("create-env", "Create the virtual environment",
-                 ('mkdir -p "$(dirname "$ENV_DIR")"', create, upgrade),
+                 ('rm -rf "$ENV_DIR"', 'mkdir -p "$(dirname "$ENV_DIR")"', create, upgrade),
                  needs_network=not venv.no_index, modules="build")]
 
 
@@ -242,7 +262,9 @@ def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") 
     """The provisioning plan for a site. Pure: nothing is touched."""
     prefix = prefix or site.prefix()
     backend = site.python.backend
-    steps = [Step("prepare", "Create the prefix", ('mkdir -p "$PREFIX"',))]
+    steps = [Step("prepare", "Create the prefix", ('mkdir -p "$PREFIX" "$STATE"',)),
+             Step("preflight", "Check modules, tools and free disk space",
+                  tuple(hs.preflight_lines(site, hs.estimate_mb(site))))]
     if backend == "conda":
         steps += _conda_steps(site)
     elif backend == "venv":
@@ -253,13 +275,47 @@ def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") 
         steps += _framework_steps(site)
         steps += _horovod_steps(site)
         steps.append(_activate_step(site, prefix))
+        steps.append(Step("record", "Record what was installed (for the manifest)",
+                          tuple(hs.record_lines(site)), modules="runtime", in_env=True))
     mods = site.modules
     functions = {
+        "hpcprov_modules_init": tuple(init_lines(mods)),
         "hpcprov_modules_build": (*init_lines(mods), *load_lines(mods, mods.build)),
-        "hpcprov_modules_runtime": (*init_lines(mods), *load_lines(mods, mods.runtime)),
+        "hpcprov_modules_runtime": (*init_lines(mods), *load_lines(mods, mods.runtime),
+                                    *export_lines(site.env)),
         "hpcprov_activate_env": tuple(Layout.of(site, "$PREFIX").python_activation()),
     }
+    if hs.builds_horovod(site):
+        functions["hpcprov_horovod_key"] = hs.key_function(site)
+    if site.horovod.source not in ("none", "container"):
+        functions["hpcprov_expect_cb"] = hs.expect_cb_function()
     return Plan(site.name, backend, prefix, runs_on, _vars(site, prefix), functions, tuple(steps))
+
+
+def _step_block(step: Step) -> list[str]:
+    pre = []
+    if step.modules:
+        pre.append(f"hpcprov_modules_{step.modules}")
+    if step.in_env:
+        pre.append("hpcprov_activate_env")
+    net = " (needs network)" if step.needs_network else ""
+    return [f"# {step.id}: {step.title}{net}", f"{step.function}() {{",
+            *(f"  {line}" for line in (*pre, *step.lines)), "}"]
+
+
+def fingerprints(plan: Plan) -> dict[str, str]:
+    """Per step, a hash of its text, of the helper functions it calls, of the variables and
+    of every step before it: a step whose fingerprint changed must run again, and so must
+    every step after it."""
+    h = hashlib.sha256()
+    h.update(json.dumps(plan.variables, sort_keys=True).encode())
+    out = {}
+    for step in plan.steps:
+        block = "\n".join(_step_block(step))
+        used = {name: body for name, body in plan.functions.items() if name in block}
+        h.update(json.dumps(used, sort_keys=True).encode() + block.encode())
+        out[step.id] = h.copy().hexdigest()[:20]
+    return out
 
 
 def render_script(plan: Plan) -> str:
@@ -279,14 +335,7 @@ def render_script(plan: Plan) -> str:
     for name, body in plan.functions.items():
         out += ["", f"{name}() {{", *(f"  {line}" for line in body or (":",)), "}"]
     for step in plan.steps:
-        pre = []
-        if step.modules:
-            pre.append(f"hpcprov_modules_{step.modules}")
-        if step.in_env:
-            pre.append("hpcprov_activate_env")
-        net = " (needs network)" if step.needs_network else ""
-        out += ["", f"# {step.id}: {step.title}{net}", f"{step.function}() {{"]
-        out += [*(f"  {line}" for line in (*pre, *step.lines)), "}"]
+        out += ["", *_step_block(step)]
     out += [
         "",
         "HPCPROV_STEPS=(" + " ".join(s.id for s in plan.steps) + ")",

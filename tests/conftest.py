@@ -219,7 +219,19 @@ STUB_NAMES = [
     "module", "ml", "srun", "salloc", "sbatch", "squeue", "scontrol", "qsub", "qstat",
     "mpirun", "mpiexec", "horovodrun", "torchrun", "conda", "pip", "pip3", "wget", "git",
     "singularity", "apptainer", "enroot", "nvidia-smi", "hpcprov",
+    "tar", "patch", "cmake", "make", "mpicc",
 ]
+
+# Steps whose success depends on what real tools print (horovodrun -cb, a real allreduce):
+# the stub runs skip them; tests/test_provision_real.py runs them for real.
+REAL_ONLY_STEPS = ("check-build", "prove-allreduce")
+
+
+def stub_steps(script: str) -> list[str]:
+    """The setup script's steps that can run against the stub tools, in order."""
+    m = re.search(r"^# Steps: (.*)$", script, flags=re.M)
+    assert m, "no '# Steps:' line in the setup script"
+    return [s for s in m.group(1).split() if s not in REAL_ONLY_STEPS]
 
 
 @dataclass

@@ -71,7 +71,7 @@ def test_jobscript_json_and_output_file(capsys: pytest.CaptureFixture[str],
     bash_syntax_ok(target.read_text(encoding="utf-8"), tmp_path)
 
 
-@pytest.mark.parametrize("flags", [["--json"], ["--dry-run", "--json"]])
+@pytest.mark.parametrize("flags", [["--dry-run", "--json"], ["--json", "--dry-run"]])
 def test_setup_json(capsys: pytest.CaptureFixture[str], flags: list[str]) -> None:
     res = cli(capsys, "setup", "--site", "neuron", *flags)
     assert res.rc == 0, res.err
@@ -174,10 +174,19 @@ def test_unknown_option_via_real_cli() -> None:
     assert_one_line_error(res, 2, "--bogus")
 
 
-def test_setup_without_dry_run_is_not_silently_ok(capsys: pytest.CaptureFixture[str]) -> None:
-    res = cli(capsys, "setup", "--site", "local")
-    assert res.rc != 0
-    assert res.err_lines and "Traceback" not in res.err
+def test_setup_until_an_unknown_step_is_a_usage_error(capsys: pytest.CaptureFixture[str],
+                                                       tmp_path: Path) -> None:
+    res = cli(capsys, "setup", "--site", "local", "--prefix", str(tmp_path / "p"),
+              "--until", "bogus")
+    assert_one_line_error(res, 2, "--until", "bogus", "build-horovod")
+    assert not (tmp_path / "p").exists()
+
+
+def test_setup_with_an_unset_prefix_variable_fails_before_touching_anything(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SCRATCH", raising=False)
+    res = cli(capsys, "setup", "--site", "cc")
+    assert_one_line_error(res, 2, "$SCRATCH", "--prefix")
 
 
 def test_broken_user_profile_does_not_hide_the_others(tmp_path: Path,

@@ -133,14 +133,17 @@ def test_neuron_setup_is_the_seed_build(capsys: pytest.CaptureFixture[str]) -> N
     assert NEURON_BUILD_MODULES in function_body(out, "hpcprov_modules_build")
 
     # Horovod: the seed's variables on the pip line, after the build modules
+    # (built as a wheel, with --no-cache-dir, so the wheelhouse can keep it; then installed)
     build = function_body(out, "step_build_horovod")
     assert build[0] == "hpcprov_modules_build"
-    (pip_line,) = [line for line in build if "pip install" in line]
-    assert "pip install --no-cache-dir horovod" in pip_line
+    (pip_line,) = [line for line in build if "pip wheel" in line]
     pip_words = words(pip_line)
+    assert "--no-cache-dir" in pip_words and "--no-build-isolation" in pip_words
     for var in NEURON_HOROVOD_VARS:
         assert var in pip_words, var
-    assert pip_words.index(NEURON_HOROVOD_VARS[0]) < pip_words.index("install")
+    assert pip_words.index(NEURON_HOROVOD_VARS[0]) < pip_words.index("wheel")
+    assert any(words(line)[:3] == ["pip", "download", "--no-deps"] or
+               "download" in words(line) and "horovod==0.28.1" in words(line) for line in build)
 
     # Miniconda under /scratch/$USER, installed silently (-b) into a prefix (-p)
     prefix = words(one_line_starting(out, "PREFIX="))[0]
@@ -165,7 +168,12 @@ def test_neuron_setup_is_the_seed_build(capsys: pytest.CaptureFixture[str]) -> N
     assert any(line.endswith("pip install tensorflow-gpu==2.10.0") for line in stripped)
 
     # verify with horovodrun -cb, after the build
-    assert "horovodrun -cb" in function_body(out, "step_check_build")
+    check = function_body(out, "step_check_build")
+    assert any(line.startswith("horovodrun -cb") for line in check)
+    # ... which must show what the profile builds: TF, PyTorch, MPI, Gloo and NCCL
+    expected = [words(line)[1:] for line in check if line.startswith("hpcprov_expect_cb")]
+    assert ["Available Frameworks", "TensorFlow"] in expected
+    assert ["Available Tensor Operations", "NCCL"] in expected
     steps = steps_of(out)
     assert steps.index("build-horovod") < steps.index("check-build")
     assert steps.index("install-conda") < steps.index("create-env") < steps.index("build-horovod")
@@ -430,8 +438,8 @@ def test_taurus_setup_is_the_seed_build(capsys: pytest.CaptureFixture[str]) -> N
     (create,) = [words(line) for line in body_lines(out) if line.strip().startswith("virtualenv")]
     assert "--system-site-packages" in create
     (pip_line,) = [line for line in function_body(out, "step_build_horovod")
-                   if "pip install" in line]
-    assert "pip install --no-cache-dir horovod" in pip_line
+                   if "pip wheel" in line]
+    assert "--no-cache-dir" in words(pip_line)
     # seed 003: HOROVOD_GPU_ALLREDUCE=MPI HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITH_PYTORCH=1
     #           HOROVOD_WITHOUT_MXNET=1 pip install --no-cache-dir horovod
     for var in ("HOROVOD_GPU_ALLREDUCE=MPI", "HOROVOD_WITHOUT_TENSORFLOW=1",

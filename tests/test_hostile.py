@@ -22,6 +22,7 @@ from hpcprov_tests import (
     contains_run,
     directives,
     pwned_files,
+    stub_steps,
     write_profile,
 )
 
@@ -108,11 +109,12 @@ def test_hostile_local_setup_runs_without_injection(hostile: Path, tmp_path: Pat
     for needle in ("touch PWNED1", "touch PWNED11", "touch PWNED12", "touch PWNED13",
                    "touch PWNED16", "touch PWNED17"):
         assert needle in script
-    ran_clean(stubs.run(script, name="setup.sh"), tmp_path)
+    ran_clean(stubs.run(script, *stub_steps(script), name="setup.sh"), tmp_path)
     # the values reached the tools verbatim ($HOME expanded, nothing else)
     pips = [c for c in stubs.calls("python") if "pip" in c and "install" in c]
     assert any({"foo; touch PWNED11", "$(touch PWNED12)"} <= set(c) for c in pips)
-    assert any("`touch PWNED17`" in c for c in pips)
+    wheels = [c for c in stubs.calls("python") if "pip" in c and "wheel" in c]
+    assert any("`touch PWNED17`" in c for c in wheels)  # horovod.pip_args reach pip wheel
     assert any(f"{stubs.home}/wh$(touch PWNED16)" in c for c in pips)
     prefix = stubs.home / "x$(touch PWNED1)" / ".hpcprov" / "local"
     assert (prefix / "activate").is_file()  # the literal directory was created
@@ -123,7 +125,8 @@ def test_hostile_local_setup_runs_without_injection(hostile: Path, tmp_path: Pat
 def test_hostile_local_jobscripts_run_without_injection(hostile: Path, tmp_path: Path,
                                                         capsys: pytest.CaptureFixture[str],
                                                         stubs: Stubs, launcher: str) -> None:
-    stubs.run(generate(capsys, "setup", "--site", "hostile-local", "--dry-run"), name="setup.sh")
+    setup = generate(capsys, "setup", "--site", "hostile-local", "--dry-run")
+    stubs.run(setup, *stub_steps(setup), name="setup.sh")
     stubs.reset_log()
     script = generate(capsys, "jobscript", "--site", "hostile-local", "-l", launcher,
                       "--", "python", "train.py", "$(touch PWNED9)")
@@ -146,7 +149,7 @@ def test_hostile_neuron_setup_runs_without_injection(hostile: Path, tmp_path: Pa
     for needle in ("touch PWNED1", "touch PWNED2", "touch PWNED2b", "touch PWNED14",
                    "touch PWNED15"):
         assert needle in script
-    ran_clean(stubs.run(script, name="setup.sh"), tmp_path)
+    ran_clean(stubs.run(script, *stub_steps(script), name="setup.sh"), tmp_path)
     loads = [c for c in stubs.calls("module") if c[1:2] == ["load"]]
     assert ["module", "load", "gcc;touch PWNED2", "cuda/$(touch PWNED2b)"] in loads
     conda = [c for c in stubs.calls("conda") if "install" in c]
@@ -168,7 +171,8 @@ def test_hostile_neuron_setup_runs_without_injection(hostile: Path, tmp_path: Pa
 def test_hostile_neuron_jobscripts_run_without_injection(
         hostile: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], stubs: Stubs,
         launcher: str, extra: list[str]) -> None:
-    stubs.run(generate(capsys, "setup", "--site", "hostile-neuron", "--dry-run"), name="setup.sh")
+    setup = generate(capsys, "setup", "--site", "hostile-neuron", "--dry-run")
+    stubs.run(setup, *stub_steps(setup), name="setup.sh")
     stubs.reset_log()
     script = generate(capsys, "jobscript", "--site", "hostile-neuron", "-l", launcher, *extra,
                       "-N", "2", "-J", JOB_NAME, "-o", f"comment={COMMENT}",
@@ -208,7 +212,7 @@ def test_hostile_prefix_on_the_command_line(tmp_path: Path, capsys: pytest.Captu
                                             stubs: Stubs) -> None:
     prefix = f"{stubs.home}/p$(touch PWNED19)`touch PWNED20`"
     script = generate(capsys, "setup", "--site", "local", "--prefix", prefix, "--dry-run")
-    ran_clean(stubs.run(script, name="setup.sh"), tmp_path)
+    ran_clean(stubs.run(script, *stub_steps(script), name="setup.sh"), tmp_path)
     assert (Path(prefix) / "activate").is_file()
     job = generate(capsys, "jobscript", "--site", "local", "--prefix", prefix,
                    "--", "python", "x.py")

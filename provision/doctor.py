@@ -1,0 +1,190 @@
+"""`hpcprov doctor`: check a provisioned prefix against its manifest.
+
+One probe script (pure text, built here) runs in the environment and prints facts as
+`key=value` lines; `judge` turns manifest + facts into checks, each with a fix. Only
+`probe` has effects.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hpcprov.provision.manifest import parse_freeze
+
+from hpcprov.shell import Template, join, quote
+
+IMPORTS = {"PyTorch": "horovod.torch", "TensorFlow": "horovod.tensorflow"}
+
+PY_PROBE = """\
+import json, sys
+from importlib import metadata
+out = {"versions": {}, "imports": {}}
+for name in ("torch", "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "horovod"):
+    try:
+        out["versions"][name] = metadata.version(name)
+    except metadata.PackageNotFoundError:
+        pass
+for mod in sys.argv[1:]:
+    try:
+        __import__(mod)
+        out["imports"][mod] = "ok"
+    except BaseException as exc:
+        out["imports"][mod] = type(exc).__name__ + ": " + str(exc).splitlines()[0][:300]
+print("python_json=" + json.dumps(out))
+"""
+
+
+@dataclass
+class Check:
+    name: str
+    status: str  # ok | warn | fail | skip
+    detail: str
+    fix: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def probe_script(manifest: dict, prefix: Path) -> str:  # type: ignore[type-arg]
+    """Bash that prints the facts doctor judges; never fails itself."""
+    profile = manifest.get("site_profile", {})
+    mods = profile.get("modules", {})
+    init = mods.get("init")
+    runtime = manifest.get("modules", {}).get("runtime", [])
+    expected = manifest.get("check_build", {}).get("expected", {}).get("frameworks", [])
+    imports = [IMPORTS[f] for f in expected if f in IMPORTS]
+    lines = ["set +e"]
+    if mods.get("system", "none") != "none":
+        if init:
+            lines.append(f"type module >/dev/null 2>&1 || source {quote(Template(init))}"
+                         " >/dev/null 2>&1")
+        for name in runtime:
+            lines.append(f"module is-avail {quote(name)} >/dev/null 2>&1 || "
+                         f"echo module_missing={quote(name)}")
+    if manifest.get("backend") == "conda":
+        conda = str(prefix / "miniconda3" / "bin" / "conda")
+        lines.append(f"echo conda_auto_activate_base=$({quote(conda)} config --show "
+                     "auto_activate_base 2>/dev/null | awk '{print $2}')")
+    lines += [
+        "if command -v nvidia-smi >/dev/null 2>&1; then",
+        "  echo gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')",
+        "else echo gpus=none; fi",
+        'echo "mpi=$(mpirun --version 2>/dev/null | head -n 1)"',
+        f"source {quote(str(prefix / 'activate'))} >/dev/null 2>&1; echo activate_rc=$?",
+        join(["python", "-c", PY_PROBE, *imports]),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def probe(manifest: dict, prefix: Path, timeout: float = 300) -> dict[str, list[str]]:  # type: ignore[type-arg]
+    """Run the probe; facts as key -> values (a key may repeat)."""
+    proc = subprocess.run(["bash", "-c", probe_script(manifest, prefix)], capture_output=True,
+                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    facts: dict[str, list[str]] = {}
+    for line in proc.stdout.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            facts.setdefault(key, []).append(value)
+    return facts
+
+
+def _one(facts: dict[str, list[str]], key: str) -> str:
+    return (facts.get(key) or [""])[-1]
+
+
+def judge(manifest: dict, facts: dict[str, list[str]], gpus_expected: int | None,  # type: ignore[type-arg]
+          rerun: str) -> list[Check]:
+    """The checks, from the manifest and the probe's facts."""
+    checks = [Check("ready", "ok", f"set up {manifest.get('created', '?')} on "
+                    f"{manifest.get('host', '?')} for site {manifest.get('site', '?')}")]
+    missing = facts.get("module_missing", [])
+    if missing:
+        checks.append(Check("modules", "fail", "runtime module(s) not available: "
+                            + " ".join(missing), "the site renamed or removed them: update "
+                            "modules.runtime in the profile and run setup again"))
+    elif manifest.get("modules", {}).get("runtime"):
+        checks.append(Check("modules", "ok", "all runtime modules are available"))
+    if _one(facts, "activate_rc") not in ("0", ""):
+        checks.append(Check("activate", "fail", f"source {manifest.get('activate')} failed",
+                            f"run it by hand to see why, or {rerun} --redo"))
+    else:
+        checks.append(Check("activate", "ok", str(manifest.get("activate"))))
+    try:
+        py = json.loads(_one(facts, "python_json") or "{}")
+    except ValueError:
+        py = {}
+    checks += _framework_checks(manifest, py, rerun)
+    auto = _one(facts, "conda_auto_activate_base")
+    if manifest.get("backend") == "conda":
+        if auto.lower() == "false":
+            checks.append(Check("conda-base", "ok", "auto_activate_base is off"))
+        else:
+            checks.append(Check("conda-base", "fail", f"conda auto_activate_base is {auto or '?'}"
+                                ": every shell (and job) starts in base, shadowing the modules",
+                                "conda config --set auto_activate_base false"))
+    checks.append(_gpu_check(_one(facts, "gpus"), gpus_expected))
+    mpi = _one(facts, "mpi")
+    if "(Open MPI) 5." in mpi:
+        checks.append(Check("horovodrun-mpi", "warn", f"{mpi}: horovodrun --mpi is broken with "
+                            "Open MPI 5 (it passes '-bind-to none' with one dash)",
+                            "launch with horovodrun --gloo or mpirun directly"))
+    return checks
+
+
+def _framework_checks(manifest: dict, py: dict, rerun: str) -> list[Check]:  # type: ignore[type-arg]
+    out = []
+    built = {k.lower().replace("_", "-"): v
+             for k, v in parse_freeze("\n".join(manifest.get("pip_freeze", []))).items()}
+    now = py.get("versions", {})
+    for name in ("torch", "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "horovod"):
+        was, is_ = built.get(name), now.get(name)
+        if was is None and is_ is None:
+            continue
+        if was != is_:
+            fix = (f"pip install {name}=={was} in the environment, or {rerun} --redo "
+                   "(rebuilds Horovod against the new version)") if was else f"{rerun} --redo"
+            out.append(Check(f"version:{name}", "fail",
+                             f"{name} is {is_ or 'missing'} now, Horovod was built with "
+                             f"{was or 'none'}: importing Horovod raises "
+                             "HorovodVersionMismatchError (or fails)", fix))
+        else:
+            out.append(Check(f"version:{name}", "ok", f"{name} {is_} as built"))
+    for mod, result in py.get("imports", {}).items():
+        if result == "ok":
+            out.append(Check(f"import:{mod}", "ok", "imports"))
+        else:
+            out.append(Check(f"import:{mod}", "fail", result, f"{rerun} --redo"))
+    if not py:
+        out.append(Check("python", "fail", "the environment's python did not run",
+                         f"{rerun} --redo"))
+    return out
+
+
+def _gpu_check(gpus: str, expected: int | None) -> Check:
+    if expected is None or expected == 0:
+        if gpus in ("", "none", "0"):
+            return Check("gpus", "skip", "no GPUs expected here and none visible")
+        return Check("gpus", "ok", f"{gpus} GPU(s) visible")
+    if gpus in ("", "none"):
+        return Check("gpus", "fail", f"{expected} GPU(s) expected, nvidia-smi not found",
+                     "run doctor inside a GPU job on a compute node (the login node has none)")
+    if int(gpus) < expected:
+        return Check("gpus", "fail", f"{gpus} of {expected} GPU(s) visible",
+                     "check the job's --gres/--gpus request and CUDA_VISIBLE_DEVICES")
+    return Check("gpus", "ok", f"{gpus} GPU(s) visible ({expected} expected)")
+
+
+def not_ready(prefix: Path, journal_steps: dict, rerun: str) -> Check:  # type: ignore[type-arg]
+    """The check for a prefix without a manifest."""
+    if not journal_steps:
+        return Check("ready", "fail", f"{prefix} was never set up by hpcprov", rerun)
+    bad = [(k, v) for k, v in journal_steps.items() if v.get("status") != "done"]
+    if bad:
+        step, rec = bad[0]
+        return Check("ready", "fail", f"not ready: setup stopped at step {step} "
+                     f"({rec.get('status')}; log {rec.get('log')})",
+                     f"{rerun} (resumes at {step})")
+    return Check("ready", "fail", "not ready: setup has not finished", rerun)

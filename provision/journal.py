@@ -1,0 +1,60 @@
+"""The journal of a prefix: which steps of which plan finished, when, and how long they took.
+
+Stored as PREFIX/.hpcprov/journal.json and rewritten atomically after every change, so a
+crash at any moment leaves either the old or the new journal, never half of one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Literal
+
+Status = Literal["running", "done", "failed", "interrupted"]
+
+
+@dataclass
+class StepRecord:
+    status: Status
+    fingerprint: str
+    started: float
+    seconds: float = 0.0
+    exit_code: int | None = None
+    log: str = ""
+
+
+@dataclass
+class Journal:
+    path: Path
+    site: str = ""
+    steps: dict[str, StepRecord] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, path: Path) -> Journal:
+        """The journal at path; an empty one when it is missing or unreadable."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            steps = {k: StepRecord(**v) for k, v in data.get("steps", {}).items()}
+            return cls(path, str(data.get("site", "")), steps)
+        except (OSError, ValueError, TypeError):
+            return cls(path)
+
+    def save(self) -> None:
+        data = {"site": self.site, "steps": {k: asdict(v) for k, v in self.steps.items()}}
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
+
+    def done(self, step_id: str, fingerprint: str) -> bool:
+        rec = self.steps.get(step_id)
+        return rec is not None and rec.status == "done" and rec.fingerprint == fingerprint
+
+    def pending(self, fingerprints: dict[str, str]) -> list[str]:
+        """Steps to run: from the first one not done with its current fingerprint, on."""
+        ids = list(fingerprints)
+        for i, step_id in enumerate(ids):
+            if not self.done(step_id, fingerprints[step_id]):
+                return ids[i:]
+        return []

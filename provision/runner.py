@@ -1,0 +1,225 @@
+"""Execute a setup plan step by step: the thin effect layer behind `hpcprov setup`.
+
+It writes the plan's script to PREFIX/.hpcprov/setup.sh and runs `bash setup.sh STEP` for
+each pending step, so a run executes exactly the text that `--dry-run` prints. Around that:
+a lock on the prefix, a journal of finished steps (resume after a failure or Ctrl-C, nothing
+to do after success), one log per step, and the manifest, written only when every step is
+done: without a manifest a prefix is not ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcprov.provision.diagnose import diagnose
+from hpcprov.provision.journal import Journal, StepRecord
+from hpcprov.provision.plan import Plan, fingerprints, render_script
+from hpcprov.provision.progress import Reporter
+
+from hpcprov.errors import HpcprovError
+
+
+class SetupFailed(HpcprovError):
+    """A step failed or was interrupted; the prefix is not ready."""
+
+    def __init__(self, message: str, step: str, exit_code: int, log: Path | None) -> None:
+        super().__init__(message)
+        self.step, self.log = step, log
+        self.exit_code = exit_code
+
+
+class Interrupted(Exception):
+    """SIGTERM or SIGINT reached the runner."""
+
+
+@dataclass
+class SetupResult:
+    status: str                      # ready | nothing-to-do | stopped
+    prefix: Path
+    ran: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    manifest: Path | None = None
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {"status": self.status, "prefix": str(self.prefix), "ran": self.ran,
+                "skipped": self.skipped, "manifest": str(self.manifest or ""),
+                "seconds": round(self.seconds, 3)}
+
+
+def state_dir(prefix: Path) -> Path:
+    return prefix / ".hpcprov"
+
+
+@contextlib.contextmanager
+def prefix_lock(prefix: Path) -> Iterator[int]:
+    """An exclusive lock on the prefix; the fd is passed to the steps, so an orphaned step
+    keeps holding it after its runner died."""
+    path = state_dir(prefix) / "lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
+            raise HpcprovError(
+                f"{prefix} is being set up by another hpcprov (lock {path}: pid {holder}); "
+                "wait for it to finish, or stop it and run again") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+@contextlib.contextmanager
+def _signals_raise() -> Iterator[None]:
+    """SIGTERM and SIGINT become Interrupted while a step runs."""
+    def handler(signum: int, frame: object) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Stop a step and everything it started (its own process group)."""
+    for sig, wait in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0)):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+class Runner:
+    """Runs one plan in one prefix."""
+
+    def __init__(self, plan: Plan, reporter: Reporter, manifest_writer: object = None,
+                 env: dict[str, str] | None = None, prefix_path: Path | None = None) -> None:
+        self.plan = plan
+        self.prefix = prefix_path or Path(plan.prefix)
+        self.state = state_dir(self.prefix)
+        self.reporter = reporter
+        self.manifest_writer = manifest_writer
+        self.env = env
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.state / "manifest.json"
+
+    def _unready(self) -> None:
+        """From the first step run until the manifest is written, the prefix is not ready."""
+        for path in (self.manifest_path, self.prefix / "activate"):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def run(self, until: str | None = None, redo: bool = False) -> SetupResult:
+        start = time.monotonic()
+        try:
+            self.state.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise HpcprovError(f"cannot create {self.state}: {exc.strerror}; choose another "
+                               "--prefix") from None
+        prints = fingerprints(self.plan)
+        with prefix_lock(self.prefix) as lock_fd:
+            journal = Journal.load(self.state / "journal.json")
+            if redo:
+                journal.steps.clear()
+            journal.site = self.plan.site
+            pending = journal.pending(prints)
+            done = [s for s in prints if s not in pending]
+            if until is not None:
+                ids = list(prints)
+                pending = [s for s in pending if ids.index(s) <= ids.index(until)]
+            if not pending and until is None and self.manifest_path.is_file():
+                return SetupResult("nothing-to-do", self.prefix, [], done,
+                                   self.manifest_path, time.monotonic() - start)
+            if pending:
+                self._unready()
+                if done:
+                    self.reporter.note(f"resuming at step {pending[0]} "
+                                       f"({len(done)} step(s) already done)")
+            script = self.state / "setup.sh"
+            script.write_text(render_script(self.plan), encoding="utf-8")
+            script.chmod(0o755)
+            total = len(prints)
+            ids = list(prints)
+            for step_id in pending:
+                step = self.plan.step(step_id)
+                self._run_step(step, ids.index(step_id) + 1, total, prints[step_id], journal,
+                               script, lock_fd)
+            result = SetupResult("stopped", self.prefix, pending, done, None,
+                                 time.monotonic() - start)
+            if until is None and not journal.pending(prints):
+                if self.manifest_writer is not None:
+                    self.manifest_writer(self.prefix, journal)  # type: ignore[operator]
+                result.status, result.manifest = "ready", self.manifest_path
+            result.seconds = time.monotonic() - start
+            return result
+
+    def _run_step(self, step, index: int, total: int, fingerprint: str,  # noqa: ANN001
+                  journal: Journal, script: Path, lock_fd: int) -> None:
+        logs = self.state / "logs"
+        logs.mkdir(exist_ok=True)
+        log_path = logs / f"{index:02d}-{step.id}.log"
+        rec = StepRecord("running", fingerprint, time.time(), log=str(log_path))
+        journal.steps[step.id] = rec
+        journal.save()
+        self.reporter.begin(index, total, step)
+        t0 = time.monotonic()
+        proc: subprocess.Popen[bytes] | None = None
+        try:
+            with _signals_raise(), open(log_path, "wb") as log:
+                proc = subprocess.Popen(
+                    ["bash", str(script), step.id], stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                    start_new_session=True, pass_fds=(lock_fd,), env=self.env)
+                assert proc.stdout is not None
+                for raw in proc.stdout:
+                    log.write(raw)
+                    log.flush()
+                    self.reporter.line(raw.decode(errors="replace").rstrip("\n"))
+                code = proc.wait()
+        except Interrupted as exc:
+            if proc is not None:
+                _stop(proc)
+            rec.status, rec.seconds = "interrupted", time.monotonic() - t0
+            journal.save()
+            self.reporter.end(step, rec.seconds, False)
+            raise SetupFailed(
+                f"interrupted ({exc}) during step {step.id}; the prefix is not ready. "
+                f"Run the same command again to resume at {step.id}", step.id, 130,
+                log_path) from None
+        rec.seconds = time.monotonic() - t0
+        rec.exit_code = code
+        rec.status = "done" if code == 0 else "failed"
+        journal.save()
+        self.reporter.end(step, rec.seconds, code == 0)
+        if code != 0:
+            text = log_path.read_text(errors="replace")
+            tail = text.splitlines()[-15:]
+            if not any("hpcprov: error: " in ln for ln in tail):
+                self.reporter.note("    last lines of the log:")
+                for ln in tail:
+                    self.reporter.note("    | " + ln)
+            why = diagnose(text) or "see the log"
+            raise SetupFailed(
+                f"step {step.id} failed (exit {code}): {why}\n"
+                f"log: {log_path}\n"
+                f"the prefix is not ready; after fixing, run the same command again: it "
+                f"resumes at {step.id}", step.id, 1, log_path)
