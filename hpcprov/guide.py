@@ -77,16 +77,21 @@ def render_guide(site: Site, partition: str | None = None) -> str:
         step = next((s for s in plan.steps if s.id == "build-horovod"), None)
         if step:
             mods = load_lines(site.modules, site.modules.build)
-            out += ["Horovod is built against the site's modules:", "",
-                    *_block([*mods, *step.lines])]
+            key = [ln.strip().rstrip(" \\") for ln in step.lines
+                   if "pip" in ln and "printf" not in ln]
+            out += ["Horovod is built against the site's modules (the essential lines; the "
+                    "step also caches the wheel in the site's wheelhouse and applies the "
+                    "patches listed in docs/compatibility.md):", "",
+                    *_block([*mods, *key])]
     if site.python.backend != "container":
         out += ["Check the build; every entry hpcprov expects is marked:", "",
                 *_block(["horovodrun -cb"]), *_block(render_check_build(site.horovod), "text")]
-    if "tensorflow" in site.python.frameworks:
-        out += ["> TensorFlow: with Keras 3 (TF >= 2.16) `horovod.tensorflow.keras."
-                "DistributedOptimizer` silently does not average gradients (Horovod issue "
-                "#4290). Use `horovod.tensorflow` with `hvd.DistributedGradientTape` and "
-                "`hvd.broadcast_variables` instead.", ""]
+    from hpcprov.provision.compat import for_site
+
+    for match in for_site(site):
+        if match.rule.verdict in ("caveat", "patch"):
+            label = "Note" if match.rule.verdict == "caveat" else "Patched by hpcprov"
+            out += [f"> **{label}** ({match.rule.id}): {match.message()}", ""]
 
     out += ["## 2. Run interactively", ""]
     req = _example_request(site, pname)

@@ -61,9 +61,14 @@ RULES: tuple[Rule, ...] = (
     Rule("keras3", "caveat", "<=0.28.1", tensorflow=">=2.16",
          explanation="TensorFlow >= 2.16 ships Keras 3: horovod.tensorflow.keras."
          "DistributedOptimizer runs but never averages gradients (ranks drift apart "
-         "silently) and BroadcastGlobalVariablesCallback crashes. Use horovod.tensorflow: "
-         "hvd.DistributedGradientTape, hvd.allreduce, hvd.broadcast_variables",
-         evidence="Horovod issue #4290; reproduced here with tensorflow-cpu 2.21.0"),
+         "silently) and BroadcastGlobalVariablesCallback crashes. Use horovod.tensorflow "
+         "with the models' tf.Variables: hvd.DistributedGradientTape(tape).gradient(loss, "
+         "[v.value for v in model.trainable_variables]) and hvd.broadcast_variables("
+         "[v.value for v in model.variables], 0) (Keras 3 variables themselves fail with "
+         "AttributeError: 'Variable' object has no attribute 'ref')",
+         evidence="Horovod issue #4290; here with tensorflow-cpu 2.21.0 (Keras 3.15), 2 ranks "
+         "over Gloo: the Keras optimizer left the ranks' weights 0.23 apart after 8 steps; "
+         "the tape with v.value kept them identical (difference 0.0)"),
     Rule("untested-torch", "caveat", "==0.28.1", torch=">2.13",
          explanation="newer than any PyTorch this table has built against; "
          "the cxx17 patch is applied, but the build is untested",
@@ -77,7 +82,9 @@ RULES: tuple[Rule, ...] = (
 LAUNCH_NOTES = (
     ("horovodrun --mpi with Open MPI 5",
      "broken: horovodrun passes '-bind-to none' with one dash, which Open MPI 5 rejects; "
-     "use horovodrun --gloo or mpirun directly. Open MPI 4.1 works."),
+     "use horovodrun --gloo or mpirun directly. Open MPI 4.1 works (verified here with "
+     "Debian's 4.1.4; the Open MPI 5 failure is reported, not reproduced here). "
+     "`hpcprov doctor` warns when the environment's mpirun is Open MPI 5."),
 )
 
 

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from hpcprov.cli import cli
-from hpcprov.docgen import reference, site_page
+from hpcprov.docgen import compatibility, reference, site_page
 from hpcprov.loader import bundled_site_dir
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,3 +42,8 @@ def test_readme_commands_are_real_subcommands() -> None:
     assert "bash .ci/run" in readme
     ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
     assert "python3 -m pytest -q" in ci and "python3 -m pytest -q" in readme
+
+
+def test_compatibility_page_is_current() -> None:
+    committed = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
+    assert committed == compatibility(), "run: python -m hpcprov.docgen docs"

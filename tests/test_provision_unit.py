@@ -1,0 +1,210 @@
+"""The provisioner's pure parts: compatibility table, fingerprints, journal, diagnosis,
+-cb parsing, doctor's judgement. The real runs are in test_provision_real.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hpcprov_tests import assert_one_line_error, cli, write_profile
+
+from hpcprov.profiles import load_site
+from hpcprov.provision.compat import evaluate, for_site, patches_for
+from hpcprov.provision.diagnose import diagnose
+from hpcprov.provision.doctor import judge, not_ready
+from hpcprov.provision.horovod import expected_check_build, parse_check_build
+from hpcprov.provision.journal import Journal, StepRecord
+from hpcprov.provision.plan import build_plan, fingerprints, render_script
+
+
+def ids(matches: list) -> list[str]:  # type: ignore[type-arg]
+    return [m.rule.id for m in matches]
+
+
+@pytest.mark.parametrize(("horovod", "torch", "tf", "gpu", "want"), [
+    ("0.28.1", "2.13.0", None, False, ["cxx17"]),
+    ("0.28.1", "2.0.1", None, False, []),
+    ("0.28.1", "1.12.0", "2.10.0", True, []),           # neuron: as the seed built it
+    ("0.28.1", "2.13.0", "2.21.0", False, ["cxx17", "tf-xla-cpu", "keras3"]),
+    ("0.28.1", "2.13.0", "2.21.0", True, ["cxx17", "keras3"]),
+    ("0.27.0", "2.1.0", None, False, ["old-horovod-torch2"]),
+    ("0.29.0", None, None, False, ["unknown-horovod"]),
+    ("0.28.1", "2.14.0", None, False, ["cxx17", "untested-torch"]),
+    ("0.21.1", "1.7.1", None, True, []),                # taurus
+])
+def test_compatibility_rules(horovod: str, torch: str | None, tf: str | None, gpu: bool,
+                             want: list[str]) -> None:
+    assert ids(evaluate(horovod, torch, tf, gpu)) == want
+
+
+def test_local_build_applies_exactly_the_cxx17_patch_and_the_script_carries_it() -> None:
+    site = load_site("local")
+    (name, text), = patches_for(site)
+    assert name == "horovod-0.28.1-cxx17.patch"
+    script = render_script(build_plan(site))
+    assert "set(CMAKE_CXX_STANDARD 17)" in text
+    assert "'+set(CMAKE_CXX_STANDARD 17)'" in script  # every patch line, quoted
+    assert "patch -d \"$src\" -p1 --forward" in script
+
+
+def test_tensorflow_variant_gets_both_patches_and_the_keras3_warning(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    site = load_site("local-tf")
+    assert [n for n, _ in patches_for(site)] == ["horovod-0.28.1-cxx17.patch",
+                                                "horovod-0.28.1-tf-xla-cpu.patch"]
+    res = cli(capsys, "setup", "--site", "local-tf", "--dry-run")
+    assert res.rc == 0
+    (warning,) = [ln for ln in res.err.splitlines() if "compat-keras3" in ln]
+    assert "DistributedGradientTape" in warning and "never averages" in warning
+    guide = cli(capsys, "guide", "--site", "local-tf").out
+    assert "DistributedGradientTape" in guide and "keras3" in guide
+
+
+@pytest.mark.parametrize(("extra", "needle"), [
+    ("horovod: {version: '0.27.0'}\n", "old-horovod-torch2"),
+    ("horovod: {version: '0.30.0'}\n", "unknown-horovod"),
+])
+def test_known_bad_combinations_are_refused_before_anything_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        extra: str, needle: str) -> None:
+    write_profile(tmp_path, "bad", "extends: local\nname: bad\n" + extra)
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(tmp_path))
+    prefix = tmp_path / "prefix"
+    for flags in (["--dry-run"], []):
+        res = cli(capsys, "setup", "--site", "bad", "--prefix", str(prefix), *flags)
+        assert_one_line_error(res, 2, needle, "horovod.version")
+    assert not prefix.exists()
+
+
+def test_fingerprints_change_from_the_changed_step_on(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    base = fingerprints(build_plan(load_site("local"), prefix="/p"))
+    write_profile(tmp_path, "newer", "extends: local\nname: newer\npython:\n  frameworks:\n"
+                  "    pytorch: {version: '2.13.0', packages: ['torch==2.13.0', 'numpy']}\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(tmp_path))
+    other = fingerprints(build_plan(load_site("newer"), prefix="/p"))
+    steps = list(base)
+    first = steps.index("install-frameworks")
+    assert [s for s in steps if base[s] == other[s]] == steps[:first]
+    moved = fingerprints(build_plan(load_site("local"), prefix="/elsewhere"))
+    assert all(base[s] != moved[s] for s in steps)  # the prefix is in every step
+
+
+def test_journal_pending_resumes_at_the_first_step_not_done(tmp_path: Path) -> None:
+    prints = {"a": "1", "b": "2", "c": "3"}
+    j = Journal(tmp_path / "journal.json")
+    assert j.pending(prints) == ["a", "b", "c"]
+    j.steps["a"] = StepRecord("done", "1", 0.0)
+    j.steps["b"] = StepRecord("failed", "2", 0.0)
+    j.steps["c"] = StepRecord("done", "3", 0.0)
+    j.save()
+    again = Journal.load(tmp_path / "journal.json")
+    assert again.pending(prints) == ["b", "c"]
+    again.steps["b"].status = "done"
+    assert again.pending(prints) == []
+    assert again.pending({**prints, "a": "changed"}) == ["a", "b", "c"]
+    (tmp_path / "broken.json").write_text("{not json")
+    assert Journal.load(tmp_path / "broken.json").steps == {}
+
+
+@pytest.mark.parametrize(("log", "needle"), [
+    ("x\nhpcprov: error: module(s) not available here: cuda/99\n", "cuda/99"),
+    ("OSError: [Errno 28] No space left on device: '/p/venv'", "disk under the prefix is full"),
+    ("ERROR: Could not find a version that satisfies the requirement torch==9.9.9\n"
+     "ERROR: No matching distribution found for torch==9.9.9", "pip found no torch==9.9.9"),
+    ("Lmod has detected the following error:  The following module(s) are unknown: "
+     '"cuda/99"', "cuda/99"),
+    ("curl: (6) Could not resolve host: repo.anaconda.com", "no network"),
+    ("curl: (22) The requested URL returned error: 404", "HTTP 404"),
+    ("CMake Error at CMakeLists.txt:3", "CMake configure failed"),
+])
+def test_diagnosis_names_the_cause(log: str, needle: str) -> None:
+    assert needle in (diagnose(log) or "")
+
+
+def test_unknown_failures_are_not_given_a_made_up_cause() -> None:
+    assert diagnose("something odd happened\n") is None
+
+
+CB = """Horovod v0.28.1:
+
+Available Frameworks:
+    [ ] TensorFlow
+    [X] PyTorch
+    [ ] MXNet
+
+Available Controllers:
+    [X] MPI
+    [X] Gloo
+
+Available Tensor Operations:
+    [ ] NCCL
+    [ ] DDL
+    [ ] CCL
+    [X] MPI
+    [X] Gloo    
+"""
+
+
+def test_check_build_parsing_matches_what_local_expects() -> None:
+    found = parse_check_build(CB)
+    assert found["version"] == "0.28.1"
+    want = expected_check_build(load_site("local").horovod)
+    for key, names in want.items():
+        assert names == found[key], key
+    assert parse_check_build(CB.replace("[X] PyTorch", "[ ] PyTorch"))["frameworks"] == []
+
+
+def manifest(**over: object) -> dict:  # type: ignore[type-arg]
+    base = {"site": "local", "created": "now", "host": "h", "activate": "/p/activate",
+            "backend": "venv", "modules": {"runtime": []},
+            "pip_freeze": ["torch==2.13.0+cpu", "horovod==0.28.1"]}
+    return {**base, **over}
+
+
+def facts(**over: str) -> dict[str, list[str]]:
+    py = ('{"versions": {"torch": "2.13.0+cpu", "horovod": "0.28.1"}, '
+          '"imports": {"horovod.torch": "ok"}}')
+    base = {"activate_rc": "0", "gpus": "none", "mpi": "mpirun (Open MPI) 4.1.4",
+            "python_json": py}
+    return {k: [v] for k, v in {**base, **over}.items()}
+
+
+def test_doctor_healthy() -> None:
+    checks = judge(manifest(), facts(), None, "hpcprov setup")
+    assert [c.status for c in checks if c.status == "fail"] == []
+
+
+def test_doctor_catches_a_framework_changed_after_the_build() -> None:
+    py = ('{"versions": {"torch": "2.12.0", "horovod": "0.28.1"}, "imports": '
+          '{"horovod.torch": "HorovodVersionMismatchError: Framework pytorch installed with '
+          'version 2.12.0 but found version 2.13.0+cpu"}}')
+    checks = {c.name: c for c in judge(manifest(), facts(python_json=py), None, "hpcprov setup")}
+    assert checks["version:torch"].status == "fail"
+    assert "2.12.0" in checks["version:torch"].detail
+    assert "torch==2.13.0+cpu" in checks["version:torch"].fix
+    assert checks["import:horovod.torch"].status == "fail"
+
+
+def test_doctor_catches_conda_base_missing_modules_gpus_and_openmpi5() -> None:
+    m = manifest(backend="conda", modules={"runtime": ["cuda/11.4"]})
+    f = facts(conda_auto_activate_base="True", gpus="2", mpi="mpirun (Open MPI) 5.0.3")
+    f["module_missing"] = ["cuda/11.4"]
+    checks = {c.name: c for c in judge(m, f, 8, "hpcprov setup")}
+    assert checks["conda-base"].status == "fail"
+    assert checks["conda-base"].fix == "conda config --set auto_activate_base false"
+    assert checks["modules"].status == "fail" and "cuda/11.4" in checks["modules"].detail
+    assert checks["gpus"].status == "fail" and "2 of 8" in checks["gpus"].detail
+    assert checks["horovodrun-mpi"].status == "warn"
+
+
+def test_doctor_on_an_unfinished_prefix_names_the_step() -> None:
+    c = not_ready(Path("/p"), {"prepare": {"status": "done"},
+                               "build-horovod": {"status": "interrupted", "log": "/l"}},
+                  "hpcprov setup --site local --prefix /p")
+    assert c.status == "fail" and "build-horovod" in c.detail and "resumes" in c.fix
+
+
+def test_every_bundled_build_site_has_a_rule_verdict_it_accepts() -> None:
+    for name in ("local", "local-tf", "neuron", "taurus", "testbed"):
+        assert all(m.rule.verdict != "bad" for m in for_site(load_site(name))), name
