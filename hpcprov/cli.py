@@ -276,10 +276,13 @@ def jobscript_cmd(prefix: str | None, no_activate: bool, out_path: str | None,
               help="stop after this step (the prefix is not ready then)")
 @click.option("--redo", is_flag=True, help="run every step again, ignoring the journal")
 @click.option("--verbose", "-v", is_flag=True, help="print every line the steps print")
+@click.option("--container", "container", metavar="IMAGE",
+              help="provision through one of the site's container images (containers.images) "
+              "instead of its Python environment")
 @json_option
 def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_on: str,
               dry_run: bool, until: str | None, redo: bool, verbose: bool,
-              as_json: bool) -> None:
+              container: str | None, as_json: bool) -> None:
     """Provision the Python environment and Horovod for a site, and prove the build.
 
     Runs the plan that --dry-run prints, step by step, with a journal: running it again
@@ -288,7 +291,7 @@ def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_o
     from hpcprov.lint import LintFailed, lint_plan
     from hpcprov.provision.plan import build_plan, render_script
 
-    s = _with_env_name(_load(site), env_name)
+    s = _with_container(_with_env_name(_load(site), env_name), container)
     if prefix and "$" not in prefix:
         prefix = os.path.abspath(os.path.expanduser(prefix))
     plan = build_plan(s, prefix=prefix, runs_on=runs_on)  # type: ignore[arg-type]
@@ -312,6 +315,23 @@ def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_o
         for f in warnings:
             click.echo(f"hpcprov: warning: {f}", err=True)
     _execute_setup(s, site, plan, until, redo, verbose, as_json)
+
+
+def _with_container(s: Any, image: str | None) -> Any:
+    """The site, provisioned through its container image IMAGE (Neuron's .sif files)."""
+    if not image:
+        return s
+    from hpcprov.errors import UsageError
+    from hpcprov.model import ContainerSpec
+
+    images = s.containers.images
+    if image not in images:
+        raise UsageError(f"--container {image!r}: site {s.name} has "
+                         f"{', '.join(images) or 'no container images'} (containers.images)")
+    spec = ContainerSpec(image=image, source=images[image])
+    python = s.python.model_copy(update={"backend": "container", "container": spec})
+    horovod = s.horovod.model_copy(update={"source": "container"})
+    return s.model_copy(update={"python": python, "horovod": horovod})
 
 
 def _with_env_name(s: Any, env_name: str | None) -> Any:

@@ -187,7 +187,7 @@ def build_lines(site: Site) -> list[str]:
         ' (several minutes)"',
         f"  rm -rf {build} && mkdir -p {build}/dist",
         "  " + join(["python", "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-                     *idx, pip_spec(hvd), "-d", Raw(build)]),
+                     "--no-build-isolation", *idx, pip_spec(hvd), "-d", Raw(build)]),
         f"  sdist=({build}/horovod-*.tar.gz)",
         f'  tar xzf "${{sdist[0]}}" -C {build}',
         f"  src=$(find {build} -mindepth 1 -maxdepth 1 -type d -name 'horovod-*' | head -n 1)",

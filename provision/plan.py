@@ -230,12 +230,26 @@ def _container_steps(site: Site) -> list[Step]:
         )))
         return steps
     binary = runtime or "singularity"
-    steps.append(Step("pull-image", f"Pull the image with {binary}", (
-        join(["mkdir", "-p", Raw(f'"$(dirname {quote(Template(target))})"')]),
-        join([binary, "pull", Template(target), spec.source]),
-    ), needs_network=True))
+    load = (["hpcprov_modules_init", join(["module", "load", site.containers.module])]
+            if site.containers.module else [])
+    if "://" in spec.source:
+        steps.append(Step("pull-image", f"Pull the image with {binary}", (
+            *load,
+            join(["mkdir", "-p", Raw(f'"$(dirname {quote(Template(target))})"')]),
+            join([binary, "pull", Template(target), spec.source]),
+        ), needs_network=True))
+    else:  # the site keeps the image (Neuron's /apps/.../*.sif): use it where it is
+        steps.append(Step("check-image", "Check the site's image is readable", (
+            f"if [ ! -r {quote(Template(target))} ]; then",
+            "  echo " + quote(f"hpcprov: error: image {target} not readable here: check "
+                              f"containers.images.{spec.image} in the profile") + " >&2",
+            "  return 3",
+            "fi",
+            f"echo {quote(f'hpcprov: image {target} found')}",
+        )))
+    gpu = [site.containers.gpu_flag] if site.containers.gpu_flag else []
     steps.append(Step("check-build", "Check Horovod in the image (horovodrun -cb)", (
-        join([binary, "exec", Template(target), "horovodrun", "-cb"]),)))
+        *load, join([binary, "exec", *gpu, Template(target), "horovodrun", "-cb"]))))
     return steps
 
 

@@ -82,11 +82,11 @@ def prefix_lock(prefix: Path) -> Iterator[int]:
 
 @contextlib.contextmanager
 def _signals_raise() -> Iterator[None]:
-    """SIGTERM and SIGINT become Interrupted while a step runs."""
+    """SIGTERM, SIGINT and SIGHUP become Interrupted while a step runs."""
     def handler(signum: int, frame: object) -> None:
         raise Interrupted(signal.Signals(signum).name)
 
-    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
     try:
         yield
     finally:

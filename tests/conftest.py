@@ -292,6 +292,13 @@ class Stubs:
         return [c for c in out if tool is None or c[0] == tool]
 
 
+@pytest.fixture(scope="session")
+def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Horovod wheelhouse the real setups share (CI: the one .ci/run filled)."""
+    given = os.environ.get("HPCPROV_TEST_WHEELHOUSE")
+    return Path(given) if given else tmp_path_factory.mktemp("wheelhouse")
+
+
 @pytest.fixture
 def stubs(tmp_path: Path) -> Stubs:
     return Stubs.create(tmp_path / "sandbox")

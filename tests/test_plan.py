@@ -168,3 +168,53 @@ def test_jobs_run_in_the_environment_setup_built(tmp_path: Path,
     launcher = calls[-1]
     assert launcher[0] in {"srun", "mpirun", "horovodrun", "torchrun"}
     assert launcher[-1] in {"train.py", "python -u train.py"}
+
+
+def test_neuron_through_its_singularity_image(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              stubs: Stubs) -> None:
+    """--container: the site's own .sif is used where it is (no pull) and checked with -cb."""
+    res = cli(capsys, "setup", "--site", "neuron", "--container", "pytorch", "--prefix",
+              str(tmp_path / "p"), "--dry-run")
+    assert res.rc == 0, res.err
+    script = res.out
+    assert script_steps(script) == ["prepare", "preflight", "check-image", "check-build"]
+    image = "/apps/applications/singularity_images/ngc/pytorch_22.03-hd-py3.sif"
+    check = [ln.strip() for ln in script.split("step_check_build() {")[1].split("}")[0]
+             .splitlines() if ln.strip()]
+    assert check == ["hpcprov_modules_init", "module load singularity/3.9.7",
+                     f"singularity exec --nv {image} horovodrun -cb"]
+    assert " pull " not in script
+    # the image is not on this machine: the step says so, by name, and stops
+    proc = stubs.run(script, "check-image", name="setup.sh")
+    assert proc.returncode == 3
+    assert f"image {image} not readable here" in proc.stderr
+
+
+def test_technion_image_without_horovod_gets_it_installed_inside(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """enroot import to a base image, Horovod pip-installed in a writable container with the
+    build variables, exported to the image that jobs run, then checked with -cb."""
+    from hpcprov_tests import words, write_profile
+
+    write_profile(tmp_path, "tech-nohvd", "extends: technion\nname: tech-nohvd\npython:\n"
+                  "  container: {image: pytorch, source: 'docker://nvcr.io#nvidia/pytorch:"
+                  "22.09-py3', add_horovod: true}\nhorovod: {frameworks: [pytorch]}\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(tmp_path))
+    res = cli(capsys, "setup", "--site", "tech-nohvd", "--dry-run")
+    assert res.rc == 0, res.err
+    script = res.out
+    assert script_steps(script) == ["prepare", "preflight", "import-image", "add-horovod",
+                                    "check-build"]
+    body = script.split("step_add_horovod() {")[1].split("\n}")[0]
+    lines = [words(ln) for ln in body.strip().splitlines()]
+    start = next(w for w in lines if w[:3] == ["enroot", "start", "--rw"])
+    inner = start[-1]  # the sh -c text run inside the container
+    assert "HOROVOD_GPU_OPERATIONS=NCCL" in inner and "HOROVOD_WITH_PYTORCH=1" in inner
+    assert "pip install" in inner and "horovod==0.28.1" in inner
+    export = next(w for w in lines if w[:2] == ["enroot", "export"])
+    assert export[-2:] == ["$HOME/hpcprov/images/pytorch.sqsh", "hpcprov-pytorch"] or \
+        export[-1] == "hpcprov-pytorch"
+    imp = script.split("step_import_image() {")[1].split("\n}")[0]
+    assert "enroot import -o" in imp and "pytorch-base.sqsh" in imp
+    assert "docker://nvcr.io#nvidia/pytorch:22.09-py3" in imp
