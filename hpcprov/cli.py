@@ -288,12 +288,24 @@ def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_o
     Runs the plan that --dry-run prints, step by step, with a journal: running it again
     after success does nothing, after a failure or Ctrl-C it resumes at the failed step.
     """
+    if prefix and "$" not in prefix:
+        prefix = os.path.abspath(os.path.expanduser(prefix))
+    ref = site or os.environ.get("HPCPROV_SITE")
+    quick_key = None
+    if not dry_run and not redo and until is None and ref:
+        from hpcprov.provision.quick import ready_prefix, request_key
+
+        quick_key = request_key(ref, {"prefix": prefix, "env": env_name, "on": runs_on,
+                                      "container": container})
+        ready = ready_prefix(quick_key) if quick_key else None
+        if ready is not None:
+            _nothing_to_do(ready, ref, as_json)
+            return
+
     from hpcprov.lint import LintFailed, lint_plan
     from hpcprov.provision.plan import build_plan, render_script
 
     s = _with_container(_with_env_name(_load(site), env_name), container)
-    if prefix and "$" not in prefix:
-        prefix = os.path.abspath(os.path.expanduser(prefix))
     plan = build_plan(s, prefix=prefix, runs_on=runs_on)  # type: ignore[arg-type]
     findings = lint_plan(plan, s)
     if any(f.level == "error" for f in findings):
@@ -314,7 +326,17 @@ def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_o
     if not as_json:
         for f in warnings:
             click.echo(f"hpcprov: warning: {f}", err=True)
-    _execute_setup(s, site, plan, until, redo, verbose, as_json)
+    _execute_setup(s, site, plan, until, redo, verbose, as_json, quick_key)
+
+
+def _nothing_to_do(prefix: Any, site: str, as_json: bool, steps: int | None = None) -> None:
+    if as_json:
+        _emit_json({"status": "nothing-to-do", "prefix": str(prefix), "ran": [],
+                    "manifest": str(prefix / ".hpcprov" / "manifest.json")})
+        return
+    done = f"; {steps} steps done before" if steps is not None else ""
+    click.echo(f"hpcprov: nothing to do: {prefix} is ready (site {site}{done}). "
+               f"Activate with: source {prefix / 'activate'}")
 
 
 def _with_container(s: Any, image: str | None) -> Any:
@@ -362,7 +384,7 @@ def expand_prefix(template: str) -> str:
 
 
 def _execute_setup(s: Any, ref: str | None, plan: Any, until: str | None, redo: bool,
-                   verbose: bool, as_json: bool) -> None:
+                   verbose: bool, as_json: bool, quick_key: str | None) -> None:
     from pathlib import Path
 
     from hpcprov.loader import find_profile
@@ -388,14 +410,16 @@ def _execute_setup(s: Any, ref: str | None, plan: Any, until: str | None, redo: 
             raise click.exceptions.Exit(exc.exit_code) from None
         raise
     reporter.close()
+    if quick_key and result.status in ("ready", "nothing-to-do"):
+        from hpcprov.provision.quick import remember
+
+        remember(quick_key, target)
     if as_json:
         _emit_json(result.to_json())
         return
     activate = target / "activate"
     if result.status == "nothing-to-do":
-        click.echo(f"hpcprov: nothing to do: {target} is ready (site {s.name}; "
-                   f"{len(result.skipped)} steps done before). Activate with: "
-                   f"source {activate}")
+        _nothing_to_do(target, s.name, False, len(result.skipped))
     elif result.status == "stopped":
         click.echo(f"hpcprov: stopped after step {until} as asked; {target} is not ready yet "
                    "(run without --until to finish)")

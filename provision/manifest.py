@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from pathlib import Path
 
@@ -41,8 +42,10 @@ def parse_freeze(text: str) -> dict[str, str]:
         line = line.strip()
         if "==" in line:
             name, version = line.split("==", 1)
-        elif " @ " in line:
-            name, version = line.split(" @ ", 1)
+        elif " @ " in line:  # installed from a file: the version is in the wheel's name
+            name, url = line.split(" @ ", 1)
+            wheel = re.search(r"/[^/]+?-([^-/]+)-[^/]*\.whl", url)
+            version = wheel.group(1) if wheel else url
         else:
             continue
         out[name.strip().lower().replace("_", "-")] = version.strip()

@@ -208,3 +208,12 @@ def test_doctor_on_an_unfinished_prefix_names_the_step() -> None:
 def test_every_bundled_build_site_has_a_rule_verdict_it_accepts() -> None:
     for name in ("local", "local-tf", "neuron", "taurus", "testbed"):
         assert all(m.rule.verdict != "bad" for m in for_site(load_site(name))), name
+
+
+def test_pip_freeze_of_a_wheel_installed_from_a_file_gives_its_version() -> None:
+    from hpcprov.provision.manifest import framework_versions, parse_freeze
+
+    freeze = parse_freeze("horovod @ file:///w/0ef6/horovod-0.28.1-cp311-cp311-linux_x86_64"
+                          ".whl#sha256=19\ntorch==2.13.0+cpu\ntensorflow-cpu==2.21.0\n-e x\n")
+    assert framework_versions(freeze) == {"torch": "2.13.0+cpu", "tensorflow": "2.21.0",
+                                          "horovod": "0.28.1"}
