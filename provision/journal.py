@@ -44,7 +44,11 @@ class Journal:
     def save(self) -> None:
         data = {"site": self.site, "steps": {k: asdict(v) for k, v in self.steps.items()}}
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        try:
+            tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+        except OSError:
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, self.path)
 
     def done(self, step_id: str, fingerprint: str) -> bool:

@@ -9,6 +9,7 @@ done: without a manifest a prefix is not ready.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import fcntl
 import os
@@ -73,8 +74,10 @@ def prefix_lock(prefix: Path) -> Iterator[int]:
             raise HpcprovError(
                 f"{prefix} is being set up by another hpcprov (lock {path}: pid {holder}); "
                 "wait for it to finish, or stop it and run again") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        with contextlib.suppress(OSError):  # the holder's pid is only for the message
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+                      .encode(), 0)
         yield fd
     finally:
         os.close(fd)
@@ -129,6 +132,15 @@ class Runner:
                 path.unlink()
 
     def run(self, until: str | None = None, redo: bool = False) -> SetupResult:
+        try:
+            return self._run(until, redo)
+        except OSError as exc:  # hpcprov's own files (journal, lock, manifest) under the prefix
+            raise HpcprovError(f"{exc.strerror} while writing under {self.state}"
+                               f"{' (' + exc.filename + ')' if exc.filename else ''}: free "
+                               "space or fix permissions there, or choose another --prefix; "
+                               "then run the same command again") from None
+
+    def _run(self, until: str | None, redo: bool) -> SetupResult:
         start = time.monotonic()
         try:
             self.state.mkdir(parents=True, exist_ok=True)
@@ -155,8 +167,12 @@ class Runner:
                     self.reporter.note(f"resuming at step {pending[0]} "
                                        f"({len(done)} step(s) already done)")
             script = self.state / "setup.sh"
-            script.write_text(render_script(self.plan), encoding="utf-8")
-            script.chmod(0o755)
+            try:
+                script.write_text(render_script(self.plan), encoding="utf-8")
+                script.chmod(0o755)
+            except OSError as exc:
+                raise HpcprovError(f"cannot write {script}: {exc.strerror}; free space under "
+                                   f"{self.prefix} or choose another --prefix") from None
             total = len(prints)
             ids = list(prints)
             for step_id in pending:
@@ -172,54 +188,88 @@ class Runner:
             result.seconds = time.monotonic() - start
             return result
 
+    def _save(self, journal: Journal) -> None:
+        """Record the journal; on a full disk the previous journal stays (the next run then
+        repeats the step, which is safe)."""
+        try:
+            journal.save()
+        except OSError as exc:
+            self.reporter.note(f"hpcprov: warning: cannot write the journal ({exc.strerror}); "
+                               "the next run repeats this step")
+
     def _run_step(self, step, index: int, total: int, fingerprint: str,  # noqa: ANN001
                   journal: Journal, script: Path, lock_fd: int) -> None:
         logs = self.state / "logs"
-        logs.mkdir(exist_ok=True)
         log_path = logs / f"{index:02d}-{step.id}.log"
         rec = StepRecord("running", fingerprint, time.time(), log=str(log_path))
         journal.steps[step.id] = rec
-        journal.save()
+        self._save(journal)
         self.reporter.begin(index, total, step)
         t0 = time.monotonic()
+        tail: collections.deque[str] = collections.deque(maxlen=400)
+        log_error: OSError | None = None
         proc: subprocess.Popen[bytes] | None = None
         try:
-            with _signals_raise(), open(log_path, "wb") as log:
+            log = _open_log(logs, log_path)
+        except OSError as exc:
+            log, log_error = None, exc
+        try:
+            with _signals_raise():
                 proc = subprocess.Popen(
                     ["bash", str(script), step.id], stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True, pass_fds=(lock_fd,), env=self.env)
                 assert proc.stdout is not None
                 for raw in proc.stdout:
-                    log.write(raw)
-                    log.flush()
-                    self.reporter.line(raw.decode(errors="replace").rstrip("\n"))
+                    text = raw.decode(errors="replace").rstrip("\n")
+                    tail.append(text)
+                    if log is not None:
+                        try:
+                            log.write(raw)
+                            log.flush()
+                        except OSError as exc:  # a full disk: keep going, keep the tail
+                            log_error, log = exc, _close(log)
+                    self.reporter.line(text)
                 code = proc.wait()
         except Interrupted as exc:
             if proc is not None:
                 _stop(proc)
+            _close(log)
             rec.status, rec.seconds = "interrupted", time.monotonic() - t0
-            journal.save()
+            self._save(journal)
             self.reporter.end(step, rec.seconds, False)
             raise SetupFailed(
                 f"interrupted ({exc}) during step {step.id}; the prefix is not ready. "
                 f"Run the same command again to resume at {step.id}", step.id, 130,
                 log_path) from None
+        _close(log)
         rec.seconds = time.monotonic() - t0
         rec.exit_code = code
         rec.status = "done" if code == 0 else "failed"
-        journal.save()
+        self._save(journal)
         self.reporter.end(step, rec.seconds, code == 0)
+        if log_error is not None:
+            tail.append(f"hpcprov: could not write the log {log_path}: {log_error.strerror}")
         if code != 0:
-            text = log_path.read_text(errors="replace")
-            tail = text.splitlines()[-15:]
-            if not any("hpcprov: error: " in ln for ln in tail):
-                self.reporter.note("    last lines of the log:")
-                for ln in tail:
+            lines = list(tail)
+            if not any("hpcprov: error: " in ln for ln in lines[-15:]):
+                self.reporter.note("    last lines of the output:")
+                for ln in lines[-15:]:
                     self.reporter.note("    | " + ln)
-            why = diagnose(text) or "see the log"
+            why = diagnose("\n".join(lines)) or "see the log"
             raise SetupFailed(
                 f"step {step.id} failed (exit {code}): {why}\n"
                 f"log: {log_path}\n"
                 f"the prefix is not ready; after fixing, run the same command again: it "
                 f"resumes at {step.id}", step.id, 1, log_path)
+
+
+def _open_log(folder: Path, path: Path):  # noqa: ANN202 - a binary file
+    folder.mkdir(exist_ok=True)
+    return open(path, "wb")  # noqa: SIM115 - closed by _close
+
+
+def _close(log) -> None:  # noqa: ANN001
+    if log is not None:
+        with contextlib.suppress(OSError):
+            log.close()
