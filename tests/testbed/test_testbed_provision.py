@@ -72,7 +72,7 @@ def test_the_provisioned_prefix_runs_horovod_on_two_nodes(provisioned: Path, slu
                   str(slurm.workdir / "hvd_allreduce.py")])
     script, err = capsys.readouterr()
     assert rc == 0, err
-    assert f"source {provisioned}/activate" in script
+    assert f"source {provisioned}/venvs/horovod/bin/activate" in script
     job = slurm.sbatch(script, name="hvd.sh", timeout=180)
     assert job.state == "COMPLETED", (job, script)
     recs = [json.loads(m) for m in re.findall(r"\{[^{}]*\}", job.output)]
