@@ -482,6 +482,111 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
         raise click.exceptions.Exit(1)
 
 
+@cli.command("validate")
+@site_option
+@click.option("--partition", "-p", help="partition (default: the site's default)")
+@click.option("--nodes", "-N", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--checks", default="env,allreduce,train", show_default=True,
+              help="comma-separated: env, allreduce, train, pernode")
+@click.option("--env", "prefix", help="provisioned prefix to run in (default: the site's)")
+@click.option("--ranks-per-node", type=click.IntRange(1),
+              help="ranks per node (default: one per GPU, 1 without GPUs)")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--max-bytes", type=click.IntRange(8), default=256 * 1024 * 1024,
+              show_default=True, help="largest allreduce message")
+@click.option("--iters", type=click.IntRange(1), default=20, show_default=True)
+@click.option("--steps", type=click.IntRange(1), default=30, show_default=True,
+              help="training steps")
+@click.option("--timeout", type=click.FloatRange(1), default=1800, show_default=True,
+              help="seconds for the whole run; late jobs are cancelled")
+@click.option("--pending-timeout", type=click.FloatRange(1), default=600, show_default=True,
+              help="cancel a job still pending after this many seconds")
+@click.option("--workdir", help="run directory, visible to the nodes (default: under scratch)")
+@click.option("--option", "-o", "options", multiple=True, metavar="NAME=VALUE",
+              help="scheduler option for every job (e.g. -o account=def-pi)")
+@click.option("--junit", type=click.Path(dir_okay=False), help="write JUnit XML here")
+@click.option("--report", type=click.Path(dir_okay=False),
+              help="write a Markdown report here (with busbw.png beside it)")
+@click.option("--compare", metavar="latest|FILE",
+              help="compare with a stored run (a regression over 10%% fails)")
+@click.option("--no-history", is_flag=True, help="do not store this run in the history")
+@json_option
+def validate_cmd(site: str | None, partition: str | None, nodes: int, checks: str,
+                 prefix: str | None, ranks_per_node: int | None, device: str, max_bytes: int,
+                 iters: int, steps: int, timeout: float, pending_timeout: float,
+                 workdir: str | None, options: tuple[str, ...], junit: str | None,
+                 report: str | None, compare: str | None, no_history: bool,
+                 as_json: bool) -> None:
+    """Submit multi-node allreduce and training jobs, measure, judge, report (exit 0 = pass)."""
+    from pathlib import Path
+
+    from hpcprov.errors import UsageError
+    from hpcprov.options import parse_option
+    from hpcprov.provision.manifest import read_manifest
+    from hpcprov.validate import report as rep
+    from hpcprov.validate.execute import executor_for, partition_nodes
+    from hpcprov.validate.plan import CHECKS, Options
+    from hpcprov.validate.run import default_rundir, run_validation
+
+    s = _load(site)
+    wanted = tuple(c.strip() for c in checks.split(",") if c.strip())
+    bad = [c for c in wanted if c not in CHECKS]
+    if bad or not wanted:
+        raise UsageError(f"--checks {checks!r}: choose from {', '.join(CHECKS)}")
+    try:
+        pname = s.partition(partition)[0]
+    except KeyError:
+        raise UsageError(f"--partition {partition!r}: site {s.name} has "
+                         f"{', '.join(s.partitions)}") from None
+    part = s.partitions[pname]
+    if nodes > part.nodes:
+        raise UsageError(f"--nodes {nodes}: partition {pname} has {part.nodes} node(s)")
+    extra = dict(parse_option(o) for o in options)
+    target = Path(expand_prefix(prefix or s.prefix()))
+    if s.python.backend != "container" and read_manifest(target) is None:
+        raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
+                         f"hpcprov setup --site {s.name} --prefix {target} first, or pass --env")
+    env = None
+    if s.scheduler.value == "slurm" and "pernode" in wanted:
+        node_names = tuple(partition_nodes(pname))
+    else:
+        node_names = (os.uname().nodename,) if "pernode" in wanted else ()
+    o = Options(s, pname, nodes, wanted, ranks_per_node, device, max_bytes, 8, iters, steps,
+                node_names, extra)
+    rundir = Path(expand_prefix(workdir or default_rundir(o)))
+    say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
+    data = run_validation(o, str(target) if s.python.backend != "container" else None, rundir,
+                          executor_for(s.scheduler.value, env), timeout, pending_timeout, say)
+    if compare:
+        baseline = rep.load_baseline(s.name, compare)
+        if baseline is None:
+            raise UsageError(f"--compare {compare}: no stored run for site {s.name}")
+        rows, worse = rep.compare(data, baseline)
+        data["compare"] = rows
+        data["outcomes"] += [w.to_json() for w in worse]
+        data["ok"] = data["ok"] and not worse
+    if not no_history:
+        data["history"] = str(rep.save_history(data))
+    if junit:
+        Path(junit).write_text(rep.junit(data))
+    if report:
+        png = Path(report).with_name(Path(report).stem + "-busbw.png")
+        made = rep.plot_busbw(data, png)
+        Path(report).write_text(rep.markdown(data, png.name if made else None))
+    if as_json:
+        _emit_json(data)
+    else:
+        from hpcprov.validate.judge import Outcome
+
+        click.echo(rep.table([Outcome(**x) for x in data["outcomes"]]))
+        verdict = "PASS" if data["ok"] else "FAIL"
+        click.echo(f"hpcprov: {verdict}: {s.name}/{pname}, {nodes} node(s), "
+                   f"{data['seconds']:.1f} s (harness overhead {data['overhead_s']:.2f} s); "
+                   f"run directory {rundir}")
+    if not data["ok"]:
+        raise click.exceptions.Exit(1)
+
+
 @cli.command("guide")
 @site_option
 @click.option("--partition", "-p")

@@ -1,0 +1,270 @@
+"""The effect layer of a validation run: submit job scripts, poll them, collect output.
+
+Three executors: plain processes (site without a scheduler), Slurm (sbatch, then
+`scontrol show job -o` with a short backoff, never `sbatch --wait`), PBS (qsub, qstat -f).
+A job's exit status comes from the scheduler when it knows it, else from the status file
+the job script's EXIT trap wrote; a job whose status cannot be learned is an error, never a
+pass. Every submission and state change is recorded in the run's events.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TERMINAL_SLURM = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                  "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
+
+
+@dataclass
+class Handle:
+    """A submitted job and what is known about it."""
+
+    job_id: str
+    script: Path
+    output: Path
+    exit_file: Path
+    submitted: float
+    state: str = "PENDING"
+    exit_code: int | None = None
+    nodes: str = ""
+    started: float | None = None
+    ended: float | None = None
+    reason: str = ""
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.ended is not None
+
+
+class Executor:
+    """Base: subclasses submit and refresh; wait() is shared."""
+
+    name = "base"
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = env
+        self.events: list[dict[str, object]] = []
+
+    def _event(self, handle: Handle, what: str) -> None:
+        self.events.append({"t": time.time(), "job": handle.job_id, "event": what,
+                            "state": handle.state})
+
+    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+        raise NotImplementedError
+
+    def refresh(self, handles: list[Handle]) -> None:
+        raise NotImplementedError
+
+    def cancel(self, handle: Handle) -> None:
+        raise NotImplementedError
+
+    def wait(self, handles: list[Handle], timeout_s: float, pending_timeout_s: float | None
+             = None) -> None:
+        """Poll until every job ended or the timeout; late jobs are cancelled and marked.
+
+        The delay starts at 20 ms and grows to 0.5 s, so a short job is noticed quickly
+        and a long one costs few scheduler queries."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.02
+        while True:
+            live = [h for h in handles if not h.done]
+            if not live:
+                return
+            self.refresh(live)
+            now = time.monotonic()
+            for h in live:
+                if h.done:
+                    self._event(h, f"ended rc={h.exit_code}")
+                    continue
+                stuck = (pending_timeout_s is not None and h.started is None
+                         and now - h.submitted > pending_timeout_s)
+                if now > deadline or stuck:
+                    self.cancel(h)
+                    h.state = "PENDING_TIMEOUT" if stuck else "TIMEOUT"
+                    h.reason = ("still pending after " f"{pending_timeout_s:.0f} s"
+                                if stuck else f"not finished after {timeout_s:.0f} s")
+                    h.exit_code, h.ended = None, now
+                    self._event(h, "cancelled: " + h.reason)
+            if all(h.done for h in handles):
+                return
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+
+def _read_exit(path: Path) -> int | None:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+class LocalExecutor(Executor):
+    """Jobs as local processes (the `local` site)."""
+
+    name = "local"
+
+    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+        env = dict(self.env or os.environ)
+        if os.geteuid() == 0:  # Open MPI refuses root unless told (mpirun launchers)
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        with open(output, "wb") as out:
+            proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                                    cwd=script.parent)
+        h = Handle(str(proc.pid), script, output, exit_file, time.monotonic(), "RUNNING",
+                   nodes=os.uname().nodename, proc=proc)
+        h.started = h.submitted
+        self._event(h, "started")
+        return h
+
+    def refresh(self, handles: list[Handle]) -> None:
+        for h in handles:
+            assert h.proc is not None
+            rc = h.proc.poll()
+            if rc is not None:
+                h.exit_code, h.ended = rc, time.monotonic()
+                h.state = "COMPLETED" if rc == 0 else "FAILED"
+
+    def cancel(self, handle: Handle) -> None:
+        if handle.proc is not None and handle.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(handle.proc.pid, signal.SIGKILL)
+            handle.proc.wait()
+
+
+class SlurmExecutor(Executor):
+    """sbatch, then scontrol; sacct or the status file once the controller forgot a job."""
+
+    name = "slurm"
+
+    def _run(self, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), capture_output=True, text=True, env=self.env,
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+
+    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+        proc = self._run("sbatch", "--parsable", f"--output={output}", f"--error={output}",
+                         str(script))
+        if proc.returncode != 0:
+            from hpcprov.errors import HpcprovError
+
+            raise HpcprovError(f"sbatch refused {script.name}: "
+                               f"{(proc.stderr or proc.stdout).strip()}")
+        job_id = proc.stdout.strip().split(";")[0]
+        h = Handle(job_id, script, output, exit_file, time.monotonic())
+        self._event(h, "submitted")
+        return h
+
+    def refresh(self, handles: list[Handle]) -> None:
+        for h in handles:
+            proc = self._run("scontrol", "show", "job", "-o", h.job_id)
+            info = dict(re.findall(r"(\w+)=(\S*)", proc.stdout)) if proc.returncode == 0 \
+                else {}
+            if not info:
+                self._forgotten(h)
+                continue
+            state = info.get("JobState", "UNKNOWN")
+            if state != h.state:
+                h.state = state
+                self._event(h, "state")
+            if state == "RUNNING" and h.started is None:
+                h.started = time.monotonic()
+            if info.get("NodeList") not in (None, "(null)"):
+                h.nodes = info["NodeList"]
+            h.reason = info.get("Reason", "") if info.get("Reason") != "None" else ""
+            if state in TERMINAL_SLURM:
+                h.exit_code = _slurm_rc(info.get("ExitCode", ""))
+                if h.exit_code is None:
+                    h.exit_code = _read_exit(h.exit_file)
+                h.ended = time.monotonic()
+
+    def _forgotten(self, h: Handle) -> None:
+        """The controller purged the job: ask accounting, else read the status file."""
+        if shutil.which("sacct"):
+            proc = self._run("sacct", "-n", "-X", "-P", "-j", h.job_id, "-o",
+                             "State,ExitCode,NodeList")
+            fields = proc.stdout.strip().split("|") if proc.returncode == 0 else []
+            if len(fields) >= 2 and fields[0]:
+                h.state = fields[0].split()[0]
+                h.exit_code = _slurm_rc(fields[1])
+                h.nodes = fields[2] if len(fields) > 2 else h.nodes
+                h.ended = time.monotonic()
+                return
+        h.exit_code = _read_exit(h.exit_file)
+        h.state = "UNKNOWN" if h.exit_code is None else (
+            "COMPLETED" if h.exit_code == 0 else "FAILED")
+        h.reason = "the controller forgot the job and accounting is unavailable" \
+            if h.exit_code is None else ""
+        h.ended = time.monotonic()
+
+    def cancel(self, handle: Handle) -> None:
+        self._run("scancel", handle.job_id)
+
+
+def _slurm_rc(text: str) -> int | None:
+    m = re.match(r"(\d+):(\d+)", text or "")
+    if not m:
+        return None
+    rc, sig = int(m.group(1)), int(m.group(2))
+    return rc if sig == 0 else 128 + sig
+
+
+class PbsExecutor(Executor):
+    """qsub, then qstat -f (PBS Pro / Torque); the status file gives the exit code."""
+
+    name = "pbs"
+
+    def _run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), capture_output=True, text=True, env=self.env,
+                              timeout=60, stdin=subprocess.DEVNULL)
+
+    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+        proc = self._run("qsub", "-o", str(output), "-j", "oe", str(script))
+        if proc.returncode != 0:
+            from hpcprov.errors import HpcprovError
+
+            raise HpcprovError(f"qsub refused {script.name}: {proc.stderr.strip()}")
+        h = Handle(proc.stdout.strip(), script, output, exit_file, time.monotonic())
+        self._event(h, "submitted")
+        return h
+
+    def refresh(self, handles: list[Handle]) -> None:
+        for h in handles:
+            proc = self._run("qstat", "-f", h.job_id)
+            state = re.search(r"job_state = (\w)", proc.stdout)
+            if proc.returncode != 0 or (state and state.group(1) in "CF"):
+                code = re.search(r"Exit_status = (-?\d+)", proc.stdout)
+                h.exit_code = int(code.group(1)) if code else _read_exit(h.exit_file)
+                h.state = "COMPLETED" if h.exit_code == 0 else (
+                    "UNKNOWN" if h.exit_code is None else "FAILED")
+                h.ended = time.monotonic()
+            elif state and state.group(1) == "R" and h.started is None:
+                h.started, h.state = time.monotonic(), "RUNNING"
+
+    def cancel(self, handle: Handle) -> None:
+        self._run("qdel", handle.job_id)
+
+
+def executor_for(scheduler: str, env: dict[str, str] | None = None) -> Executor:
+    return {"slurm": SlurmExecutor, "pbs": PbsExecutor}.get(scheduler, LocalExecutor)(env)
+
+
+def partition_nodes(partition: str, env: dict[str, str] | None = None) -> list[str]:
+    """The nodes of a Slurm partition that can take jobs (sinfo)."""
+    proc = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    nodes = []
+    for line in proc.stdout.splitlines():
+        name, _, state = line.partition(" ")
+        if name and not state.strip().startswith(("down", "drain", "fail")):
+            nodes.append(name)
+    return sorted(set(nodes))

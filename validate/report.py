@@ -1,0 +1,150 @@
+"""Outputs of a validation run: terminal table, JSON, JUnit XML, Markdown report with a
+busbw plot, the per-site history and the comparison with a baseline."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from hpcprov.validate.judge import Outcome
+
+
+def _fmt(v: float | None) -> str:
+    if v is None:
+        return ""
+    return f"{v:.4g}"
+
+
+def table(outcomes: list[Outcome]) -> str:
+    rows = [("STATUS", "CHECK", "MEASURED", "EXPECTED", "NODES", "DETAIL")]
+    for o in outcomes:
+        rows.append((o.status.upper(), o.name, f"{_fmt(o.measured)} {o.unit}".strip(),
+                     o.expected, o.nodes, o.detail))
+    widths = [min(max(len(r[i]) for r in rows), 48) for i in range(5)]
+    lines = []
+    for r in rows:
+        cells = [r[i][:48].ljust(widths[i]) for i in range(5)] + [r[5]]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def junit(data: dict) -> str:  # type: ignore[type-arg]
+    outcomes = [o for o in data["outcomes"] if o["status"] != "info"]
+    suite = ET.Element("testsuite", name=f"hpcprov-validate-{data['site']}",
+                       tests=str(len(outcomes)),
+                       failures=str(sum(o["status"] == "fail" for o in outcomes)),
+                       errors=str(sum(o["status"] == "error" for o in outcomes)),
+                       time=f"{data['seconds']:.3f}", timestamp=data["started"])
+    for o in outcomes:
+        case = ET.SubElement(suite, "testcase", classname=f"{data['site']}.{o['check']}",
+                             name=o["name"])
+        text = (f"measured {_fmt(o['measured'])} {o['unit']}, expected {o['expected']}, "
+                f"nodes {o['nodes']}: {o['detail']}")
+        if o["status"] == "fail":
+            ET.SubElement(case, "failure", message=text).text = text
+        elif o["status"] == "error":
+            ET.SubElement(case, "error", message=text).text = text
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def plot_busbw(data: dict, path: Path) -> bool:  # type: ignore[type-arg]
+    """busbw against message size, one line per implementation (matplotlib, if present)."""
+    series = {}
+    for job in data["jobs"]:
+        rows = [r for r in job["records"] if r.get("check") == "allreduce"]
+        if rows and job["check"] == "allreduce":
+            series[job["id"]] = sorted((r["size_bytes"], r["busbw_GBps"]) for r in rows)
+    if not series:
+        return False
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for name, pts in series.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("message size (bytes)")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"allreduce busbw, {data['site']} {data['partition']}, {data['nodes']} node(s)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return True
+
+
+def markdown(data: dict, plot: str | None) -> str:  # type: ignore[type-arg]
+    ok = data["ok"]
+    out = [f"# hpcprov validate: {data['site']} / {data['partition']} / {data['nodes']} node(s)",
+           "", f"**{'PASS' if ok else 'FAIL'}** - started {data['started']}, "
+           f"{data['seconds']:.1f} s, harness overhead {data['overhead_s']:.2f} s", "",
+           "| status | check | measured | expected | nodes | detail |",
+           "|---|---|---|---|---|---|"]
+    for o in data["outcomes"]:
+        out.append(f"| {o['status']} | {o['name']} | {_fmt(o['measured'])} {o['unit']} | "
+                   f"{o['expected']} | {o['nodes']} | {o['detail']} |")
+    if plot:
+        out += ["", f"![busbw against message size]({plot})"]
+    out += ["", "## Jobs", "", "| job | state | exit | nodes | seconds |", "|---|---|---|---|---|"]
+    for j in data["jobs"]:
+        out.append(f"| {j['id']} | {j['state']} | {j['exit_code']} | {j['node_list']} | "
+                   f"{j['seconds']:.1f} |")
+    if data.get("compare"):
+        out += ["", "## Against the baseline", "", "| metric | before | after | change |",
+                "|---|---|---|---|"]
+        for c in data["compare"]:
+            out.append(f"| {c['name']} | {_fmt(c['before'])} | {_fmt(c['after'])} | "
+                       f"{c['change'] * 100:+.1f}% |")
+    return "\n".join(out) + "\n"
+
+
+def history_dir(site: str) -> Path:
+    base = os.environ.get("HPCPROV_HISTORY") or os.path.join(
+        os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share"),
+        "hpcprov", "validate")
+    return Path(base) / site
+
+
+def save_history(data: dict) -> Path:  # type: ignore[type-arg]
+    folder = history_dir(data["site"])
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
+    path.write_text(json.dumps(data, indent=2) + "\n")
+    return path
+
+
+def load_baseline(site: str, ref: str) -> dict | None:  # type: ignore[type-arg]
+    """A stored run: a file path, or 'latest' (the newest in the site's history)."""
+    if ref != "latest":
+        return json.loads(Path(ref).read_text())
+    runs = sorted(history_dir(site).glob("*.json"))
+    return json.loads(runs[-1].read_text()) if runs else None
+
+
+def compare(now: dict, before: dict, tolerance: float = 0.1) -> tuple[list[dict], list[Outcome]]:  # type: ignore[type-arg]
+    """Every measured metric in both runs, and a failure for each that got worse by more
+    than the tolerance (higher is better for all of hpcprov's metrics)."""
+    old = {o["name"]: o for o in before.get("outcomes", []) if o.get("measured") is not None}
+    rows, worse = [], []
+    for o in now["outcomes"]:
+        prev = old.get(o["name"])
+        if o.get("measured") is None or prev is None or not prev["measured"] or \
+                o["name"].endswith("in sync"):
+            continue
+        change = o["measured"] / prev["measured"] - 1
+        rows.append({"name": o["name"], "before": prev["measured"], "after": o["measured"],
+                     "change": change})
+        if change < -tolerance:
+            worse.append(Outcome(o["check"], f"{o['name']} vs baseline", "fail", o["measured"],
+                                 f">= {prev['measured'] * (1 - tolerance):.4g} (baseline "
+                                 f"{prev['measured']:.4g})", o["unit"], o["nodes"],
+                                 f"{change * 100:+.1f}% against the baseline"))
+    return rows, worse
