@@ -1,0 +1,129 @@
+"""The validation suite's pure parts: the job plan, the judgement, the reports."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+from hpcprov.validate.judge import JobResult, judge, parse_records, size_label
+from hpcprov.validate.plan import Options, job_script, plan_jobs
+from hpcprov.validate.report import compare, junit, markdown, table
+
+from hpcprov.model import Reference
+from hpcprov.profiles import load_site
+
+
+def test_testbed_plan_has_every_implementation_and_a_1_node_baseline() -> None:
+    site = load_site("testbed")
+    o = Options(site, "amd_a100nv_8", 2, ("env", "allreduce", "train", "pernode"),
+                node_names=("gpu01", "gpu02"))
+    jobs = {j.id: j for j in plan_jobs(o)}
+    assert {"allreduce-torch-gloo", "allreduce-horovod-gloo", "allreduce-horovod-mpi"} <= set(jobs)
+    assert jobs["train-torch-ddp-1node"].baseline and jobs["train-torch-ddp-1node"].nodes == 1
+    assert [j.node for j in plan_jobs(o) if j.check == "pernode"] == ["gpu01", "gpu02"]
+    script = job_script(jobs["pernode-gpu02"], o, "/p", "/run", ("python", "/run/a.py"))
+    assert "#SBATCH --nodelist=gpu02" in script
+    assert "trap 'echo $? > /run/pernode-gpu02.exit' EXIT" in script
+    assert script.index("trap ") < script.index("set -eo pipefail")
+
+
+def test_the_tensorflow_env_trains_with_both_apis_so_keras_drift_is_caught() -> None:
+    site = load_site("local-tf")
+    ids = [j.id for j in plan_jobs(Options(site, "local", 1, ("train",)))]
+    assert "train-horovod-tf-tape" in ids and "train-horovod-tf-keras" in ids
+
+
+def rec(size: int, busbw: float, correct: bool = True) -> dict:  # type: ignore[type-arg]
+    return {"check": "allreduce", "size_bytes": size, "busbw_GBps": busbw, "correct": correct,
+            "ranks": 2}
+
+
+def job(id_: str, check: str, records: list, exit_code: int | None = 0,  # type: ignore[type-arg]
+        **kw: object) -> JobResult:
+    return JobResult(id_, check, kw.pop("impl", "torch-gloo"), kw.pop("nodes", 2),  # type: ignore[arg-type]
+                     "COMPLETED" if exit_code == 0 else "FAILED", exit_code,
+                     kw.pop("node_list", "gpu[01-02]"), records, [], 1.0, **kw)  # type: ignore[arg-type]
+
+
+def test_busbw_against_the_reference_band() -> None:
+    refs = {"allreduce_busbw_64MiB": Reference(value=10.0, lower=-0.1, unit="GB/s")}
+    ok = judge([job("a", "allreduce", [rec(64 << 20, 9.5)])], refs)
+    slow = judge([job("a", "allreduce", [rec(64 << 20, 8.0)])], refs)
+    assert [o.status for o in ok if "busbw" in o.name] == ["pass"]
+    (o,) = [o for o in slow if "busbw" in o.name]
+    assert o.status == "fail" and o.measured == 8.0 and ">= 9" in o.expected
+    assert o.nodes == "gpu[01-02]"
+
+
+def test_a_wrong_sum_fails_and_a_dead_job_is_an_error_naming_its_nodes() -> None:
+    out = judge([job("a", "allreduce", [rec(8, 0.1, correct=False)]),
+                 job("b", "allreduce", [], exit_code=None, node_list="gpu02",
+                     reason="NODE_FAIL")], {})
+    status = {o.name: o for o in out}
+    assert status["a correctness"].status == "fail"
+    assert status["b"].status == "error" and status["b"].nodes == "gpu02"
+    assert "NODE_FAIL" in status["b"].detail
+
+
+def test_training_out_of_sync_fails_and_efficiency_uses_the_1_node_run() -> None:
+    synced = {"check": "train", "in_sync": True, "max_param_spread": 0.0,
+              "samples_per_s_total": 150.0}
+    drift = {"check": "train", "in_sync": False, "max_param_spread": 0.23,
+             "samples_per_s_total": 150.0}
+    base = {"check": "train", "in_sync": True, "max_param_spread": 0.0,
+            "samples_per_s_total": 100.0}
+    out = judge([job("t", "train", [synced], impl="x"),
+                 job("t1", "train", [base], impl="x", nodes=1, baseline=True),
+                 job("k", "train", [drift], exit_code=1, impl="keras")], {})
+    by = {o.name: o for o in out}
+    assert by["t in sync"].status == "pass"
+    assert by["t scaling efficiency"].measured == pytest.approx(0.75)
+    assert by["k in sync"].status == "fail" and "not averaged" in by["k in sync"].detail
+    assert "k" not in by  # the failure is explained by the check, not a bare job error
+
+
+def test_pernode_names_the_slow_node() -> None:
+    jobs = [job(f"pernode-{n}", "pernode", [rec(1 << 20, bw)], nodes=1, node_list=n, pinned=n)
+            for n, bw in (("gpu01", 2.0), ("gpu02", 2.1), ("gpu03", 0.3), ("gpu04", 1.9))]
+    bad = [o for o in judge(jobs, {}) if o.status != "pass"]
+    assert [(o.name, o.nodes) for o in bad] == [("pernode gpu03 busbw", "gpu03")]
+
+
+def test_records_are_found_behind_launcher_prefixes() -> None:
+    text = ('[1]<stdout>:noise\n[0]<stdout>:HPCPROV_RESULT {"check": "allreduce", '
+            '"size_bytes": 8}\nHPCPROV_RESULT {broken\n')
+    assert parse_records(text) == [{"check": "allreduce", "size_bytes": 8}]
+    assert [size_label(n) for n in (8, 1024, 64 << 20, 3000)] == ["8B", "1KiB", "64MiB",
+                                                                    "3000B"]
+
+
+def run_data(busbw: float) -> dict:  # type: ignore[type-arg]
+    outcomes = judge([job("a", "allreduce", [rec(1 << 20, busbw)])], {})
+    return {"site": "testbed", "partition": "p", "nodes": 2, "started": "now", "seconds": 3.0,
+            "overhead_s": 0.4, "ok": True, "outcomes": [o.to_json() for o in outcomes],
+            "jobs": []}
+
+
+def test_compare_fails_a_regression_and_reports_every_metric() -> None:
+    rows, worse = compare(run_data(1.0), run_data(2.0))
+    assert rows and rows[0]["change"] == pytest.approx(-0.5)
+    assert len(worse) == 1 and worse[0].status == "fail"
+    assert compare(run_data(1.95), run_data(2.0))[1] == []
+
+
+def test_junit_and_markdown_and_table() -> None:
+    data = run_data(1.0)
+    data["outcomes"].append({"check": "train", "name": "t in sync", "status": "fail",
+                             "measured": 0.2, "expected": "0", "unit": "", "nodes": "gpu02",
+                             "detail": "drift"})
+    suite = ET.fromstring(junit(data).split("?>", 1)[1])
+    assert suite.get("failures") == "1" and suite.get("tests") == "2"
+    assert suite.find("testcase/failure") is not None
+    md = markdown(data, "x.png")
+    assert "![busbw against message size](x.png)" in md and "| fail | t in sync |" in md
+    from hpcprov.validate.judge import Outcome
+
+    text = table([Outcome(**o) for o in data["outcomes"]])
+    assert text.splitlines()[0].startswith("STATUS") and "FAIL" in text
+    json.dumps(data)
