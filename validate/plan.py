@@ -95,7 +95,10 @@ def ranks_per_node(o: Options) -> int:
     if o.ranks_per_node:
         return o.ranks_per_node
     gpus = o.site.partitions[o.partition].gpus.count
-    return gpus if o.device == "cuda" and gpus else 1
+    if o.device == "cuda" and gpus:
+        return gpus
+    # one rank per node measures the network; a machine alone needs two to measure anything
+    return 2 if o.site.scheduler == Scheduler.none else 1
 
 
 def _imports(site: Site) -> str:

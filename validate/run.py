@@ -19,9 +19,10 @@ from hpcprov.shell import join
 PROGRAMS = ("allreduce.py", "train.py", "envcheck.py")
 
 
-def copy_programs(rundir: Path) -> None:
+def copy_programs(rundir: Path, names: set[str]) -> None:
+    """Put the programs the jobs run into the run directory (the nodes read them there)."""
     folder = resources.files("hpcprov.validate") / "programs"
-    for name in PROGRAMS:
+    for name in sorted(names):
         (rundir / name).write_text((folder / name).read_text())
 
 
@@ -58,8 +59,8 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
     t0 = time.monotonic()
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rundir.mkdir(parents=True, exist_ok=True)
-    copy_programs(rundir)
     jobs = plan_jobs(o)
+    copy_programs(rundir, {j.program for j in jobs})
     rounds = [[j] for j in jobs if j.check != "pernode"]
     if any(j.check == "pernode" for j in jobs):
         rounds.append([j for j in jobs if j.check == "pernode"])
