@@ -14,6 +14,7 @@ from hpcprov.validate.execute import Executor, Handle
 from hpcprov.validate.judge import JobResult, judge, parse_records
 from hpcprov.validate.plan import Job, Options, has_horovod, job_script, plan_jobs
 
+from hpcprov.errors import HpcprovError
 from hpcprov.shell import join
 
 PROGRAMS = ("allreduce.py", "train.py", "envcheck.py")
@@ -72,17 +73,24 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
             results += [_not_run(j, f"not run: the {timeout_s:.0f} s timeout was spent")
                         for j in rnd]
             continue
-        handles = []
+        handles, submitted = [], []
         for job in rnd:
             script = rundir / f"{job.id}.sh"
             script.write_text(job_script(job, o, prefix, str(rundir),
                                          command_for(job, o, rundir)))
             (rundir / f"{job.id}.exit").unlink(missing_ok=True)
-            handles.append(executor.submit(script, rundir / f"{job.id}.out",
-                                           rundir / f"{job.id}.exit"))
-        progress(f"running {', '.join(j.id for j in rnd)}")
-        executor.wait(handles, min(left, max(j.timeout_s for j in rnd)), pending_timeout_s)
-        for job, h in zip(rnd, handles, strict=True):
+            try:
+                handles.append(executor.submit(script, rundir / f"{job.id}.out",
+                                               rundir / f"{job.id}.exit"))
+                submitted.append(job)
+            except HpcprovError as exc:  # the scheduler refused it: an error, not the end
+                results.append(_not_run(job, f"refused by the scheduler: {exc}"))
+        if not handles:
+            continue
+        progress(f"running {', '.join(j.id for j in submitted)}")
+        executor.wait(handles, min(left, max(j.timeout_s for j in submitted)),
+                      pending_timeout_s)
+        for job, h in zip(submitted, handles, strict=True):
             res = _result(job, h)
             results.append(res)
             progress(f"{job.id}: {h.state} (exit {h.exit_code}) in {res.seconds:.1f} s")
