@@ -1,0 +1,390 @@
+"""The programs the validation suite runs inside jobs (validate/programs/), run for real.
+
+They are run the way a job runs them, with two local ranks: torch.distributed over Gloo
+through torchrun, and Horovod over Gloo through horovodrun (skipped when horovod.torch does
+not import in this interpreter). The TensorFlow tests need TensorFlow and horovod.tensorflow
+in this interpreter and are skipped without them.
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import importlib.resources
+import importlib.util
+import json
+import math
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+from hpcprov_tests import REPO
+
+PROGRAMS = ("allreduce.py", "train.py", "envcheck.py")
+FRAMEWORKS = {"torch", "tensorflow", "horovod", "numpy"}
+LINE = re.compile(r"(HPCPROV_[A-Z]+) (\{.*\})\s*$")
+# launcher variables that must not leak into the runs from the environment of the tests
+LAUNCHER_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                 "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                 "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "SLURM_PROCID", "SLURM_NTASKS",
+                 "SLURM_LOCALID", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK")
+SMALL = ("--max-bytes", "1048576", "--iters", "3", "--warmup", "1")
+
+
+def source(name: str) -> str:
+    return importlib.resources.files("hpcprov.validate.programs").joinpath(name).read_text()
+
+
+@pytest.fixture
+def programs(tmp_path: Path) -> Path:
+    """The programs copied into a job directory, as the validation suite does."""
+    job = tmp_path / "job"
+    job.mkdir()
+    for name in PROGRAMS:
+        (job / name).write_text(source(name))
+    return job
+
+
+def load(name: str) -> ModuleType:
+    """A program imported as a module (its functions, without running main)."""
+    path = REPO / "validate" / "programs" / name
+    spec = importlib.util.spec_from_file_location(f"hpcprov_program_{path.stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def job_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
+    env["OMP_NUM_THREADS"] = "1"  # two ranks on the test machine's cores
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Run:
+    """A finished run: exit status, output, and the HPCPROV_* records it printed."""
+
+    def __init__(self, proc: subprocess.CompletedProcess[str]) -> None:
+        self.rc, self.out, self.err = proc.returncode, proc.stdout, proc.stderr
+        self.records: list[tuple[str, dict]] = []
+        for line in self.out.splitlines():  # horovodrun prefixes "[0]<stdout>:"
+            match = LINE.search(line)
+            if match:
+                self.records.append((match.group(1), json.loads(match.group(2))))
+
+    def tagged(self, tag: str) -> list[dict]:
+        return [record for t, record in self.records if t == tag]
+
+    @property
+    def results(self) -> list[dict]:
+        return self.tagged("HPCPROV_RESULT")
+
+    @property
+    def done(self) -> dict:
+        (done,) = self.tagged("HPCPROV_DONE")
+        return done
+
+    def __repr__(self) -> str:  # what a failed assertion shows
+        return f"rc={self.rc}\n--- stdout\n{self.out[-4000:]}\n--- stderr\n{self.err[-4000:]}"
+
+
+def run(argv: list[str], cwd: Path, env: dict[str, str] | None = None) -> Run:
+    proc = subprocess.run(argv, cwd=cwd, env=env or job_env(), capture_output=True, text=True,
+                          timeout=600)
+    return Run(proc)
+
+
+def torchrun(job: Path, program: str, *args: str) -> Run:
+    return run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", "2", str(job / program), *args], job)
+
+
+@functools.cache
+def importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except Exception:
+        return False
+    return True
+
+
+def horovodrun(job: Path, program: str, *args: str) -> Run:
+    if not importable("horovod.torch"):
+        pytest.skip("horovod.torch does not import in this interpreter")
+    exe = Path(sys.executable).parent / "horovodrun"
+    launcher = [str(exe)] if exe.exists() else [shutil.which("horovodrun") or "horovodrun"]
+    return run([*launcher, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
+                str(job / program), *args], job)
+
+
+def needs_tensorflow() -> None:
+    if importlib.util.find_spec("tensorflow") is None:
+        pytest.skip("TensorFlow is not installed in this interpreter")
+    if not importable("horovod.tensorflow"):
+        pytest.skip("horovod.tensorflow does not import in this interpreter")
+
+
+# ------------------------------------------------------------------ standalone files
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_programs_are_standalone_package_data(name: str) -> None:
+    """Shipped in the package, and runnable without hpcprov: the standard library at the top,
+    the frameworks imported lazily inside functions, nothing newer than Python 3.8."""
+    text = source(name)
+    assert text.startswith("#!/usr/bin/env python3\n")
+    tree = ast.parse(text, feature_version=(3, 8))
+    compile(text, name, "exec")
+
+    def roots(node: ast.AST) -> set[str]:
+        if isinstance(node, ast.Import):
+            return {alias.name.split(".")[0] for alias in node.names}
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            return {node.module.split(".")[0]}
+        return set()
+
+    top = set().union(*(roots(node) for node in tree.body))
+    everywhere = set().union(*(roots(node) for node in ast.walk(tree)))
+    assert top <= set(sys.stdlib_module_names), top - set(sys.stdlib_module_names)
+    assert everywhere <= set(sys.stdlib_module_names) | FRAMEWORKS
+    assert "hpcprov" not in everywhere
+
+
+def test_sizes_bandwidth_and_rank_discovery() -> None:
+    allreduce = load("allreduce.py")
+    assert allreduce.size_list(8, 268435456, 4)[:3] == [8, 32, 128]
+    assert allreduce.size_list(8, 268435456, 4)[-2:] == [134217728, 268435456]
+    assert allreduce.size_list(8, 1000, 5) == [8, 40, 200, 1000]  # max always included
+    assert allreduce.size_list(64, 64, 4) == [64]
+    algbw, busbw = allreduce.bandwidth(10**9, 0.5, 8)
+    assert (algbw, busbw) == (2.0, 2.0 * 2 * 7 / 8)
+    assert allreduce.bandwidth(4096, 1e-3, 1)[1] == 0.0  # one rank moves nothing
+    for module in (allreduce, load("train.py")):
+        discover = module.discover_ranks
+        assert discover({}) == (0, 1, 0, "single")
+        slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}
+        assert discover(slurm) == (5, 8, 1, "slurm")
+        # mpirun inside a batch script: the batch step's SLURM_PROCID=0 must not win
+        ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
+                "OMPI_COMM_WORLD_LOCAL_RANK": "3"}
+        assert discover({**slurm, "SLURM_PROCID": "0", **ompi}) == (3, 8, 3, "openmpi")
+        assert discover({"PMI_RANK": "2", "PMI_SIZE": "4", **slurm}) == (2, 4, 0, "pmi")
+        torchrun_env = {"RANK": "7", "WORLD_SIZE": "8", "LOCAL_RANK": "3"}
+        assert discover({**slurm, **ompi, **torchrun_env}) == (7, 8, 3, "torchrun")
+    train = load("train.py")
+    assert train.in_sync(0.0, 5.0) and train.in_sync(5.9e-6, 5.0)
+    assert not train.in_sync(6.1e-6, 5.0)
+
+
+@pytest.mark.parametrize(("program", "args", "message"), [
+    ("allreduce.py", ["--min-bytes", "6"], "multiples of 4"),
+    ("allreduce.py", ["--min-bytes", "64", "--max-bytes", "32"], "smaller than"),
+    ("allreduce.py", ["--factor", "1"], "at least 2"),
+    ("allreduce.py", ["--impl", "horovod", "--dist-backend", "gloo"], "--impl torch"),
+    ("train.py", ["--framework", "tensorflow", "--api", "ddp"], "tape, keras"),
+    ("train.py", ["--framework", "tensorflow", "--no-sync"], "--framework torch"),
+    ("train.py", ["--api", "horovod", "--dist-backend", "gloo"], "--api ddp"),
+])
+def test_bad_arguments_exit_2(programs: Path, program: str, args: list[str],
+                              message: str) -> None:
+    result = run([sys.executable, str(programs / program), *args], programs)
+    assert result.rc == 2, result
+    assert message in result.err
+
+
+# ------------------------------------------------------------------ allreduce
+
+
+def check_allreduce(result: Run, impl: str, sizes: list[int], iters: int = 3,
+                    ranks: int = 2) -> None:
+    assert result.rc == 0, result
+    ranks_seen = result.tagged("HPCPROV_RANK")
+    assert sorted(r["rank"] for r in ranks_seen) == list(range(ranks)), result
+    assert {r["host"] for r in ranks_seen} == {socket.gethostname()}
+    records = result.results
+    assert [r["size_bytes"] for r in records] == sizes, result
+    for r in records:
+        assert r["check"] == "allreduce" and r["impl"] == impl and r["device"] == "cpu"
+        assert r["correct"] is True, r
+        assert r["ranks"] == ranks and r["nodes"] == 1 and r["hosts"] == [socket.gethostname()]
+        assert r["iters"] == iters
+        assert 0 < r["time_min_s"] <= r["time_s"]
+        # nccl-tests' definitions, recomputed from the reported numbers
+        assert r["algbw_GBps"] == pytest.approx(r["size_bytes"] / r["time_s"] / 1e9, rel=1e-12)
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * (ranks - 1) / ranks,
+                                                rel=1e-12)
+    assert result.done == {"check": "allreduce", "ok": True}
+
+
+SIZES_8_TO_1M = [8 * 4**i for i in range(9)] + [1048576]  # 8, 32, ..., 524288, 1 MiB
+
+
+@pytest.mark.slow
+def test_allreduce_torch_gloo(programs: Path) -> None:
+    result = torchrun(programs, "allreduce.py", *SMALL)
+    check_allreduce(result, "torch.gloo", SIZES_8_TO_1M)
+    assert {r["rank_source"] for r in result.tagged("HPCPROV_RANK")} == {"torchrun"}
+
+
+@pytest.mark.slow
+def test_allreduce_horovod(programs: Path) -> None:
+    result = horovodrun(programs, "allreduce.py", "--impl", "horovod", *SMALL)
+    check_allreduce(result, "horovod", SIZES_8_TO_1M)
+    assert {r["rank_source"] for r in result.tagged("HPCPROV_RANK")} == {"horovod"}
+
+
+@pytest.mark.slow
+def test_allreduce_reports_wrong_sums(programs: Path) -> None:
+    """A rank whose result is off (the hidden --fault-rank) fails every size, on rank 0's
+    report too, and the exit status."""
+    result = torchrun(programs, "allreduce.py", "--fault-rank", "1", "--max-bytes", "4096",
+                      "--iters", "2", "--warmup", "1")
+    assert result.rc != 0, result
+    assert [r["size_bytes"] for r in result.results] == [8, 32, 128, 512, 2048, 4096]
+    assert all(r["correct"] is False for r in result.results), result
+    assert result.done == {"check": "allreduce", "ok": False}
+
+
+@pytest.mark.slow
+def test_allreduce_ranks_from_slurm_variables(programs: Path) -> None:
+    """Two processes started like srun starts them (SLURM_PROCID/NTASKS/LOCALID), a big last
+    size with a time budget that leaves 2 iterations, float64."""
+    port = str(free_port())
+    argv = [sys.executable, str(programs / "allreduce.py"), "--min-bytes", "1024",
+            "--max-bytes", "4194304", "--factor", "16", "--iters", "50", "--warmup", "2",
+            "--max-seconds-per-size", "1e-9", "--dtype", "float64"]
+    procs = [subprocess.Popen(argv, cwd=programs, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=job_env(SLURM_PROCID=str(rank), SLURM_NTASKS="2",
+                                                     SLURM_LOCALID=str(rank), MASTER_PORT=port))
+             for rank in range(2)]
+    outputs = [proc.communicate(timeout=600) for proc in procs]
+    result = Run(subprocess.CompletedProcess(argv, max(p.returncode for p in procs),
+                                             "".join(o for o, _ in outputs),
+                                             "".join(e for _, e in outputs)))
+    check_allreduce(result, "torch.gloo", [1024, 16384, 262144, 4194304], iters=2)
+    assert {r["rank_source"] for r in result.tagged("HPCPROV_RANK")} == {"slurm"}
+    assert {r["dtype"] for r in result.results} == {"float64"}
+
+
+def test_allreduce_single_process(programs: Path) -> None:
+    """No launcher: one rank (busbw 0 by definition)."""
+    result = run([sys.executable, str(programs / "allreduce.py"), "--max-bytes", "1024",
+                  "--iters", "2", "--warmup", "0"], programs,
+                 job_env(MASTER_PORT=str(free_port())))
+    check_allreduce(result, "torch.gloo", [8, 32, 128, 512, 1024], iters=2, ranks=1)
+    assert all(r["busbw_GBps"] == 0.0 for r in result.results)
+
+
+# ------------------------------------------------------------------ train
+
+TRAIN_SMALL = ("--steps", "6", "--warmup-steps", "2", "--batch", "16")
+
+
+def check_train(result: Run, framework: str, api: str, synced: bool) -> dict:
+    ranks_seen = result.tagged("HPCPROV_RANK")
+    assert sorted(r["rank"] for r in ranks_seen) == [0, 1], result
+    (r,) = result.results
+    assert (r["check"], r["framework"], r["api"]) == ("train", framework, api)
+    assert r["ranks"] == 2 and r["nodes"] == 1 and r["hosts"] == [socket.gethostname()]
+    assert r["steps"] == 6 and r["batch"] == 16
+    assert len(r["samples_per_s_per_rank"]) == 2
+    assert all(v > 0 for v in r["samples_per_s_per_rank"])
+    assert r["samples_per_s_total"] == pytest.approx(sum(r["samples_per_s_per_rank"]))
+    # the slowest rank's step time: its throughput is batch / step time
+    assert r["step_time_s"] == pytest.approx(16 / min(r["samples_per_s_per_rank"]))
+    assert math.isfinite(r["loss_first"]) and math.isfinite(r["loss_last"])
+    assert r["in_sync"] is synced, r
+    assert r["in_sync"] == (r["max_param_spread"] <= 1e-6 * (1 + r["max_abs_param"]))
+    assert result.done == {"check": "train", "ok": synced}
+    assert (result.rc == 0) is synced, result
+    return r
+
+
+@pytest.mark.slow
+def test_train_torch_ddp_in_sync(programs: Path) -> None:
+    r = check_train(torchrun(programs, "train.py", *TRAIN_SMALL), "torch", "ddp", True)
+    assert r["max_param_spread"] == 0.0  # averaged gradients are bitwise the same
+
+
+@pytest.mark.slow
+def test_train_horovod_in_sync(programs: Path) -> None:
+    result = horovodrun(programs, "train.py", "--api", "horovod", *TRAIN_SMALL)
+    r = check_train(result, "torch", "horovod", True)
+    assert r["max_param_spread"] == 0.0
+
+
+@pytest.mark.slow
+def test_train_without_sync_is_caught(programs: Path) -> None:
+    """No averaging, no broadcast (the hidden --no-sync): different data per rank drives the
+    weights apart, and the check says so."""
+    r = check_train(torchrun(programs, "train.py", "--no-sync", *TRAIN_SMALL),
+                    "torch", "ddp", False)
+    assert r["no_sync"] is True
+    assert r["max_param_spread"] > 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("api", ["tape", "keras"])
+def test_train_tensorflow(programs: Path, api: str) -> None:
+    needs_tensorflow()
+    result = horovodrun(programs, "train.py", "--framework", "tensorflow", "--api", api,
+                        *TRAIN_SMALL)
+    assert len(result.results) == 1, result
+    (r,) = result.results
+    if api == "tape" or not r["keras3"]:
+        check_train(result, "tensorflow", api, True)
+    else:
+        # Keras 3 + horovod.tensorflow.keras.DistributedOptimizer does not average: reported
+        check_train(result, "tensorflow", api, False)
+
+
+# ------------------------------------------------------------------ envcheck
+
+
+def test_envcheck(programs: Path) -> None:
+    env = job_env(LOADEDMODULES="gcc/12.2.0:openmpi/4.1.5", RANK="1", WORLD_SIZE="2",
+                  LOCAL_RANK="1")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    result = run([sys.executable, str(programs / "envcheck.py"),
+                  "--imports", "torch,json,hpcprov_no_such_module"], programs, env)
+    assert result.rc == 0, result
+    (r,) = result.results
+    torch = importlib.import_module("torch") if importable("torch") else None
+    assert r["check"] == "env" and r["host"] == socket.gethostname()
+    assert (r["rank"], r["local_rank"]) == (1, 1)
+    assert r["python"] == sys.version.split()[0] and r["executable"] == sys.executable
+    assert r["modules"] == ["gcc/12.2.0", "openmpi/4.1.5"]
+    assert r["import_ok"] == {"torch": torch is not None, "json": True,
+                              "hpcprov_no_such_module": False}
+    assert r["imports"]["hpcprov_no_such_module"] == (
+        "error: ModuleNotFoundError: No module named 'hpcprov_no_such_module'")
+    assert r["imports"]["json"] == getattr(json, "__version__", "unknown")
+    if torch is not None:
+        assert r["imports"]["torch"] == torch.__version__
+        assert (r["gpus_visible"], r["gpu_source"]) == (torch.cuda.device_count(), "torch")
+    assert r["cuda_visible_devices"] is None
+
+
+def test_envcheck_require_in_process(programs: Path) -> None:
+    env = job_env(CUDA_VISIBLE_DEVICES="")
+    env.pop("LOADEDMODULES", None)
+    result = run([sys.executable, str(programs / "envcheck.py"), "--in-process",
+                  "--imports", "json", "--require", "hpcprov_no_such_module"], programs, env)
+    assert result.rc == 1, result
+    (r,) = result.results
+    assert r["rank"] == 0 and r["modules"] == []
+    assert r["import_ok"] == {"json": True, "hpcprov_no_such_module": False}
+    assert r["cuda_visible_devices"] == ""
