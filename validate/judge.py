@@ -118,8 +118,9 @@ def _env(j: JobResult, expected_cb: dict[str, list[str]] | None,
     out = []
     for rec in j.records:
         host = rec.get("host", "?")
-        bad = {k: v for k, v in rec.get("imports", {}).items() if not str(v)[:1].isdigit()
-               and v != "ok"}
+        oks = rec.get("import_ok") or {k: not str(v).startswith("error")
+                                       for k, v in rec.get("imports", {}).items()}
+        bad = {k: rec.get("imports", {}).get(k, "failed") for k, ok in oks.items() if not ok}
         if bad:
             out.append(Outcome("env", f"{j.id} imports", "fail", nodes=host,
                                detail="; ".join(f"{k}: {v}" for k, v in bad.items())))
