@@ -55,6 +55,8 @@ def test_allreduce_across_two_nodes_passes_with_every_implementation(
     suite = ET.fromstring(junit.read_text().split("?>", 1)[1])
     assert suite.get("failures") == "0" and int(suite.get("tests")) >= 3
     assert "| pass | allreduce-torch-gloo correctness |" in report.read_text()
+    assert "![busbw against message size](v-busbw.png)" in report.read_text()
+    assert (tmp_path / "v-busbw.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert data["overhead_s"] < 5  # measured properly in benchmarks/; a sanity bound here
 
 
