@@ -546,7 +546,6 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int, checks: st
     if s.python.backend != "container" and read_manifest(target) is None:
         raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
                          f"hpcprov setup --site {s.name} --prefix {target} first, or pass --env")
-    env = None
     if s.scheduler.value == "slurm" and "pernode" in wanted:
         node_names = tuple(partition_nodes(pname))
     else:
@@ -556,7 +555,7 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int, checks: st
     rundir = Path(expand_prefix(workdir or default_rundir(o)))
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
     data = run_validation(o, str(target) if s.python.backend != "container" else None, rundir,
-                          executor_for(s.scheduler.value, env), timeout, pending_timeout, say)
+                          executor_for(s.scheduler.value), timeout, pending_timeout, say)
     if compare:
         baseline = rep.load_baseline(s.name, compare)
         if baseline is None:

@@ -12,9 +12,11 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hpcprov.provision.manifest import parse_freeze
+from hpcprov.provision.manifest import FRAMEWORK_DISTS, parse_freeze
 
-from hpcprov.shell import Template, join, quote
+from hpcprov.model import Modules
+from hpcprov.modules import init_lines
+from hpcprov.shell import join, quote
 
 IMPORTS = {"PyTorch": "horovod.torch", "TensorFlow": "horovod.tensorflow"}
 
@@ -52,15 +54,12 @@ def probe_script(manifest: dict, prefix: Path) -> str:  # type: ignore[type-arg]
     """Bash that prints the facts doctor judges; never fails itself."""
     profile = manifest.get("site_profile", {})
     mods = profile.get("modules", {})
-    init = mods.get("init")
     runtime = manifest.get("modules", {}).get("runtime", [])
     expected = manifest.get("check_build", {}).get("expected", {}).get("frameworks", [])
     imports = [IMPORTS[f] for f in expected if f in IMPORTS]
     lines = ["set +e"]
     if mods.get("system", "none") != "none":
-        if init:
-            lines.append(f"type module >/dev/null 2>&1 || source {quote(Template(init))}"
-                         " >/dev/null 2>&1")
+        lines += [f"{ln} >/dev/null 2>&1" for ln in init_lines(Modules.model_validate(mods))]
         for name in runtime:
             lines.append(f"module is-avail {quote(name)} >/dev/null 2>&1 || "
                          f"echo module_missing={quote(name)}")
@@ -139,7 +138,7 @@ def _framework_checks(manifest: dict, py: dict, rerun: str) -> list[Check]:  # t
     built = {k.lower().replace("_", "-"): v
              for k, v in parse_freeze("\n".join(manifest.get("pip_freeze", []))).items()}
     now = py.get("versions", {})
-    for name in ("torch", "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "horovod"):
+    for name in (n for names in FRAMEWORK_DISTS.values() for n in names):
         was, is_ = built.get(name), now.get(name)
         if was is None and is_ is None:
             continue

@@ -170,7 +170,7 @@ def build_lines(site: Site) -> list[str]:
     """Build Horovod (or install it from the wheelhouse when this ABI was built before)."""
     hvd = site.horovod
     idx = _pip_idx(site)
-    env = {**build_env(hvd)}
+    env = build_env(hvd)
     build = '"$PREFIX/build/horovod"'
     lines = [
         join(["python", "-m", "pip", "install", *idx, *BUILD_REQUIREMENTS]),

@@ -16,7 +16,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -112,7 +112,8 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 class Runner:
     """Runs one plan in one prefix."""
 
-    def __init__(self, plan: Plan, reporter: Reporter, manifest_writer: object = None,
+    def __init__(self, plan: Plan, reporter: Reporter,
+                 manifest_writer: Callable[[Path, Journal], None] | None = None,
                  env: dict[str, str] | None = None, prefix_path: Path | None = None) -> None:
         self.plan = plan
         self.prefix = prefix_path or Path(plan.prefix)
@@ -183,7 +184,7 @@ class Runner:
                                  time.monotonic() - start)
             if until is None and not journal.pending(prints):
                 if self.manifest_writer is not None:
-                    self.manifest_writer(self.prefix, journal)  # type: ignore[operator]
+                    self.manifest_writer(self.prefix, journal)
                 result.status, result.manifest = "ready", self.manifest_path
             result.seconds = time.monotonic() - start
             return result

@@ -17,8 +17,6 @@ from hpcprov.validate.plan import Job, Options, has_horovod, job_script, plan_jo
 from hpcprov.errors import HpcprovError
 from hpcprov.shell import join
 
-PROGRAMS = ("allreduce.py", "train.py", "envcheck.py")
-
 
 def copy_programs(rundir: Path, names: set[str]) -> None:
     """Put the programs the jobs run into the run directory (the nodes read them there)."""
