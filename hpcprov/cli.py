@@ -487,7 +487,7 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
 @click.option("--partition", "-p", help="partition (default: the site's default)")
 @click.option("--nodes", "-N", type=click.IntRange(1), default=2, show_default=True)
 @click.option("--checks", default="env,allreduce,train", show_default=True,
-              help="comma-separated: env, allreduce, train, pernode")
+              help="comma-separated: env, allreduce, train, pernode, links")
 @click.option("--env", "prefix", help="provisioned prefix to run in (default: the site's)")
 @click.option("--ranks-per-node", type=click.IntRange(1),
               help="ranks per node (default: one per GPU, 1 without GPUs)")
@@ -495,6 +495,8 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
 @click.option("--max-bytes", type=click.IntRange(8), default=256 * 1024 * 1024,
               show_default=True, help="largest allreduce message")
 @click.option("--iters", type=click.IntRange(1), default=20, show_default=True)
+@click.option("--link-bytes", type=click.IntRange(8), default=64 * 1024 * 1024,
+              show_default=True, help="message size of the links check's pair jobs")
 @click.option("--steps", type=click.IntRange(1), default=30, show_default=True,
               help="training steps")
 @click.option("--timeout", type=click.FloatRange(1), default=1800, show_default=True,
@@ -513,7 +515,7 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
 @json_option
 def validate_cmd(site: str | None, partition: str | None, nodes: int, checks: str,
                  prefix: str | None, ranks_per_node: int | None, device: str, max_bytes: int,
-                 iters: int, steps: int, timeout: float, pending_timeout: float,
+                 iters: int, link_bytes: int, steps: int, timeout: float, pending_timeout: float,
                  workdir: str | None, options: tuple[str, ...], junit: str | None,
                  report: str | None, compare: str | None, no_history: bool,
                  as_json: bool) -> None:
@@ -546,12 +548,16 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int, checks: st
     if s.python.backend != "container" and read_manifest(target) is None:
         raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
                          f"hpcprov setup --site {s.name} --prefix {target} first, or pass --env")
-    if s.scheduler.value == "slurm" and "pernode" in wanted:
+    per_node = {"pernode", "links"} & set(wanted)
+    if "links" in wanted and s.scheduler.value != "slurm":
+        raise UsageError(f"--checks links: needs Slurm (site {s.name} uses "
+                         f"{s.scheduler.value}); pairs of nodes are pinned with --nodelist")
+    if s.scheduler.value == "slurm" and per_node:
         node_names = tuple(partition_nodes(pname))
     else:
-        node_names = (os.uname().nodename,) if "pernode" in wanted else ()
+        node_names = (os.uname().nodename,) if per_node else ()
     o = Options(s, pname, nodes, wanted, ranks_per_node, device, max_bytes, 8, iters, steps,
-                node_names, extra)
+                node_names, extra, link_bytes=link_bytes)
     rundir = Path(expand_prefix(workdir or default_rundir(o)))
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
     data = run_validation(o, str(target) if s.python.backend != "container" else None, rundir,

@@ -1,4 +1,5 @@
-"""``python -m hpcprov.testbed up [--nodes N] [--no-accounting] | down | status [--json] | ...``"""
+"""``python -m hpcprov.testbed up [--nodes N] [--no-accounting] | down | status [--json] |
+kill-node NODE | slow-link NODE [--rate R] | clear-link NODE | env | exec NODE CMD``"""
 
 from __future__ import annotations
 
@@ -35,6 +36,14 @@ def _parser() -> argparse.ArgumentParser:
     ex = sub.add_parser("exec", help="run a command inside a compute node's namespaces")
     ex.add_argument("node")
     ex.add_argument("argv", nargs=argparse.REMAINDER, help="command (default: bash -l)")
+    kill = sub.add_parser("kill-node", help="power a node off (link down, every process "
+                                          "killed); `down` + `up` brings it back")
+    kill.add_argument("node")
+    slow = sub.add_parser("slow-link", help="shape a node's link with tc (both ways)")
+    slow.add_argument("node")
+    slow.add_argument("--rate", default="50mbit", help="tc rate (default 50mbit)")
+    clear = sub.add_parser("clear-link", help="undo slow-link")
+    clear.add_argument("node")
     return p
 
 
@@ -73,6 +82,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "env":
             for k, v in tb.env().items():
                 print(f"export {k}={shlex.quote(v)}")
+            return 0
+        if args.cmd == "kill-node":
+            tb.kill_node(args.node)
+            print(f"{args.node} is off; Slurm notices within about 30 s")
+            return 0
+        if args.cmd == "slow-link":
+            tb.slow_link(args.node, args.rate)
+            print(f"{args.node}'s link is limited to {args.rate} both ways")
+            return 0
+        if args.cmd == "clear-link":
+            tb.clear_link(args.node)
+            print(f"{args.node}'s link is back to full speed")
             return 0
         if args.cmd == "exec":
             if os.geteuid() != 0:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -50,6 +51,7 @@ NET_PREFIX = "10.251.0"
 HOST_ADDR = f"{NET_PREFIX}.1"
 NETNS_PREFIX = "hpctb-"
 MAX_NODES = 4
+ALL_PARTITION = "all"  # exists with 3+ nodes: every node, both node types
 
 SLURMCTLD_PORT = 16817
 SLURMD_PORT = 6818
@@ -71,6 +73,7 @@ REQUIRED_COMMANDS = [
     ("ssh", "openssh-client"),
     ("ssh-keygen", "openssh-client"),
     ("ip", "iproute2"),
+    ("tc", "iproute2"),
     ("nsenter", "util-linux"),
     ("unshare", "util-linux"),
     ("mpirun", "openmpi-bin"),
@@ -592,6 +595,9 @@ class Testbed:
             part_lines.append(
                 f"PartitionName={name} Nodes={hostlist(members)} "
                 f"Default={'YES' if p.default else 'NO'} MaxTime={p.max_time} State=UP")
+        if len(self.nodes) > 2:  # every node in one partition: link searches need 3+
+            part_lines.append(f"PartitionName={ALL_PARTITION} Nodes={hostlist(self.node_names)}"
+                              f" Default=NO MaxTime={A100_PARTITION.max_time} State=UP")
         if self.accounting:
             accounting = "\n".join([
                 "AccountingStorageType=accounting_storage/slurmdbd",
@@ -779,6 +785,41 @@ class Testbed:
 
         _wait_for("compute nodes to become idle", idle, timeout,
                   self.state_dir / "log/slurmctld.log")
+
+    # -- faults (for tests of what hpcprov does when a node or a link is bad) -------
+
+    def _node(self, name: str) -> Node:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        raise TestbedError(f"no node {name!r} in this testbed ({', '.join(self.node_names)})")
+
+    def kill_node(self, name: str) -> None:
+        """Power a node off: its link goes down first (so peers get no FIN or RST, as
+        with a real crash), then every process in its namespaces is killed."""
+        n = self._node(name)
+        _run(["ip", "link", "set", n.veth, "down"])
+        net = _ns_inode(f"/run/netns/{n.netns}")
+        mnt = _ns_inode(self.state_dir / "ns" / f"{n.name}.mnt")
+        pids = {int(p) for p in _all_pids()
+                if _proc_ns(p, "net") == net or _proc_ns(p, "mnt") == mnt}
+        _kill_and_wait(pids, timeout=0.5)
+
+    def slow_link(self, name: str, rate: str = "50mbit") -> None:
+        """Shape a node's link both ways with a token bucket (tc tbf) to ``rate``."""
+        n = self._node(name)
+        if not re.fullmatch(r"\d+(\.\d+)?[kmg]?bit", rate):
+            raise TestbedError(f"rate {rate!r}: use a tc rate such as 50mbit")
+        tbf = ["root", "tbf", "rate", rate, "burst", "64kb", "latency", "400ms"]
+        _run(["tc", "qdisc", "replace", "dev", n.veth, *tbf])
+        _run(["ip", "netns", "exec", n.netns, "tc", "qdisc", "replace", "dev", "eth0", *tbf])
+
+    def clear_link(self, name: str) -> None:
+        """Undo slow_link()."""
+        n = self._node(name)
+        _run(["tc", "qdisc", "del", "dev", n.veth, "root"], check=False)
+        _run(["ip", "netns", "exec", n.netns, "tc", "qdisc", "del", "dev", "eth0", "root"],
+             check=False)
 
     # -- tear-down -------------------------------------------------------------
 

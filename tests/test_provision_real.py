@@ -445,3 +445,18 @@ def test_tensorflow_and_pytorch_variant(tmp_path: Path, wheelhouse: Path) -> Non
                              if "SPREAD" in ln))
     assert spreads["keras"] > 1e-3   # Keras 3 + hvd DistributedOptimizer: ranks drift apart
     assert spreads["tape"] == 0.0    # horovod.tensorflow with v.value: identical
+    # the validation suite's training check in this environment: TensorFlow's tape API and
+    # torch stay in sync, Keras 3's DistributedOptimizer is caught drifting, the run fails
+    proc = hpcprov("validate", "--site", "local-tf", "--nodes", "1", "--env", str(prefix),
+                   "--workdir", str(tmp_path / "run"), "--checks", "train", "--steps", "8",
+                   "--json", env={**os.environ, "HPCPROV_HISTORY": str(tmp_path / "history")},
+                   timeout=900)
+    data = json.loads(proc.stdout or "{}")
+    assert proc.returncode == 1 and not data["ok"], proc.stderr[-3000:]
+    out = {o["name"]: o for o in data["outcomes"]}
+    assert out["train-horovod-tf-tape in sync"]["status"] == "pass"
+    assert out["train-torch-ddp in sync"]["status"] == "pass"
+    keras = out["train-horovod-tf-keras in sync"]
+    assert keras["status"] == "fail" and keras["measured"] > 1e-3
+    assert "gradients are not averaged" in keras["detail"]
+    assert out["train-horovod-tf-tape throughput"]["measured"] > 0

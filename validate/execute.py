@@ -38,6 +38,7 @@ class Handle:
     started: float | None = None
     ended: float | None = None
     reason: str = ""
+    bad_nodes: str = ""           # nodes the scheduler reported dead while the job ran
     proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
@@ -66,6 +67,10 @@ class Executor:
 
     def cancel(self, handle: Handle) -> None:
         raise NotImplementedError
+
+    def usable_nodes(self, partition: str) -> list[str] | None:
+        """The partition's nodes that can run jobs now, or None where unknown."""
+        return None
 
     def wait(self, handles: list[Handle], timeout_s: float, pending_timeout_s: float | None
              = None) -> None:
@@ -164,7 +169,43 @@ class SlurmExecutor(Executor):
         self._event(h, "submitted")
         return h
 
+    HEALTH_EVERY_S = 2.0  # how often the nodes of running jobs are asked after
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        super().__init__(env)
+        self._health_at = 0.0
+
     def refresh(self, handles: list[Handle]) -> None:
+        self._refresh_jobs(handles)
+        running = [h for h in handles if not h.done and h.state == "RUNNING" and h.nodes]
+        now = time.monotonic()
+        if running and now - self._health_at >= self.HEALTH_EVERY_S:
+            self._health_at = now
+            self._check_nodes(running)
+
+    def _check_nodes(self, handles: list[Handle]) -> None:
+        """A job on a node that stopped answering would hang until its time limit (its
+        other ranks wait for ever): cancel it and name the node."""
+        nodes = ",".join(sorted({h.nodes for h in handles}))
+        dead = {n: st for n, st in node_states(nodes, self.env).items() if _dead(st)}
+        if not dead:
+            return
+        import hostlist
+
+        for h in handles:
+            mine = [n for n in hostlist.expand_hostlist(h.nodes) if n in dead]
+            if mine:
+                self.cancel(h)
+                h.state, h.exit_code, h.ended = "NODE_FAIL", None, time.monotonic()
+                h.bad_nodes = ",".join(mine)
+                h.reason = "node " + ", ".join(f"{n} stopped answering (Slurm state "
+                                               f"{dead[n]})" for n in mine)
+                self._event(h, "cancelled: " + h.reason)
+
+    def usable_nodes(self, partition: str) -> list[str] | None:
+        return partition_nodes(partition, self.env)
+
+    def _refresh_jobs(self, handles: list[Handle]) -> None:
         for h in handles:
             proc = self._run("scontrol", "show", "job", "-o", h.job_id)
             info = dict(re.findall(r"(\w+)=(\S*)", proc.stdout)) if proc.returncode == 0 \
@@ -258,13 +299,32 @@ def executor_for(scheduler: str, env: dict[str, str] | None = None) -> Executor:
     return {"slurm": SlurmExecutor, "pbs": PbsExecutor}.get(scheduler, LocalExecutor)(env)
 
 
+def _dead(state: str) -> bool:
+    """A Slurm short node state (sinfo %t) of a node that stopped: down, or not responding
+    (a trailing *)."""
+    return state.endswith("*") or state.startswith("down")
+
+
+def _unusable(state: str) -> bool:
+    """A state in which a node takes no new jobs (dead, drained, failing, booting...)."""
+    return _dead(state) or state.startswith(("drain", "drng", "fail", "boot", "unk", "npc",
+                                             "futr", "maint", "resv", "inval"))
+
+
+def node_states(nodes: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """node -> short state (sinfo %t) for a node list such as gpu[01-02]."""
+    proc = subprocess.run(["sinfo", "-h", "-N", "-n", nodes, "-o", "%N %t"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    return dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
+
+
 def partition_nodes(partition: str, env: dict[str, str] | None = None) -> list[str]:
-    """The nodes of a Slurm partition that can take jobs (sinfo)."""
+    """The nodes of a Slurm partition that can take jobs now (sinfo)."""
     proc = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t"],
                           capture_output=True, text=True, env=env, timeout=60)
     nodes = []
     for line in proc.stdout.splitlines():
         name, _, state = line.partition(" ")
-        if name and not state.strip().startswith(("down", "drain", "fail")):
+        if name and not _unusable(state.strip()):
             nodes.append(name)
     return sorted(set(nodes))

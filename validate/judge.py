@@ -46,6 +46,7 @@ class JobResult:
     baseline: bool = False
     pinned: str | None = None
     reason: str = ""
+    bad_nodes: str = ""  # nodes the scheduler found dead while the job ran
 
 
 def parse_records(output: str) -> list[dict]:  # type: ignore[type-arg]
@@ -80,7 +81,7 @@ def band(ref: Reference) -> str:
 
 
 def _job_error(j: JobResult) -> Outcome:
-    where = j.pinned or j.node_list or "?"
+    where = j.bad_nodes or j.pinned or j.node_list or "?"
     why = j.reason or f"state {j.state}, exit {j.exit_code}"
     last = " | ".join(ln.strip() for ln in j.tail[-3:] if ln.strip())
     return Outcome(j.check, j.id, "error", nodes=where,

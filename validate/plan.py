@@ -14,7 +14,7 @@ from hpcprov.jobscript import build_jobscript
 from hpcprov.model import LauncherKind, Scheduler, Site
 from hpcprov.shell import quote
 
-CHECKS = ("env", "allreduce", "train", "pernode")
+CHECKS = ("env", "allreduce", "train", "pernode", "links")
 DEFAULT_CHECKS = ("env", "allreduce", "train")
 
 
@@ -51,6 +51,7 @@ class Options:
     train_steps: int = 30
     node_names: tuple[str, ...] = ()  # the partition's nodes (pernode), found at run time
     extra: dict[str, str] = field(default_factory=dict)  # scheduler options (-o)
+    link_bytes: int = 64 * 1024 * 1024  # the message size of the links check's pair jobs
 
 
 def _launchers_by_kind(site: Site) -> dict[LauncherKind, str]:
@@ -163,6 +164,18 @@ def plan_jobs(o: Options) -> list[Job]:
                             ("--impl", "torch", "--dist-backend", backend,
                              *_size_args(o)), node=node, timeout_s=600))
     return jobs
+
+
+def link_job(o: Options, pair: tuple[str, str], rnd: int) -> Job:
+    """One pair job of the links check: one rank on each of the two nodes, so the time is
+    the link's; one message size (``link_bytes``)."""
+    backend = "nccl" if o.device == "cuda" else "gloo"
+    size = str(o.link_bytes)
+    return Job(f"links-r{rnd}-{pair[0]}-{pair[1]}", "links", f"torch-{backend}", 2, 1,
+               torch_launcher(o.site) or next(iter(o.site.launchers)), "allreduce.py",
+               ("--impl", "torch", "--dist-backend", backend, "--min-bytes", size,
+                "--max-bytes", size, "--iters", str(o.iters), "--device", o.device),
+               node=",".join(pair), timeout_s=600)
 
 
 def job_request(job: Job, o: Options, prefix: str | None, job_name: str) -> JobRequest:

@@ -97,6 +97,16 @@ def markdown(data: dict, plot: str | None) -> str:  # type: ignore[type-arg]
     for j in data["jobs"]:
         out.append(f"| {j['id']} | {j['state']} | {j['exit_code']} | {j['node_list']} | "
                    f"{j['seconds']:.1f} |")
+    if data.get("links"):
+        lk = data["links"]
+        out += ["", "## Link search", "",
+                f"{lk['jobs']} pair jobs in {lk['rounds']} round(s); bad links: "
+                f"{', '.join(lk['bad']) or 'none'}"
+                + (f"; undecided: {', '.join(lk['unresolved'])}" if lk["unresolved"] else ""),
+                "", "| pair | round | busbw | verdict |", "|---|---|---|---|"]
+        for p in lk["pairs"]:
+            out.append(f"| {'+'.join(p['pair'])} | {p['round']} | {_fmt(p['busbw_GBps'])} GB/s "
+                       f"| {'fast' if p['fast'] else 'slow'} |")
     if data.get("compare"):
         out += ["", "## Against the baseline", "", "| metric | before | after | change |",
                 "|---|---|---|---|"]

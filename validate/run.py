@@ -12,7 +12,15 @@ from pathlib import Path
 from hpcprov.provision.horovod import expected_check_build
 from hpcprov.validate.execute import Executor, Handle
 from hpcprov.validate.judge import JobResult, judge, parse_records
-from hpcprov.validate.plan import Job, Options, has_horovod, job_script, plan_jobs
+from hpcprov.validate.links import LinkSearch, judge_pairs, link_outcomes, pair_busbw
+from hpcprov.validate.plan import (
+    Job,
+    Options,
+    has_horovod,
+    job_script,
+    link_job,
+    plan_jobs,
+)
 
 from hpcprov.errors import HpcprovError
 from hpcprov.shell import join
@@ -43,7 +51,7 @@ def _result(job: Job, h: Handle) -> JobResult:
     seconds = (h.ended or time.monotonic()) - h.submitted
     return JobResult(job.id, job.check, job.impl, job.nodes, h.state, h.exit_code,
                      h.nodes, parse_records(text), text.splitlines()[-40:], seconds,
-                     job.baseline, job.node, h.reason)
+                     job.baseline, job.node, h.reason, h.bad_nodes)
 
 
 def _not_run(job: Job, why: str) -> JobResult:
@@ -51,57 +59,126 @@ def _not_run(job: Job, why: str) -> JobResult:
                      job.baseline, job.node, why)
 
 
-def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,
-                   timeout_s: float, pending_timeout_s: float | None = None,
-                   progress: Callable[[str], None] = lambda s: None) -> dict:  # type: ignore[type-arg]
-    """Run every job of the plan; return the run's data (judged, not yet reported)."""
-    t0 = time.monotonic()
-    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    rundir.mkdir(parents=True, exist_ok=True)
-    jobs = plan_jobs(o)
-    copy_programs(rundir, {j.program for j in jobs})
-    rounds = [[j] for j in jobs if j.check != "pernode"]
-    if any(j.check == "pernode" for j in jobs):
-        rounds.append([j for j in jobs if j.check == "pernode"])
-    results: list[JobResult] = []
-    busy = 0.0
-    for rnd in rounds:
-        left = timeout_s - (time.monotonic() - t0)
+class _Rounds:
+    """Submits rounds of jobs (a round's jobs run at the same time) within the run's time,
+    and keeps what every job left."""
+
+    def __init__(self, o: Options, prefix: str | None, rundir: Path, executor: Executor,
+                 timeout_s: float, pending_timeout_s: float | None,
+                 progress: Callable[[str], None]) -> None:
+        self.o, self.prefix, self.rundir, self.executor = o, prefix, rundir, executor
+        self.timeout_s, self.pending_timeout_s, self.progress = (timeout_s, pending_timeout_s,
+                                                                 progress)
+        self.t0 = time.monotonic()
+        self.busy = 0.0
+        self.dead: set[str] = set()  # nodes seen dying during this run
+
+    def _unrunnable(self, job: Job, usable: list[str] | None) -> str | None:
+        """Why a job cannot start now (too few usable nodes), or None."""
+        if usable is None:
+            return None
+        seen = f"; {', '.join(sorted(self.dead))} stopped answering during this run" \
+            if self.dead else ""
+        if job.node:
+            missing = [n for n in job.node.split(",") if n not in usable]
+            if missing:
+                return f"not run: {', '.join(missing)} cannot take jobs now{seen}"
+        elif len(usable) < job.nodes:
+            return (f"not run: only {len(usable)} node(s) of {self.o.partition} can take jobs "
+                    f"now, the job needs {job.nodes}{seen}")
+        return None
+
+    def run(self, rnd: list[Job]) -> list[JobResult]:
+        left = self.timeout_s - (time.monotonic() - self.t0)
         if left <= 0:
-            results += [_not_run(j, f"not run: the {timeout_s:.0f} s timeout was spent")
-                        for j in rnd]
-            continue
-        handles, submitted = [], []
+            return [_not_run(j, f"not run: the {self.timeout_s:.0f} s timeout was spent")
+                    for j in rnd]
+        results: list[JobResult] = []
+        handles: list[Handle] = []
+        submitted: list[Job] = []
+        usable = self.executor.usable_nodes(self.o.partition)
         for job in rnd:
-            script = rundir / f"{job.id}.sh"
-            script.write_text(job_script(job, o, prefix, str(rundir),
-                                         command_for(job, o, rundir)))
-            (rundir / f"{job.id}.exit").unlink(missing_ok=True)
+            why = self._unrunnable(job, usable)
+            if why:
+                results.append(_not_run(job, why))
+                continue
+            script = self.rundir / f"{job.id}.sh"
+            script.write_text(job_script(job, self.o, self.prefix, str(self.rundir),
+                                         command_for(job, self.o, self.rundir)))
+            (self.rundir / f"{job.id}.exit").unlink(missing_ok=True)
             try:
-                handles.append(executor.submit(script, rundir / f"{job.id}.out",
-                                               rundir / f"{job.id}.exit"))
+                handles.append(self.executor.submit(script, self.rundir / f"{job.id}.out",
+                                                    self.rundir / f"{job.id}.exit"))
                 submitted.append(job)
             except HpcprovError as exc:  # the scheduler refused it: an error, not the end
                 results.append(_not_run(job, f"refused by the scheduler: {exc}"))
         if not handles:
-            continue
-        progress(f"running {', '.join(j.id for j in submitted)}")
-        executor.wait(handles, min(left, max(j.timeout_s for j in submitted)),
-                      pending_timeout_s)
+            return results
+        self.progress(f"running {', '.join(j.id for j in submitted)}")
+        self.executor.wait(handles, min(left, max(j.timeout_s for j in submitted)),
+                           self.pending_timeout_s)
         for job, h in zip(submitted, handles, strict=True):
             res = _result(job, h)
             results.append(res)
-            progress(f"{job.id}: {h.state} (exit {h.exit_code}) in {res.seconds:.1f} s")
-        busy += max((h.ended or time.monotonic()) - h.submitted for h in handles)
+            self.dead |= set(filter(None, h.bad_nodes.split(",")))
+            self.progress(f"{job.id}: {h.state} (exit {h.exit_code}) in {res.seconds:.1f} s"
+                          + (f": {h.reason}" if h.reason else ""))
+        self.busy += max((h.ended or time.monotonic()) - h.submitted for h in handles)
+        return results
+
+
+def _search_links(o: Options, rounds: _Rounds) -> tuple[list[JobResult], dict]:  # type: ignore[type-arg]
+    """The links check: pair jobs, round after round, until the bad link is named."""
+    search = LinkSearch(list(o.node_names))
+    results: list[JobResult] = []
+    measured: dict[tuple[str, str], float | None] = {}
+    while pairs := search.next_round():
+        jobs = [link_job(o, pair, search.rounds + 1) for pair in pairs]
+        got = rounds.run(jobs)
+        results += got
+        by_id = {r.id: r for r in got}
+        for pair, job in zip(pairs, jobs, strict=True):
+            measured[pair] = pair_busbw(by_id[job.id])
+        search.record(judge_pairs(measured, o.site.partitions[o.partition].references,
+                                  pairs))
+        if any(r.state == "NOT_RUN" for r in got):
+            break  # out of time or nodes: judge what was measured
+    return results, {"search": search, "busbw": measured}
+
+
+def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,
+                   timeout_s: float, pending_timeout_s: float | None = None,
+                   progress: Callable[[str], None] = lambda s: None) -> dict:  # type: ignore[type-arg]
+    """Run every job of the plan; return the run's data (judged, not yet reported)."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
+    rundir.mkdir(parents=True, exist_ok=True)
+    jobs = plan_jobs(o)
+    copy_programs(rundir, {j.program for j in jobs} | ({"allreduce.py"} if "links" in o.checks
+                                                       else set()))
+    plan = [[j] for j in jobs if j.check != "pernode"]
+    if any(j.check == "pernode" for j in jobs):
+        plan.append([j for j in jobs if j.check == "pernode"])
+    rounds = _Rounds(o, prefix, rundir, executor, timeout_s, pending_timeout_s, progress)
+    results: list[JobResult] = []
+    for rnd in plan:
+        results += rounds.run(rnd)
+    links: dict | None = None  # type: ignore[type-arg]
+    if "links" in o.checks:
+        found, links = _search_links(o, rounds)
+        results += found
     refs = o.site.partitions[o.partition].references
     cb = expected_check_build(o.site.horovod) if has_horovod(o.site) and \
         o.site.horovod.source != "container" else None
-    outcomes = judge(results, refs, cb, gpus_expected=(
+    outcomes = judge([r for r in results if r.check != "links"], refs, cb, gpus_expected=(
         o.site.partitions[o.partition].gpus.count if o.device == "cuda" else 0))
-    seconds = time.monotonic() - t0
-    return {
+    if links is not None:
+        outcomes += link_outcomes(links["search"], links["busbw"],
+                                  [r for r in results if r.check == "links"])
+    seconds = time.monotonic() - rounds.t0
+    data = {
         "site": o.site.name, "partition": o.partition, "nodes": o.nodes, "started": started,
-        "seconds": seconds, "jobs_seconds": busy, "overhead_s": max(0.0, seconds - busy),
+        "seconds": seconds, "jobs_seconds": rounds.busy,
+        "overhead_s": max(0.0, seconds - rounds.busy),
         "rundir": str(rundir), "scheduler": executor.name,
         "ok": not any(x.status in ("fail", "error") for x in outcomes),
         "outcomes": [x.to_json() for x in outcomes],
@@ -111,6 +188,13 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
                  for r in results],
         "events": executor.events,
     }
+    if links is not None:
+        s = links["search"]
+        data["links"] = {"rounds": s.rounds, "jobs": len(s.tried), **s.verdict(),
+                         "pairs": [{"pair": list(p), "round": s.round_of[p],
+                                    "busbw_GBps": links["busbw"].get(p), "fast": fast}
+                                   for p, fast in s.tried.items()]}
+    return data
 
 
 def default_rundir(o: Options) -> str:

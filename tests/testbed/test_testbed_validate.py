@@ -6,10 +6,12 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hpcprov.testbed.cluster import Testbed
 from hpcprov_tests import hpcprov_argv
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -71,3 +73,123 @@ def test_a_job_that_cannot_run_fails_the_run_and_says_why(testbed, prefix: Path,
     assert len(errors) == 3 and all("still pending after 3 s" in o["detail"]
                                     for o in errors), errors
     assert all(j["state"] == "PENDING_TIMEOUT" for j in data["jobs"])
+
+
+def test_training_across_two_nodes_is_in_sync_and_scales_against_one(
+        testbed, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    proc, data = validate(testbed, prefix, tmp_path, "--nodes", "2", "--checks", "train")
+    assert proc.returncode == 0, (data.get("outcomes"), proc.stderr)
+    out = {o["name"]: o for o in data["outcomes"]}
+    for impl in ("torch-ddp", "horovod-torch"):
+        assert out[f"train-{impl} in sync"]["status"] == "pass"
+        assert out[f"train-{impl} in sync"]["nodes"] == "gpu[01-02]"
+        assert out[f"train-{impl} throughput"]["measured"] > 0
+        eff = out[f"train-{impl} scaling efficiency"]
+        assert eff["measured"] > 0 and "on 2 nodes vs" in eff["detail"]
+    jobs = {j["id"]: j for j in data["jobs"]}
+    assert jobs["train-torch-ddp"]["node_list"] == "gpu[01-02]"
+    assert jobs["train-torch-ddp-1node"]["node_list"] in ("gpu01", "gpu02")
+
+
+def test_pernode_runs_every_node_at_once_each_pinned(testbed, prefix: Path,  # noqa: ANN001
+                                                     tmp_path: Path) -> None:
+    proc, data = validate(testbed, prefix, tmp_path, "--checks", "pernode")
+    jobs = {j["id"]: j for j in data["jobs"]}
+    assert set(jobs) == {"pernode-gpu01", "pernode-gpu02"}, proc.stderr
+    for node in ("gpu01", "gpu02"):
+        assert jobs[f"pernode-{node}"]["state"] == "COMPLETED"
+        assert jobs[f"pernode-{node}"]["node_list"] == node
+        assert all(r["correct"] and r["nodes"] == 1 for r in jobs[f"pernode-{node}"]["records"])
+    # one round: both jobs were submitted before either ended
+    events = [e["event"] for e in data["events"]]
+    assert events.index("submitted", 1) < min(i for i, e in enumerate(events)
+                                              if e.startswith("ended"))
+    # pass or fail is not asserted here: the testbed's nodes share this machine's 2 cores,
+    # so two nodes measured at once differ by 2-3x (the half-the-median rule is unit-tested)
+    got = {o["nodes"] for o in data["outcomes"] if o["name"].endswith("busbw")}
+    assert got == {"gpu01", "gpu02"}
+
+
+def test_a_node_that_dies_mid_run_is_named_and_the_run_fails_in_time(
+        testbed, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """gpu02 is powered off (link down, every process killed) while an allreduce runs:
+    validate cancels the hung job once Slurm stops hearing from the node, names gpu02,
+    does not submit the jobs that need 2 nodes, keeps the sizes measured before the kill,
+    and exits 1 well within its timeout."""
+    env = {**testbed.environ(), "HPCPROV_HISTORY": str(tmp_path / "history")}
+    rundir = testbed.scratch / "pytest-validate" / tmp_path.name
+    shutil.rmtree(rundir, ignore_errors=True)
+    proc = subprocess.Popen(
+        [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(prefix), "--json",
+         "--workdir", str(rundir), "--nodes", "2", "--checks", "allreduce",
+         "--max-bytes", "4194304", "--iters", "100000", "--timeout", "240",
+         "--pending-timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        first = rundir / "allreduce-torch-gloo.out"
+        t0 = time.monotonic()
+        while "HPCPROV_RESULT" not in (first.read_text() if first.exists() else ""):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() - t0 < 180, "the first allreduce never reported"
+            time.sleep(0.1)
+        killed_at = time.monotonic()
+        testbed.kill_node("gpu02")
+        out, err = proc.communicate(timeout=300)
+        took = time.monotonic() - killed_at
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        testbed.down()
+        testbed.up()  # gpu02 back for the other tests
+    data = json.loads(out)
+    assert proc.returncode == 1 and not data["ok"], err
+    assert took < 120  # Slurm's ping notices within ~SlurmdTimeout/3 + MessageTimeout
+    out_by = {o["name"]: o for o in data["outcomes"]}
+    dead = out_by["allreduce-torch-gloo"]
+    assert dead["status"] == "error" and dead["nodes"] == "gpu02"
+    assert "gpu02 stopped answering" in dead["detail"]
+    assert out_by["allreduce-torch-gloo correctness"]["status"] == "pass"  # partial results
+    jobs = {j["id"]: j for j in data["jobs"]}
+    assert jobs["allreduce-torch-gloo"]["state"] == "NODE_FAIL"
+    for impl in ("horovod-gloo", "horovod-mpi"):
+        assert jobs[f"allreduce-{impl}"]["state"] == "NOT_RUN"
+        assert "gpu02 stopped answering during this run" in jobs[f"allreduce-{impl}"]["reason"]
+
+
+@pytest.fixture
+def four_nodes(testbed):  # noqa: ANN001, ANN201
+    """The session's testbed as 4 nodes (partition `all`), back to 2 afterwards."""
+    testbed.down()
+    big = Testbed(nodes=4, accounting=testbed.accounting, state_dir=testbed.state_dir)
+    big.up()
+    try:
+        yield big
+    finally:
+        big.down()
+        testbed.up()
+
+
+def test_a_slow_link_is_found_by_pairs_and_the_report_names_the_node(
+        four_nodes, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    four_nodes.slow_link("gpu03", "50mbit")
+    report = tmp_path / "links.md"
+    env = {**four_nodes.environ(), "HPCPROV_HISTORY": str(tmp_path / "history")}
+    rundir = four_nodes.scratch / "pytest-validate" / tmp_path.name
+    proc = subprocess.run(
+        [*hpcprov_argv(), "validate", "--site", "testbed", "--partition", "all", "--env",
+         str(prefix), "--json", "--workdir", str(rundir), "--checks", "links",
+         "--link-bytes", "1048576", "--iters", "20", "--report", str(report)],
+        capture_output=True, text=True, env=env, timeout=600)
+    data = json.loads(proc.stdout or "{}")
+    assert proc.returncode == 1, proc.stderr
+    links = data["links"]
+    assert links["bad"] == ["gpu03"] and links["unresolved"] == [], links
+    assert links["rounds"] <= 3  # ceil(log2 4) + 1
+    fast = {tuple(p["pair"]): p["fast"] for p in links["pairs"]}
+    assert not fast[("gpu03", "gpu04")] and not fast[("gpu01", "gpu03")]
+    (bad,) = [o for o in data["outcomes"] if o["status"] == "fail"]
+    assert bad["name"] == "links gpu03" and bad["nodes"] == "gpu03"
+    assert bad["measured"] < 0.05  # 50 Mbit/s is 0.00625 GB/s
+    text = report.read_text()
+    assert "| fail | links gpu03 |" in text
+    assert "| gpu01+gpu03 | 2 |" in text  # the link search's pairs, round by round
