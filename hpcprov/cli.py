@@ -66,16 +66,25 @@ def cli() -> None:
 @json_option
 def sites_cmd(as_json: bool) -> None:
     """List the known site profiles."""
-    from hpcprov.loader import available_sites, resolve
-    from hpcprov.profiles import validate_layer
+    from hpcprov import profile_cache
+    from hpcprov.loader import available_sites
 
     rows = []
     for name, path in sorted(available_sites().items()):
         try:
-            site = validate_layer(resolve(path))
-            rows.append({"name": name, "scheduler": site.scheduler.value,
-                         "partitions": len(site.partitions), "description": site.description,
-                         "path": str(path), "error": None})
+            head = profile_cache.header(path)  # a current cache entry: no YAML, no pydantic
+            if head is not None:
+                summary = head["summary"]
+            else:
+                from hpcprov.profiles import validate_file
+
+                site = validate_file(path)
+                summary = {"scheduler": site.scheduler.value, "partitions": len(site.partitions),
+                           "description": site.description}
+            rows.append({"name": name, "scheduler": summary["scheduler"],
+                         "partitions": summary["partitions"],
+                         "description": summary["description"], "path": str(path),
+                         "error": None})
         except Exception as exc:  # noqa: BLE001 - a broken user profile must not hide the rest
             rows.append({"name": name, "scheduler": "?", "partitions": 0, "description": "",
                          "path": str(path), "error": str(exc)})

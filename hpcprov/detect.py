@@ -5,6 +5,7 @@ from __future__ import annotations
 import fnmatch
 import socket
 
+from hpcprov import profile_cache
 from hpcprov.errors import HpcprovError
 from hpcprov.loader import available_sites, resolve
 
@@ -15,10 +16,12 @@ def detect(hostname: str | None = None) -> list[str]:
     short = host.split(".", 1)[0]
     found = []
     for name, path in sorted(available_sites().items()):
+        head = profile_cache.header(path)  # a validated profile, unchanged since: no parsing
         try:
-            patterns = resolve(path).data.get("login_hosts") or []
+            patterns = head["login_hosts"] if head else resolve(path).data.get("login_hosts")
         except HpcprovError:
             continue
+        patterns = patterns or []
         if not isinstance(patterns, list):
             continue
         for pattern in patterns:

@@ -8,14 +8,17 @@ oversized files and runaway nesting are refused before anything is built from th
 from __future__ import annotations
 
 import difflib
+import functools
+import hashlib
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from hpcprov.errors import ProfileError
+
+# PyYAML is imported where a file is parsed (not at import time): a cached profile
+# (hpcprov/profile_cache.py) is used without it.
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 40
@@ -31,6 +34,7 @@ STD_TAGS = {
 
 PathKey = tuple[str | int, ...]
 Origin = tuple[str, int]  # (file, line)
+Link = tuple[str, str, str]  # (child file, its `extends` value, the parent file it found)
 
 
 @dataclass
@@ -41,6 +45,8 @@ class Layer:
     origins: dict[PathKey, Origin] = field(default_factory=dict)
     files: list[str] = field(default_factory=list)
     sources: dict[PathKey, str] = field(default_factory=dict)  # scalars as written
+    digests: dict[str, str] = field(default_factory=dict)  # file -> sha256 of the bytes read
+    links: list[Link] = field(default_factory=list)  # how each `extends` was resolved
 
     def where(self, loc: PathKey) -> Origin:
         """The file and line of the deepest known key on ``loc``."""
@@ -52,28 +58,61 @@ class Layer:
         return self.origins.get((), (self.files[-1] if self.files else "<profile>", 1))
 
 
-class _Loader(yaml.SafeLoader):
-    """SafeLoader that refuses aliases (YAML bombs) and tracks nesting depth."""
+@functools.cache
+def _loaders() -> tuple[type, type | None]:
+    """(pure-Python loader, libyaml-backed loader or None), both with the same checks.
 
-    def compose_node(self, parent: Any, index: Any) -> Any:  # noqa: D401
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise ProfileError(
-                self.name,
-                event.start_mark.line + 1,
-                "YAML aliases (*name) are not allowed in profiles; use 'extends:' to share values",
-            )
-        self._depth = getattr(self, "_depth", 0) + 1
-        try:
-            if self._depth > MAX_DEPTH:
-                mark = self.peek_event().start_mark
-                raise ProfileError(self.name, mark.line + 1, f"nesting deeper than {MAX_DEPTH}")
-            return super().compose_node(parent, index)
-        finally:
-            self._depth -= 1
+    Both refuse aliases (YAML bombs) and runaway nesting while composing nodes. The libyaml
+    one only replaces the scanner and parser (about ten times faster); composing, tag
+    checks and scalar construction stay the Python code below, so the data are the same.
+    """
+    import yaml
+    from yaml.composer import Composer
+    from yaml.constructor import SafeConstructor
+    from yaml.resolver import Resolver
+
+    class Guard:
+        def compose_node(self: Any, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                raise ProfileError(
+                    self.name,
+                    event.start_mark.line + 1,
+                    "YAML aliases (*name) are not allowed in profiles; use 'extends:' to share "
+                    "values",
+                )
+            self._depth = getattr(self, "_depth", 0) + 1
+            try:
+                if self._depth > MAX_DEPTH:
+                    mark = self.peek_event().start_mark
+                    raise ProfileError(self.name, mark.line + 1, f"nesting deeper than {MAX_DEPTH}")
+                return super().compose_node(parent, index)  # type: ignore[misc]
+            finally:
+                self._depth -= 1
+
+    class PyLoader(Guard, yaml.SafeLoader):
+        """SafeLoader that refuses aliases and tracks nesting depth."""
+
+    try:
+        from yaml._yaml import CParser
+    except ImportError:  # PyYAML built without libyaml
+        return PyLoader, None
+
+    class CLoader(Guard, Composer, CParser, SafeConstructor, Resolver):  # type: ignore[misc]
+        """libyaml events, Python composition: the same nodes as PyLoader, faster."""
+
+        def __init__(self, stream: str) -> None:
+            CParser.__init__(self, stream)
+            SafeConstructor.__init__(self)
+            Resolver.__init__(self)
+            Composer.__init__(self)
+
+    return PyLoader, CLoader
 
 
-def _build(loader: _Loader, node: yaml.Node, path: PathKey, layer: Layer, fname: str) -> Any:
+def _build(loader: Any, node: Any, path: PathKey, layer: Layer, fname: str) -> Any:
+    import yaml
+
     line = node.start_mark.line + 1
     if node.tag == "tag:yaml.org,2002:timestamp" and isinstance(node, yaml.ScalarNode):
         layer.sources[path] = node.value
@@ -107,19 +146,31 @@ def _build(loader: _Loader, node: yaml.Node, path: PathKey, layer: Layer, fname:
     return loader.construct_object(node)
 
 
-def read_yaml(path: Path) -> Layer:
-    """Parse one profile file into a :class:`Layer`; any problem is a ProfileError."""
+def _read(path: Path) -> tuple[str, str]:
+    """(text, sha256 of the bytes): the text as open() in text mode would give it."""
     fname = str(path)
     try:
         size = path.stat().st_size
         if size > MAX_BYTES:
             raise ProfileError(fname, 1, f"file is {size} bytes; profiles are limited to 1 MiB")
-        text = path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
     except FileNotFoundError:
         raise ProfileError(fname, 0, "no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ProfileError(fname, 0, f"cannot read: {exc}") from None
-    loader = _Loader(text)
+    return text, hashlib.sha256(raw).hexdigest()
+
+
+def _parse(loader_class: type, text: str, fname: str) -> Layer:
+    import yaml
+
+    try:
+        loader = loader_class(text)  # PyYAML's reader checks the characters here
+    except yaml.reader.ReaderError as exc:
+        line = text.count("\n", 0, exc.position) + 1
+        raise ProfileError(fname, line, f"YAML error: unacceptable character "
+                           f"#x{exc.character:04x}: {exc.reason}") from None
     loader.name = fname
     layer = Layer(data={}, files=[fname])
     try:
@@ -146,6 +197,31 @@ def read_yaml(path: Path) -> Layer:
     return layer
 
 
+def read_yaml(path: Path) -> Layer:
+    """Parse one profile file into a :class:`Layer`; any problem is a ProfileError.
+
+    libyaml parses when PyYAML has it; any problem at all (or a character PyYAML's own
+    reader refuses) is parsed again by the pure-Python loader, so errors and their lines
+    are PyYAML's, the same with or without libyaml.
+    """
+    fname = str(path)
+    text, digest = _read(path)
+    py_loader, c_loader = _loaders()
+    layer = None
+    if c_loader is not None:
+        from yaml.reader import Reader
+
+        if not Reader.NON_PRINTABLE.search(text):
+            try:
+                layer = _parse(c_loader, text, fname)
+            except Exception:  # noqa: BLE001 - reported by the Python parser below
+                layer = None
+    if layer is None:
+        layer = _parse(py_loader, text, fname)
+    layer.digests[fname] = digest
+    return layer
+
+
 def merge(parent: Layer, child: Layer) -> Layer:
     """Deep-merge child over parent: mappings merge key by key, everything else replaces."""
     origins = dict(parent.origins)
@@ -163,7 +239,8 @@ def merge(parent: Layer, child: Layer) -> Layer:
     data = go(parent.data, child.data, ())
     origins.update(child.origins)
     sources = {**parent.sources, **child.sources}
-    return Layer(data=data, origins=origins, files=parent.files + child.files, sources=sources)
+    return Layer(data=data, origins=origins, files=parent.files + child.files, sources=sources,
+                 digests={**parent.digests, **child.digests}, links=parent.links + child.links)
 
 
 def user_site_dirs() -> list[Path]:
@@ -239,4 +316,5 @@ def resolve(path: Path, chain: tuple[Path, ...] = ()) -> Layer:
             raise
         raise ProfileError(fname, line, f"extends: {exc.problem}") from None
     parent = resolve(parent_path, (*chain, resolved))
+    layer.links.append((str(path), parent_ref, str(parent_path)))
     return merge(parent, layer)

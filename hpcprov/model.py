@@ -47,7 +47,9 @@ def _no_control(value: object) -> None:
 class Strict(BaseModel):
     """Base: unknown keys are errors; strings that may reach a shell hold no control chars."""
 
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # defer_build: the validators are built on first validation, not at import; a cached
+    # site (hpcprov/profile_cache.py) is unpickled without ever building them
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
     @field_validator("*", mode="after")
     @classmethod
@@ -66,6 +68,8 @@ def _check_env_names(env: dict[str, str]) -> dict[str, str]:
 
 class EnvMixin(BaseModel):
     """Checks that every key of an ``env`` field is a valid variable name."""
+
+    model_config = ConfigDict(defer_build=True)
 
     @field_validator("env", check_fields=False)
     @classmethod

@@ -8,6 +8,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from hpcprov import profile_cache
 from hpcprov.errors import ProfileError
 from hpcprov.loader import Layer, available_sites, find_profile, resolve
 from hpcprov.model import Site
@@ -85,12 +86,20 @@ def check_file(path: Path) -> list[ProfileError]:
         return [exc]
 
 
+def validate_file(path: Path) -> Site:
+    """Read, merge and validate a profile file (bypassing the cache), then cache the site."""
+    layer = resolve(path)
+    site = validate_layer(layer)
+    profile_cache.store(path, layer, site)
+    return site
+
+
 def load_site(ref: str) -> Site:
-    """Load a site by name (search path) or by file path."""
+    """Load a site by name (search path) or by file path; a cached one when still current."""
     path = find_profile(ref)
     if not path.is_file():
         raise ProfileError(str(path), 0, "no such profile file")
-    return validate_layer(resolve(path))
+    return profile_cache.load(path) or validate_file(path)
 
 
 def site_names() -> list[str]:
