@@ -173,7 +173,7 @@ def build_lines(site: Site) -> list[str]:
     env = build_env(hvd)
     build = '"$PREFIX/build/horovod"'
     lines = [
-        join(["python", "-m", "pip", "install", *idx, *BUILD_REQUIREMENTS]),
+        join(["python", "-m", "pip", "install", "--no-compile", *idx, *BUILD_REQUIREMENTS]),
         'WHEELHOUSE="${HPCPROV_WHEELHOUSE:-$WHEELHOUSE}"',
         'hpcprov_horovod_key > "$STATE/horovod-key.txt"',
         'key=$(sha256sum < "$STATE/horovod-key.txt" | cut -c1-16)',
@@ -216,7 +216,7 @@ def build_lines(site: Site) -> list[str]:
         '    echo "hpcprov: warning: cannot write the wheelhouse $WHEELHOUSE; not cached" >&2',
         "  fi",
         "fi",
-        'python -m pip install --no-deps --force-reinstall "$wheel"',
+        'python -m pip install --no-compile --no-deps --force-reinstall "$wheel"',
         'printf \'wheel=%s\\nsha256=%s\\nkey=%s\\nhow=%s\\n\' "$(basename "$wheel")"'
         ' "$(sha256sum < "$wheel" | cut -d" " -f1)" "$key" "$how" > "$STATE/horovod-wheel.txt"',
     ]
@@ -236,7 +236,8 @@ def expect_cb_function() -> tuple[str, ...]:
 
 
 def check_build_lines(site: Site) -> list[str]:
-    lines = ['horovodrun -cb | tee "$STATE/check-build.txt"']
+    # the frameworks were installed --no-compile: let these imports write the bytecode
+    lines = ["unset PYTHONDONTWRITEBYTECODE", 'horovodrun -cb | tee "$STATE/check-build.txt"']
     want = expected_check_build(site.horovod)
     for key, names in want.items():
         title = CB_SECTIONS[key][0]

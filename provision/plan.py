@@ -92,10 +92,17 @@ def _pip(site: Site, *specs: str, extra: tuple[str, ...] = ()) -> str:
     return join(["python", "-m", "pip", "install", *extra, *pip_index_args(site), *specs])
 
 
+PIP_RECENT = "import pip, sys; sys.exit(int(pip.__version__.split('.')[0]) < 23)"
+
+
 def _framework_steps(site: Site) -> list[Step]:
+    """conda frameworks one by one; every pip package in one resolver run, without
+    byte-compiling (--no-compile: the modules a process imports are compiled then, which
+    halves torch's install time; check-build's imports compile the common ones)."""
     py = site.python
     lines: list[str] = []
     network = False
+    pip_specs: list[str] = []
     for name, fw in py.frameworks.items():
         specs = fw.packages or [f"{'torch' if name == 'pytorch' else name}=={fw.version}"]
         if fw.installer == "conda":
@@ -103,10 +110,10 @@ def _framework_steps(site: Site) -> list[Step]:
             lines.append(join(["conda", "install", "-y", *channel, *specs]))
             network = True
         else:
-            lines.append(_pip(site, *specs))
-            network = network or not site.python.venv.no_index
-    if py.packages:
-        lines.append(_pip(site, *py.packages))
+            pip_specs += specs
+    pip_specs += py.packages
+    if pip_specs:
+        lines.append(_pip(site, *pip_specs, extra=("--no-compile",)))
         network = network or not site.python.venv.no_index
     if not lines:
         return []
@@ -188,8 +195,10 @@ def _venv_steps(site: Site) -> list[Step]:
         create = join(["uv", "venv", "--python", venv.python, *ssp, Raw('"$ENV_DIR"')])
     else:
         create = join([venv.python, "-m", "venv", *ssp, Raw('"$ENV_DIR"')])
-    upgrade = join([Raw('"$ENV_DIR/bin/python"'), "-m", "pip", "install", "--upgrade",
-                    *pip_index_args(site), "pip"])
+    # an old pip (< 23) cannot install today's wheels; a recent one is kept (saves ~8 s)
+    upgrade = (join([Raw('"$ENV_DIR/bin/python"'), "-c", PIP_RECENT]) + " || "
+               + join([Raw('"$ENV_DIR/bin/python"'), "-m", "pip", "install", "--upgrade",
+                       *pip_index_args(site), "pip"]))
     return [Step("create-env", "Create the virtual environment",
                  ('rm -rf "$ENV_DIR"', 'mkdir -p "$(dirname "$ENV_DIR")"', create, upgrade),
                  needs_network=not venv.no_index, modules="build")]
