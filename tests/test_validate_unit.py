@@ -24,8 +24,27 @@ def test_testbed_plan_has_every_implementation_and_a_1_node_baseline() -> None:
     assert [j.node for j in plan_jobs(o) if j.check == "pernode"] == ["gpu01", "gpu02"]
     script = job_script(jobs["pernode-gpu02"], o, "/p", "/run", ("python", "/run/a.py"))
     assert "#SBATCH --nodelist=gpu02" in script
-    assert "trap 'echo $? > /run/pernode-gpu02.exit' EXIT" in script
-    assert script.index("trap ") < script.index("set -eo pipefail")
+    assert ("trap 'printf '\"'\"'%s %s %s\\n'\"'\"' \"$?\" \"$hpcprov_t0\" \"$(date +%s.%N)\" > "
+            "/run/pernode-gpu02.exit' EXIT") in script
+    assert script.index("hpcprov_t0=") < script.index("trap ") < script.index("set -eo pipefail")
+
+
+def test_the_status_file_gives_exit_status_and_the_jobs_own_run_time(tmp_path) -> None:  # noqa: ANN001
+    import subprocess
+
+    from hpcprov.validate.execute import _read_exit, read_run_seconds
+
+    site = load_site("local")
+    o = Options(site, "local", 1, ("allreduce",))
+    job = plan_jobs(o)[0]
+    script = tmp_path / "j.sh"
+    script.write_text(job_script(job, o, None, str(tmp_path), ("bash", "-c", "exit 3")))
+    proc = subprocess.run(["bash", str(script)], capture_output=True, timeout=60)
+    status = tmp_path / f"{job.id}.exit"
+    assert proc.returncode != 0 and _read_exit(status) == proc.returncode
+    run = read_run_seconds(status)
+    assert run is not None and 0 <= run < 30
+    assert read_run_seconds(tmp_path / "missing") is None
 
 
 def test_the_tensorflow_env_trains_with_both_apis_so_keras_drift_is_caught() -> None:

@@ -106,8 +106,18 @@ class Executor:
 
 
 def _read_exit(path: Path) -> int | None:
+    """The exit status the job script's EXIT trap wrote (first field), or None."""
     try:
-        return int(path.read_text().strip())
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def read_run_seconds(path: Path) -> float | None:
+    """The job's own run time, from the start and end the EXIT trap wrote, or None."""
+    try:
+        _, start, end = path.read_text().split()[:3]
+        return max(0.0, float(end) - float(start))
     except (OSError, ValueError):
         return None
 

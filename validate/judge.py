@@ -47,6 +47,7 @@ class JobResult:
     pinned: str | None = None
     reason: str = ""
     bad_nodes: str = ""  # nodes the scheduler found dead while the job ran
+    run_s: float | None = None  # the job's own run time (its script's start to end)
 
 
 def parse_records(output: str) -> list[dict]:  # type: ignore[type-arg]

@@ -198,5 +198,8 @@ def job_script(job: Job, o: Options, prefix: str | None, rundir: str, command: t
     text = build_jobscript(replace(req, command=command))
     lines = text.splitlines()
     at = next(i for i, ln in enumerate(lines) if i > 0 and ln and not ln.startswith("#"))
-    trap = "trap " + quote("echo $? > " + quote(f"{rundir}/{job.id}.exit")) + " EXIT"
-    return "\n".join([*lines[:at], trap, *lines[at:]]) + "\n"
+    # the status file: exit status, then the job's own start and end (epoch seconds), so the
+    # harness can tell its own overhead from the job's run time
+    trap = "trap " + quote("printf '%s %s %s\\n' \"$?\" \"$hpcprov_t0\" \"$(date +%s.%N)\" > "
+                           + quote(f"{rundir}/{job.id}.exit")) + " EXIT"
+    return "\n".join([*lines[:at], "hpcprov_t0=$(date +%s.%N)", trap, *lines[at:]]) + "\n"

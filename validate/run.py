@@ -10,7 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 from hpcprov.provision.horovod import expected_check_build
-from hpcprov.validate.execute import Executor, Handle
+from hpcprov.validate.execute import Executor, Handle, read_run_seconds
 from hpcprov.validate.judge import JobResult, judge, parse_records
 from hpcprov.validate.links import LinkSearch, judge_pairs, link_outcomes, pair_busbw
 from hpcprov.validate.plan import (
@@ -51,7 +51,8 @@ def _result(job: Job, h: Handle) -> JobResult:
     seconds = (h.ended or time.monotonic()) - h.submitted
     return JobResult(job.id, job.check, job.impl, job.nodes, h.state, h.exit_code,
                      h.nodes, parse_records(text), text.splitlines()[-40:], seconds,
-                     job.baseline, job.node, h.reason, h.bad_nodes)
+                     job.baseline, job.node, h.reason, h.bad_nodes,
+                     read_run_seconds(h.exit_file))
 
 
 def _not_run(job: Job, why: str) -> JobResult:
@@ -184,7 +185,8 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
         "outcomes": [x.to_json() for x in outcomes],
         "jobs": [{"id": r.id, "check": r.check, "impl": r.impl, "state": r.state,
                   "exit_code": r.exit_code, "node_list": r.pinned or r.node_list,
-                  "seconds": r.seconds, "records": r.records, "reason": r.reason}
+                  "seconds": r.seconds, "run_s": r.run_s, "records": r.records,
+                  "reason": r.reason}
                  for r in results],
         "events": executor.events,
     }

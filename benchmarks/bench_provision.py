@@ -1,0 +1,103 @@
+"""Provisioning the `local` profile: cold, wheelhouse hit and warm, with the time per step."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import BenchError, Context, Process, Result, time_processes
+
+NAME = "provision"
+TITLE = "Provisioning (`hpcprov setup --site local`)"
+COLD_RUNS = int(os.environ.get("HPCPROV_BENCH_COLD_RUNS", "1"))
+HIT_RUNS = 3
+METHOD = f"""\
+`hpcprov setup --site local --prefix P` as a user runs it, timed as a whole process:
+
+- **cold**: a new prefix, an empty wheelhouse and pip's cache off (`PIP_NO_CACHE_DIR=1`):
+  the environment is created, torch 2.13.0 (CPU) installed, Horovod 0.28.1 downloaded,
+  patched and compiled, proven and recorded. {COLD_RUNS} run(s) (each is several minutes;
+  `HPCPROV_BENCH_COLD_RUNS` sets more). Target: none (the Horovod compile dominates).
+- **wheelhouse hit**: a new prefix with the wheelhouse the cold run filled: the same steps,
+  but Horovod's wheel for this ABI is installed instead of built. {HIT_RUNS} runs (1 with
+  `--quick`). Target: <= 60 s.
+- **warm**: the same command again on the finished prefix (nothing changed): it must say
+  "nothing to do". Target: <= 1 s.
+
+The per-step rows come from each run's journal (`PREFIX/.hpcprov/journal.json`, the runner's
+own clock around each step). torch is installed from this machine's local wheel directory,
+so "install-frameworks" is unpacking and linking, not downloading."""
+
+
+def _hpcprov() -> list[str]:
+    exe = Path(sys.executable).with_name("hpcprov")
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "hpcprov.cli"]
+
+
+def _setup(prefix: Path, env: dict[str, str]) -> tuple[float, dict[str, float]]:
+    """One real setup into a new ``prefix``: (wall seconds, seconds per step)."""
+    shutil.rmtree(prefix, ignore_errors=True)
+    t0 = time.perf_counter()
+    Process([*_hpcprov(), "setup", "--site", "local", "--prefix", str(prefix)], env).once()
+    wall = time.perf_counter() - t0
+    journal = json.loads((prefix / ".hpcprov" / "journal.json").read_text())
+    return wall, {name: s["seconds"] for name, s in journal["steps"].items()
+                  if s.get("status") == "done"}
+
+
+def _step_rows(kind: str, per_run: list[dict[str, float]]) -> list[Result]:
+    steps = list(per_run[0]) if per_run else []
+    return [Result(f"{kind}: step {step}", "s", [r.get(step, 0.0) for r in per_run])
+            for step in steps]
+
+
+def run(ctx: Context) -> list[Result]:
+    ctx.cache.mkdir(parents=True, exist_ok=True)
+    base = Path(tempfile.mkdtemp(prefix="provision-", dir=ctx.cache))
+    wheelhouse = base / "wheelhouse"
+    env = {**os.environ, "HPCPROV_WHEELHOUSE": str(wheelhouse), "PIP_NO_CACHE_DIR": "1"}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    results: list[Result] = []
+    try:
+        cold_walls, cold_steps = [], []
+        for i in range(COLD_RUNS):
+            shutil.rmtree(wheelhouse, ignore_errors=True)
+            ctx.log(f"cold setup {i + 1}/{COLD_RUNS} (builds Horovod: several minutes)")
+            wall, steps = _setup(base / "cold", env)
+            cold_walls.append(wall)
+            cold_steps.append(steps)
+        results.append(Result("cold (nothing cached)", "s", cold_walls))
+        hits = 1 if ctx.quick else HIT_RUNS
+        hit_walls, hit_steps = [], []
+        for i in range(hits):
+            ctx.log(f"wheelhouse-hit setup {i + 1}/{hits}")
+            wall, steps = _setup(base / "hit", env)
+            if "build-horovod" not in steps:
+                raise BenchError("the wheelhouse-hit setup ran no build-horovod step")
+            hit_walls.append(wall)
+            hit_steps.append(steps)
+        results.append(Result("wheelhouse hit (Horovod built before for this ABI)", "s",
+                              hit_walls, target=60.0))
+        ctx.log("warm setups (nothing to do)")
+        warm = time_processes({"warm": Process(
+            [*_hpcprov(), "setup", "--site", "local", "--prefix", str(base / "hit")], env)},
+            ctx.repeat)["warm"]
+        results.append(Result("warm (nothing changed: \"nothing to do\")", "s", warm,
+                              target=1.0))
+        results += _step_rows("cold", cold_steps) + _step_rows("wheelhouse hit", hit_steps)
+        if hit_steps:
+            hit = {k: sorted(r[k] for r in hit_steps)[len(hit_steps) // 2]
+                   for k in hit_steps[0]}
+            top = sorted(hit.items(), key=lambda kv: -kv[1])[:3]
+            ctx.note("Where a wheelhouse-hit setup spends its time (median per step): "
+                     + ", ".join(f"{k} {v:.1f} s" for k, v in top) + ". `check-build` is "
+                     "`horovodrun -cb`, which starts a Python process per framework and "
+                     "feature it reports, each importing torch.")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return results
