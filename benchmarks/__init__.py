@@ -107,13 +107,15 @@ class Process:
     argv: list[str]
     env: dict[str, str] | None = None
     before: Callable[[], object] | None = None
+    timeout: float = 300.0
 
     def once(self) -> float:
         if self.before is not None:
             self.before()
         t0 = time.perf_counter()
         proc = subprocess.run(self.argv, env=self.env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, timeout=300)
+                              stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                              timeout=self.timeout)
         elapsed = time.perf_counter() - t0
         if proc.returncode != 0:
             tail = proc.stderr.decode(errors="replace").strip().splitlines()[-3:]

@@ -179,7 +179,7 @@ def _overhead(ctx: Context, tb, runs: int) -> Result:  # noqa: ANN001
 
 def run(ctx: Context) -> list[Result]:
     ctx.cache.mkdir(parents=True, exist_ok=True)
-    rounds = 3 if ctx.quick else max(3, ctx.repeat // 2)
+    rounds = 3 if ctx.quick else ctx.repeat
     ctx.log(f"local fidelity job ({rounds} alternations)")
     results = _local(ctx, rounds)
     tb = _testbed()

@@ -43,7 +43,8 @@ def _setup(prefix: Path, env: dict[str, str]) -> tuple[float, dict[str, float]]:
     """One real setup into a new ``prefix``: (wall seconds, seconds per step)."""
     shutil.rmtree(prefix, ignore_errors=True)
     t0 = time.perf_counter()
-    Process([*_hpcprov(), "setup", "--site", "local", "--prefix", str(prefix)], env).once()
+    Process([*_hpcprov(), "setup", "--site", "local", "--prefix", str(prefix)], env,
+            timeout=3600).once()
     wall = time.perf_counter() - t0
     journal = json.loads((prefix / ".hpcprov" / "journal.json").read_text())
     return wall, {name: s["seconds"] for name, s in journal["steps"].items()
