@@ -122,15 +122,22 @@ def test_a_node_that_dies_mid_run_is_named_and_the_run_fails_in_time(
     proc = subprocess.Popen(
         [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(prefix), "--json",
          "--workdir", str(rundir), "--nodes", "2", "--checks", "allreduce",
-         "--max-bytes", "4194304", "--iters", "100000", "--timeout", "240",
+         "--max-bytes", "4194304", "--iters", "2000", "--timeout", "240",
          "--pending-timeout", "60"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
-        first = rundir / "allreduce-torch-gloo.out"
+        def running() -> str | None:
+            """An allreduce job that has reported a size and not ended yet."""
+            for out in sorted(rundir.glob("allreduce-*.out")):
+                if "HPCPROV_RESULT" in out.read_text() and \
+                        not (rundir / f"{out.stem}.exit").exists():
+                    return out.stem
+            return None
+
         t0 = time.monotonic()
-        while "HPCPROV_RESULT" not in (first.read_text() if first.exists() else ""):
+        while (victim := running()) is None:
             assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() - t0 < 180, "the first allreduce never reported"
+            assert time.monotonic() - t0 < 300, "no allreduce job ever reported"
             time.sleep(0.1)
         killed_at = time.monotonic()
         testbed.kill_node("gpu02")
@@ -145,15 +152,15 @@ def test_a_node_that_dies_mid_run_is_named_and_the_run_fails_in_time(
     assert proc.returncode == 1 and not data["ok"], err
     assert took < 120  # Slurm's ping notices within ~SlurmdTimeout/3 + MessageTimeout
     out_by = {o["name"]: o for o in data["outcomes"]}
-    dead = out_by["allreduce-torch-gloo"]
+    dead = out_by[victim]
     assert dead["status"] == "error" and dead["nodes"] == "gpu02"
     assert "gpu02 stopped answering" in dead["detail"]
-    assert out_by["allreduce-torch-gloo correctness"]["status"] == "pass"  # partial results
+    assert out_by[f"{victim} correctness"]["status"] == "pass"  # partial results kept
     jobs = {j["id"]: j for j in data["jobs"]}
-    assert jobs["allreduce-torch-gloo"]["state"] == "NODE_FAIL"
-    for impl in ("horovod-gloo", "horovod-mpi"):
-        assert jobs[f"allreduce-{impl}"]["state"] == "NOT_RUN"
-        assert "gpu02 stopped answering during this run" in jobs[f"allreduce-{impl}"]["reason"]
+    assert jobs[victim]["state"] == "NODE_FAIL"
+    later = [j for j in jobs.values() if j["state"] == "NOT_RUN"]
+    assert later or victim == data["jobs"][-1]["id"]
+    assert all("gpu02 stopped answering during this run" in j["reason"] for j in later)
 
 
 @pytest.fixture
