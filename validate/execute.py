@@ -321,20 +321,20 @@ def _unusable(state: str) -> bool:
                                              "futr", "maint", "resv", "inval"))
 
 
+def _sinfo_states(select: list[str], env: dict[str, str] | None) -> dict[str, str]:
+    """node -> short state (sinfo %t) of the nodes ``select`` picks (-n LIST or -p PART)."""
+    proc = subprocess.run(["sinfo", "-h", "-N", *select, "-o", "%N %t"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    return {name: state.strip() for line in proc.stdout.splitlines()
+            for name, _, state in [line.partition(" ")] if name and state}
+
+
 def node_states(nodes: str, env: dict[str, str] | None = None) -> dict[str, str]:
     """node -> short state (sinfo %t) for a node list such as gpu[01-02]."""
-    proc = subprocess.run(["sinfo", "-h", "-N", "-n", nodes, "-o", "%N %t"],
-                          capture_output=True, text=True, env=env, timeout=60)
-    return dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
+    return _sinfo_states(["-n", nodes], env)
 
 
 def partition_nodes(partition: str, env: dict[str, str] | None = None) -> list[str]:
     """The nodes of a Slurm partition that can take jobs now (sinfo)."""
-    proc = subprocess.run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N %t"],
-                          capture_output=True, text=True, env=env, timeout=60)
-    nodes = []
-    for line in proc.stdout.splitlines():
-        name, _, state = line.partition(" ")
-        if name and not _unusable(state.strip()):
-            nodes.append(name)
-    return sorted(set(nodes))
+    return sorted(n for n, st in _sinfo_states(["-p", partition], env).items()
+                  if not _unusable(st))
