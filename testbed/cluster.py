@@ -527,8 +527,13 @@ class Testbed:
             (sd / sub).mkdir(parents=True, exist_ok=True)
         os.chmod(sd, 0o755)
         os.chmod(sd / "scratch", 0o1777)
+        # a fresh controller numbers jobs from 1 again, so each node's spool starts empty:
+        # a step killed in an earlier run leaves its sockets there (stepd.slurm.pmix.1.0),
+        # and the next step 1.0 with --mpi=pmix would fail to bind it
         for n in self.nodes:
-            (sd / "nodes" / n.name / "spool").mkdir(parents=True, exist_ok=True)
+            spool = sd / "nodes" / n.name / "spool"
+            shutil.rmtree(spool, ignore_errors=True)
+            spool.mkdir(parents=True)
         # stale runtime files from an earlier run; logs of the previous run -> *.log.prev
         for f in (sd / "run").iterdir():
             f.unlink()

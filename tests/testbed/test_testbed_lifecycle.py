@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -83,6 +84,15 @@ def test_down_leaves_nothing_no_accounting_then_back_up(testbed):
     _assert_clean(testbed)
     testbed.down()  # twice is fine too
 
+    # what a step killed in an earlier run leaves in a node's spool: the next run's
+    # job 1 step 0 must still launch with --mpi=pmix (it binds this very path)
+    for node in ("gpu01", "gpu02"):
+        stale = testbed.state_dir / "nodes" / node / "spool" / "stepd.slurm.pmix.1.0"
+        stale.parent.mkdir(parents=True, exist_ok=True)
+        stale.unlink(missing_ok=True)
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(stale))
+
     plain = Testbed(nodes=2, accounting=False, state_dir=testbed.state_dir)
     t0 = time.monotonic()
     plain.up()
@@ -91,10 +101,10 @@ def test_down_leaves_nothing_no_accounting_then_back_up(testbed):
         st = plain.status()
         assert st["up"] and st["slurmdbd"] is None and st["mariadb"] is None
         env = plain.environ()
-        run = subprocess.run(["srun", "--comment=t", "--nodes=2", "hostname"],
+        run = subprocess.run(["srun", "--comment=t", "--nodes=2", "--mpi=pmix", "hostname"],
                              capture_output=True, text=True, env=env, timeout=60,
                              cwd=plain.scratch)
-        assert sorted(run.stdout.split()) == ["gpu01", "gpu02"]
+        assert sorted(run.stdout.split()) == ["gpu01", "gpu02"], run.stderr
         sacct = subprocess.run(["sacct", "-X", "-n"], capture_output=True, text=True, env=env,
                                timeout=60)
         assert sacct.returncode != 0
