@@ -200,3 +200,78 @@ def test_a_slow_link_is_found_by_pairs_and_the_report_names_the_node(
     text = report.read_text()
     assert "| fail | links gpu03 |" in text
     assert "| gpu01+gpu03 | 2 |" in text  # the link search's pairs, round by round
+
+
+@pytest.fixture
+def no_accounting(testbed):  # noqa: ANN001, ANN201
+    """The session's testbed without slurmdbd (sacct cannot answer), back afterwards."""
+    testbed.down()
+    plain = Testbed(nodes=2, accounting=False, state_dir=testbed.state_dir)
+    plain.up()
+    try:
+        yield plain
+    finally:
+        plain.down()
+        testbed.up()
+
+
+def test_without_accounting_exit_codes_still_come_from_the_controller(
+        no_accounting, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    env = no_accounting.environ()
+    sacct = subprocess.run(["sacct", "-X", "-n"], capture_output=True, text=True, env=env)
+    assert sacct.returncode != 0  # accounting really is missing
+    proc, data = validate(no_accounting, prefix, tmp_path, "--nodes", "2", "--checks",
+                          "env,allreduce", "--max-bytes", "65536")
+    assert proc.returncode == 0, (data.get("outcomes"), proc.stderr)
+    assert data["ok"] and len(data["jobs"]) >= 4
+    assert all(j["state"] == "COMPLETED" and j["exit_code"] == 0 for j in data["jobs"])
+
+
+def test_a_job_the_controller_forgot_gets_its_status_from_the_file_or_is_an_error(
+        no_accounting, tmp_path: Path) -> None:  # noqa: ANN001
+    """Accounting is off and the controller restarted with its state gone (as after
+    MinJobAge purged the jobs): a job's exit status comes from the status file its EXIT
+    trap wrote; a job without one is UNKNOWN, which the judgement makes an error."""
+    from dataclasses import replace
+
+    from hpcprov.validate.execute import Handle, SlurmExecutor
+    from hpcprov.validate.judge import JobResult, judge
+    from hpcprov.validate.plan import Options, job_script, plan_jobs
+
+    from hpcprov.profiles import load_site
+
+    work = no_accounting.scratch / "pytest-validate" / tmp_path.name
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    o = Options(load_site("testbed"), "amd_a100nv_8", 1, ("env",))
+    env_job = plan_jobs(o)[0]
+    ex = SlurmExecutor(no_accounting.environ())
+    handles = []
+    for name, rc in (("ok", 0), ("bad", 3), ("lost", 0)):
+        script = work / f"{name}.sh"  # validate's own job script, with its EXIT trap
+        script.write_text(job_script(replace(env_job, id=name), o, None, str(work),
+                                     ("bash", "-c", f"echo {name}; exit {rc}")))
+        handles.append(ex.submit(script, work / f"{name}.out", work / f"{name}.exit"))
+    ex.wait(handles, timeout_s=120, pending_timeout_s=60)
+    # while the controller remembers the jobs, it gives their exit codes (no sacct)
+    assert [(h.state, h.exit_code) for h in handles] == [
+        ("COMPLETED", 0), ("FAILED", 3), ("COMPLETED", 0)]
+
+    (work / "lost.exit").unlink()  # as if the job died before its trap could run
+    no_accounting.down()
+    no_accounting.up()  # a controller that knows none of these jobs
+    seen = [Handle(h.job_id, h.script, h.output, h.exit_file, h.submitted) for h in handles]
+    scontrol = subprocess.run(["scontrol", "show", "job", seen[1].job_id],
+                              capture_output=True, text=True, env=no_accounting.environ())
+    assert scontrol.returncode != 0  # forgotten
+    ex.wait(seen, timeout_s=30, pending_timeout_s=30)
+    by = {h.script.stem: h for h in seen}
+    assert (by["ok"].state, by["ok"].exit_code) == ("COMPLETED", 0)
+    assert (by["bad"].state, by["bad"].exit_code) == ("FAILED", 3)
+    assert (by["lost"].state, by["lost"].exit_code) == ("UNKNOWN", None)
+    assert "accounting is unavailable" in by["lost"].reason
+
+    lost = JobResult("lost", "env", "", 1, by["lost"].state, by["lost"].exit_code, "", [], [],
+                     1.0, reason=by["lost"].reason)
+    (outcome,) = judge([lost], {})
+    assert outcome.status == "error" and "accounting is unavailable" in outcome.detail
