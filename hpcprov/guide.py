@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from hpcprov.errors import HpcprovError
 from hpcprov.job import JobRequest
 from hpcprov.jobscript import allocate_argv, build_jobscript, submit_argv
+from hpcprov.kinds import LauncherKind, Scheduler
 from hpcprov.launchers import build_launch
 from hpcprov.layout import Layout
-from hpcprov.model import LauncherKind, Scheduler, Site
 from hpcprov.modules import load_lines
 from hpcprov.shell import join, quote
+
+if TYPE_CHECKING:
+    from hpcprov.model import Site
 
 
 def _block(lines: list[str], lang: str = "bash") -> list[str]:

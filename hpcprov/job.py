@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hpcprov.errors import UsageError
-from hpcprov.model import Launcher, LauncherKind, Partition, Scheduler, Site
+from hpcprov.kinds import LauncherKind, Scheduler
+
+if TYPE_CHECKING:
+    from hpcprov.model import Launcher, Partition, Site
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import shlex
 
 from hpcprov.job import JobRequest
+from hpcprov.kinds import LauncherKind, Scheduler
 from hpcprov.launchers import build_launch
 from hpcprov.layout import Layout
-from hpcprov.model import LauncherKind, Scheduler
 from hpcprov.modules import init_lines, load_lines
 from hpcprov.options import pbs_directive, pbs_options, slurm_flag, slurm_options
 from hpcprov.shell import Template, export_lines

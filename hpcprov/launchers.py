@@ -16,7 +16,7 @@ import hostlist
 
 from hpcprov.errors import UsageError
 from hpcprov.job import JobRequest
-from hpcprov.model import LauncherKind, Scheduler
+from hpcprov.kinds import LauncherKind, Scheduler
 from hpcprov.shell import Raw, Template, join
 
 Context = Literal["batch", "allocation"]

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from hpcprov.model import Site
 from hpcprov.shell import Template, quote
+
+if TYPE_CHECKING:
+    from hpcprov.model import Site
 
 
 @dataclass(frozen=True)

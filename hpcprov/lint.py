@@ -8,7 +8,7 @@ from typing import Literal
 
 from hpcprov.errors import HpcprovError
 from hpcprov.job import JobRequest
-from hpcprov.model import LauncherKind, Scheduler
+from hpcprov.kinds import LauncherKind, Scheduler
 from hpcprov.options import pbs_options, slurm_options
 
 Level = Literal["error", "warning"]
@@ -231,11 +231,11 @@ def lint_plan(plan: object, site: object) -> list[Finding]:
     """Problems of a setup plan: steps that need the internet where there is none, and the
     Horovod x framework combinations the compatibility table knows to be bad (errors) or
     to have caveats (warnings)."""
-    from hpcprov.model import Site
+    from hpcprov.kinds import SiteMethods
     from hpcprov.provision.compat import for_site
     from hpcprov.provision.plan import Plan
 
-    assert isinstance(plan, Plan) and isinstance(site, Site)
+    assert isinstance(plan, Plan) and isinstance(site, SiteMethods)
     findings = []
     for match in for_site(site):
         if match.rule.verdict == "bad":

@@ -7,7 +7,6 @@ ask which site they are working for. Unknown keys are rejected everywhere.
 from __future__ import annotations
 
 import re
-from enum import Enum
 from typing import Annotated, Literal
 
 from pydantic import (
@@ -18,6 +17,10 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+
+from hpcprov.kinds import LauncherKind, ModuleSystem, Scheduler, SiteMethods
+
+__all__ = ["LauncherKind", "ModuleSystem", "Scheduler"]  # re-exported from hpcprov.kinds
 
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 _OPTION_RE = r"^[A-Za-z][A-Za-z0-9-]*$"
@@ -75,18 +78,6 @@ class EnvMixin(BaseModel):
     @classmethod
     def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
         return _check_env_names(value)
-
-
-class Scheduler(str, Enum):
-    slurm = "slurm"
-    pbs = "pbs"
-    none = "none"
-
-
-class ModuleSystem(str, Enum):
-    lmod = "lmod"
-    tcl = "tcl"  # Environment Modules
-    none = "none"
 
 
 class ModuleSet(Strict):
@@ -253,14 +244,6 @@ class HorovodBuild(Strict, EnvMixin):
     pip_args: list[str] = Field(default_factory=lambda: ["--no-cache-dir"])
 
 
-class LauncherKind(str, Enum):
-    srun = "srun"
-    mpirun = "mpirun"
-    horovodrun = "horovodrun"
-    torchrun = "torchrun"
-    container = "container"
-
-
 class Launcher(Strict):
     """How a site starts ranks. Quirks are data read by one builder per kind."""
 
@@ -341,7 +324,7 @@ class PbsOptions(Strict):
     join_output: bool = False
 
 
-class Site(Strict, EnvMixin):
+class Site(SiteMethods, Strict, EnvMixin):
     """A cluster: scheduler, partitions, modules, policies, Python stack, Horovod, launchers."""
 
     name: Name
@@ -393,24 +376,3 @@ class Site(Strict, EnvMixin):
         if img and img not in value.images:
             raise ValueError(f"default_image {img!r} is not in images")
         return value
-
-    def partition(self, name: str | None = None) -> tuple[str, Partition]:
-        """The named partition, else the default one, else the first."""
-        if name is not None:
-            if name not in self.partitions:
-                raise KeyError(name)
-            return name, self.partitions[name]
-        for pname, part in self.partitions.items():
-            if part.default:
-                return pname, part
-        first = next(iter(self.partitions))
-        return first, self.partitions[first]
-
-    def modules_for(self, partition: str | None = None) -> Modules:
-        """The module configuration that applies on a partition."""
-        _, part = self.partition(partition)
-        return part.modules or self.modules
-
-    def prefix(self) -> str:
-        """The install prefix template with {scratch} filled in."""
-        return self.paths.prefix.replace("{scratch}", self.paths.scratch)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
-from hpcprov.model import Modules, ModuleSet, ModuleSystem
+from typing import TYPE_CHECKING
+
+from hpcprov.kinds import ModuleSystem
 from hpcprov.shell import Template, join, quote
+
+if TYPE_CHECKING:
+    from hpcprov.model import Modules, ModuleSet
 
 
 def init_lines(modules: Modules) -> list[str]:

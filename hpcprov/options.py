@@ -6,7 +6,7 @@ import re
 
 from hpcprov.errors import UsageError
 from hpcprov.job import JobRequest
-from hpcprov.model import Scheduler
+from hpcprov.kinds import Scheduler
 
 Option = tuple[str, str | None]  # (long option name, value or None for a flag)
 

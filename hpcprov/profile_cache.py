@@ -2,7 +2,8 @@
 
 One file per profile path under ``$XDG_CACHE_HOME/hpcprov/profiles/`` (default
 ``~/.cache/hpcprov/profiles/``): a JSON header line, then the pickled
-:class:`~hpcprov.model.Site`. The header records the SHA-256 of every file the profile was
+snapshot of the validated site (:mod:`hpcprov.site_view`: plain objects, so loading it
+needs no pydantic). The header records the SHA-256 of every file the profile was
 built from (itself and what it extends), how each ``extends`` was resolved on the search
 path, and a fingerprint of the code that validated it (hpcprov's version and model/loader
 source, pydantic, Python). An entry is used only when all of these are still the same; a
@@ -12,7 +13,7 @@ as if there were no cache. Writing is best effort (a read-only home loses only t
 ``HPCPROV_NO_CACHE=1`` turns the cache off.
 
 This module imports neither PyYAML nor pydantic: ``hpcprov sites`` answers from the
-headers alone.
+headers alone, and a planning command (``jobscript``, ``setup --dry-run``) from the snapshot.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hpcprov.loader import Layer
     from hpcprov.model import Site
+    from hpcprov.site_view import SiteView
 
-FORMAT = 1
+FORMAT = 2  # 2: a snapshot (hpcprov.site_view), no longer the pickled model
 MAX_ENTRIES = 256
-_CODE = ("__init__.py", "model.py", "loader.py", "profiles.py", "errors.py", "profile_cache.py")
+_CODE = ("__init__.py", "model.py", "kinds.py", "site_view.py", "loader.py", "profiles.py",
+         "errors.py", "profile_cache.py")
 
 
 def enabled() -> bool:
@@ -112,20 +115,20 @@ def header(path: Path) -> dict[str, Any] | None:
     return found[0] if found else None
 
 
-def load(path: Path) -> Site | None:
-    """The validated site of a current entry, else None."""
+def load(path: Path) -> SiteView | None:
+    """The snapshot of the validated site of a current entry, else None."""
     found = _read(path)
     if found is None:
         return None
     import pickle
 
-    from hpcprov.model import Site
+    from hpcprov.site_view import SiteView
 
     try:
         site = pickle.loads(found[1])
     except Exception:  # noqa: BLE001 - a corrupt entry is a miss
         return None
-    return site if type(site) is Site else None
+    return site if type(site) is SiteView else None
 
 
 def store(path: Path, layer: Layer, site: Site) -> None:
@@ -145,7 +148,9 @@ def store(path: Path, layer: Layer, site: Site) -> None:
         }
         if set(head["files"]) != {os.path.abspath(f) for f in layer.files}:
             return  # a layer not read by read_yaml (no digests): nothing to check it by
-        blob = json.dumps(head).encode() + b"\n" + pickle.dumps(site, protocol=5)
+        from hpcprov.site_view import snapshot
+
+        blob = json.dumps(head).encode() + b"\n" + pickle.dumps(snapshot(site), protocol=5)
         target = _entry(path)
         target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")

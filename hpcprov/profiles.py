@@ -1,17 +1,25 @@
-"""Site lookup: turn a name or path into a validated :class:`~hpcprov.model.Site`."""
+"""Site lookup: turn a name or path into a validated site.
+
+``load_site`` gives every command the same thing whether the profile cache answered or
+not: the plain-object snapshot of the validated model (:mod:`hpcprov.site_view`), so
+pydantic is imported only when a profile is actually validated.
+"""
 
 from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Any
-
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, Any
 
 from hpcprov import profile_cache
 from hpcprov.errors import ProfileError
 from hpcprov.loader import Layer, available_sites, find_profile, resolve
-from hpcprov.model import Site
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from hpcprov.model import Site
+    from hpcprov.site_view import SiteView
 
 
 def _hint(err: dict[str, Any], model_fields: list[str], written: str | None = None) -> str:
@@ -26,6 +34,8 @@ def _hint(err: dict[str, Any], model_fields: list[str], written: str | None = No
 
 def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
     """Field names allowed at the parent of ``loc`` (for suggestions)."""
+    from hpcprov.model import Site
+
     model: Any = Site
     for part in loc[:-1]:
         info = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
@@ -62,6 +72,10 @@ def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
 
 def _validate(layer: Layer) -> tuple[Site | None, list[ProfileError]]:
     """The site, or every located problem with the merged profile data."""
+    from pydantic import ValidationError
+
+    from hpcprov.model import Site
+
     try:
         return Site.model_validate(layer.data), []
     except ValidationError as exc:
@@ -94,12 +108,15 @@ def validate_file(path: Path) -> Site:
     return site
 
 
-def load_site(ref: str) -> Site:
-    """Load a site by name (search path) or by file path; a cached one when still current."""
+def load_site(ref: str) -> SiteView:
+    """Load a site by name (search path) or by file path: the snapshot of the validated
+    model, from the cache when its entry is still current."""
+    from hpcprov.site_view import snapshot
+
     path = find_profile(ref)
     if not path.is_file():
         raise ProfileError(str(path), 0, "no such profile file")
-    return profile_cache.load(path) or validate_file(path)
+    return profile_cache.load(path) or snapshot(validate_file(path))
 
 
 def site_names() -> list[str]:

@@ -7,14 +7,16 @@ generated from it. Every row says how it is known.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from importlib import resources
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 
-from hpcprov.model import Site
+if TYPE_CHECKING:
+    from hpcprov.model import Site
+
 
 Verdict = Literal["ok", "patch", "caveat", "bad"]
 LAST_HOROVOD = "0.28.1"
@@ -107,15 +109,31 @@ def _version(text: str | None) -> Version | None:
         return None
 
 
+_OPS = {"<": Version.__lt__, "<=": Version.__le__, ">": Version.__gt__, ">=": Version.__ge__,
+        "==": Version.__eq__, "!=": Version.__ne__}
+
+
 def _matches(spec: str | None, version: Version | None) -> bool:
+    """`version` satisfies every clause of `spec` (comma-separated `OP VERSION`).
+
+    The rules' specifiers are plain comparisons, so they are evaluated with
+    packaging.version alone: packaging.specifiers imports packaging.tags (logging,
+    subprocess), a sixth of `hpcprov setup --dry-run`'s start-up. A test checks this
+    agrees with SpecifierSet on every rule."""
     if spec is None:
         return True
     if version is None:
         return False
-    try:
-        return version in SpecifierSet(spec)
-    except InvalidSpecifier:
-        return False
+    for clause in spec.split(","):
+        m = re.fullmatch(r"\s*(<=|>=|==|!=|<|>)\s*([0-9][0-9A-Za-z.+!-]*)\s*", clause)
+        if not m:
+            return False
+        try:
+            if not _OPS[m.group(1)](version, Version(m.group(2))):
+                return False
+        except InvalidVersion:
+            return False
+    return True
 
 
 def versions_of(site: Site) -> dict[str, str]:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from hpcprov.model import HorovodBuild
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpcprov.model import HorovodBuild
 
 FRAMEWORK_FLAGS = {"tensorflow": "TENSORFLOW", "pytorch": "PYTORCH", "mxnet": "MXNET"}
 CONTROLLER_FLAGS = {"mpi": "MPI", "gloo": "GLOO"}

@@ -8,13 +8,17 @@ modules loaded, exactly as the seed tutorials do it by hand.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 from hpcprov.provision.compat import patches_for
 from hpcprov.provision.horovod import CB_SECTIONS, build_env, expected_check_build, pip_spec
 from hpcprov.provision.proof import ABI_FACTS, PROGRAMS
 
-from hpcprov.model import ModuleSystem, Site
+from hpcprov.kinds import ModuleSystem
 from hpcprov.shell import Raw, env_prefix, join, quote
+
+if TYPE_CHECKING:
+    from hpcprov.model import Site
 
 # Installed before the build, which runs with --no-build-isolation so that it works offline
 # and sees the environment's torch/TensorFlow (Horovod's setup needs these to run).

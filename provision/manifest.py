@@ -11,13 +11,16 @@ import os
 import re
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpcprov.provision.compat import for_site
 from hpcprov.provision.horovod import expected_check_build, parse_check_build
 from hpcprov.provision.journal import Journal
 
 from hpcprov import __version__
-from hpcprov.model import Site
+
+if TYPE_CHECKING:
+    from hpcprov.model import Site
 
 FRAMEWORK_DISTS = {"torch": ("torch",),
                    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"),

@@ -10,15 +10,17 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hpcprov.provision import horovod_steps as hs
 from hpcprov.provision.horovod import build_env, pip_spec
 
 from hpcprov.layout import Layout
-from hpcprov.model import Site
 from hpcprov.modules import init_lines, load_lines
 from hpcprov.shell import Raw, Template, assign, env_prefix, export_lines, join, quote
+
+if TYPE_CHECKING:
+    from hpcprov.model import Site
 
 Where = Literal["login", "compute"]
 

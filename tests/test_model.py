@@ -18,6 +18,7 @@ from hpcprov.errors import ProfileError
 from hpcprov.loader import available_sites, bundled_site_dir
 from hpcprov.model import Scheduler, Site
 from hpcprov.profiles import check_file, load_site, site_names
+from hpcprov.site_view import snapshot
 
 # ------------------------------------------------------------------ packaging
 
@@ -36,7 +37,7 @@ def test_every_bundled_profile_validates(name: str) -> None:
     site = load_site(name)
     assert site.name == name
     # a loaded profile is a fixed point of the model (dump -> validate gives it back)
-    assert Site.model_validate(site.model_dump()) == site
+    assert snapshot(Site.model_validate(site.model_dump())) == site
     # its default launcher and every partition's default resolve
     assert site.default_launcher in site.launchers
     pname, _ = site.partition()
@@ -295,7 +296,7 @@ def test_user_profile_from_a_file_path(tmp_path: Path,
     assert res.rc == 0, res.err
     data = json.loads(res.out)
     assert data["name"] == "byfile" and data["description"] == "by path"
-    assert Site.model_validate(data) == load_site(str(path))
+    assert snapshot(Site.model_validate(data)) == load_site(str(path))
 
 
 def test_user_profile_named_like_a_bundled_one_may_extend_it(tmp_path: Path,
@@ -311,8 +312,8 @@ def test_user_profile_named_like_a_bundled_one_may_extend_it(tmp_path: Path,
     site = load_site("neuron")
     assert site.paths.scratch == "/scratch2/$USER"
     # everything else comes from the bundled profile
-    bundled = Site.model_validate(yaml.safe_load(
-        (bundled_site_dir() / "neuron.yaml").read_text(encoding="utf-8")))
+    bundled = snapshot(Site.model_validate(yaml.safe_load(
+        (bundled_site_dir() / "neuron.yaml").read_text(encoding="utf-8"))))
     assert site.partitions == bundled.partitions
     assert site.launchers == bundled.launchers
 

@@ -217,3 +217,22 @@ def test_pip_freeze_of_a_wheel_installed_from_a_file_gives_its_version() -> None
                           ".whl#sha256=19\ntorch==2.13.0+cpu\ntensorflow-cpu==2.21.0\n-e x\n")
     assert framework_versions(freeze) == {"torch": "2.13.0+cpu", "tensorflow": "2.21.0",
                                           "horovod": "0.28.1"}
+
+
+def test_the_rules_version_clauses_agree_with_pep440_specifier_sets() -> None:
+    """compat evaluates its rules' specifiers without packaging.specifiers (start-up time);
+    on released versions it must say exactly what SpecifierSet says."""
+    from hpcprov.provision.compat import RULES, _matches
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    specs = {s for r in RULES for s in (r.horovod, r.torch, r.tensorflow) if s}
+    assert len(specs) >= 5
+    versions = [f"{a}.{b}.{c}" for a in (0, 1, 2, 3) for b in (0, 1, 6, 13, 16, 21, 22, 27,
+                                                            28, 29) for c in (0, 1, 2)]
+    versions += ["2.21", "2.13", "0.28", "2.16"]
+    for spec in specs:
+        for v in versions:
+            assert _matches(spec, Version(v)) == (Version(v) in SpecifierSet(spec)), (spec, v)
+    assert _matches(">=2.0,<2.5", Version("2.4.1")) and not _matches(">=2.0,<2.5", Version("2.5"))
+    assert not _matches("~=2.0", Version("2.1"))  # not a plain comparison: never a match

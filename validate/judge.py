@@ -7,8 +7,10 @@ import json
 import re
 import statistics
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from hpcprov.model import Reference
+if TYPE_CHECKING:
+    from hpcprov.model import Reference
 
 RESULT = re.compile(r"HPCPROV_RESULT (\{.*\})")
 CB_LINE = re.compile(r"HPCPROV_CB (.*)$")

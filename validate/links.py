@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import hostlist
 from hpcprov.validate.judge import JobResult, Outcome, within
 
-from hpcprov.model import Reference
+if TYPE_CHECKING:
+    from hpcprov.model import Reference
 
 Pair = tuple[str, str]
 

@@ -8,11 +8,15 @@ prints HPCPROV_RESULT lines that validate/judge.py reads. Nothing here touches t
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from hpcprov.job import JobRequest
 from hpcprov.jobscript import build_jobscript
-from hpcprov.model import LauncherKind, Scheduler, Site
+from hpcprov.kinds import LauncherKind, Scheduler
 from hpcprov.shell import quote
+
+if TYPE_CHECKING:
+    from hpcprov.model import Site
 
 CHECKS = ("env", "allreduce", "train", "pernode", "links")
 DEFAULT_CHECKS = ("env", "allreduce", "train")

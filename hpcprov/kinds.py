@@ -1,0 +1,64 @@
+"""The parts of the site model that planning needs at run time, without pydantic.
+
+The enums and :class:`SiteMethods` are shared by the validated model
+(:mod:`hpcprov.model`, pydantic) and by the snapshot a cached profile is loaded as
+(:mod:`hpcprov.site_view`), so a command answered from the cache never imports pydantic.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hpcprov.model import Modules, Partition
+
+
+class Scheduler(str, Enum):
+    slurm = "slurm"
+    pbs = "pbs"
+    none = "none"
+
+
+class ModuleSystem(str, Enum):
+    lmod = "lmod"
+    tcl = "tcl"  # Environment Modules
+    none = "none"
+
+
+class LauncherKind(str, Enum):
+    srun = "srun"
+    mpirun = "mpirun"
+    horovodrun = "horovodrun"
+    torchrun = "torchrun"
+    container = "container"
+
+
+class SiteMethods:
+    """What a site answers beyond its fields (the model's and the snapshot's)."""
+
+    if TYPE_CHECKING:  # the fields both have (not class annotations pydantic would see)
+        partitions: dict[str, Any]
+        modules: Any
+        paths: Any
+
+    def partition(self, name: str | None = None) -> tuple[str, Partition]:
+        """The named partition, else the default one, else the first."""
+        if name is not None:
+            if name not in self.partitions:
+                raise KeyError(name)
+            return name, self.partitions[name]
+        for pname, part in self.partitions.items():
+            if part.default:
+                return pname, part
+        first = next(iter(self.partitions))
+        return first, self.partitions[first]
+
+    def modules_for(self, partition: str | None = None) -> Modules:
+        """The module configuration that applies on a partition."""
+        _, part = self.partition(partition)
+        return part.modules or self.modules
+
+    def prefix(self) -> str:
+        """The install prefix template with {scratch} filled in."""
+        return str(self.paths.prefix).replace("{scratch}", self.paths.scratch)
