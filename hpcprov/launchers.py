@@ -68,8 +68,14 @@ def expand_hosts(hosts: tuple[str, ...]) -> list[str]:
     return out
 
 
-def host_slots(req: JobRequest) -> list[str]:
-    """``-H`` argument words, or ``--hostfile`` words, for mpirun/horovodrun."""
+PBS_HOSTS = "awk '!seen[$0]++' \"$PBS_NODEFILE\""  # the job's nodes, in order, once each
+
+
+def host_slots(req: JobRequest, horovodrun: bool = False) -> list[str]:
+    """``-H`` argument words, or ``--hostfile`` words, for mpirun/horovodrun.
+
+    Under PBS, mpirun reads ``$PBS_NODEFILE`` as it is (one line per slot); horovodrun
+    cannot (its host files need ``host slots=N``), so it gets ``-H`` built from the file."""
     slots = req.ranks_per_node
     launcher = req.launch
     if launcher.hosts == "hostfile" and not req.hosts:
@@ -81,6 +87,8 @@ def host_slots(req: JobRequest) -> list[str]:
         expr = f"\"$(scontrol show hostnames {SLURM_NODES} | sed 's/$/:{slots}/' | paste -sd, -)\""
         return ["-H", Raw(expr)]
     if req.scheduler == Scheduler.pbs:
+        if horovodrun:
+            return ["-H", Raw(f"\"$({PBS_HOSTS} | sed 's/$/:{slots}/' | paste -sd, -)\"")]
         return ["--hostfile", Template("$PBS_NODEFILE")]
     return ["-H", f"localhost:{slots}"]
 
@@ -131,7 +139,7 @@ def build_mpirun(req: JobRequest, context: Context) -> Launch:
 
 
 def build_horovodrun(req: JobRequest, context: Context) -> Launch:
-    argv = ["horovodrun", "-np", str(req.world_size), *host_slots(req)]
+    argv = ["horovodrun", "-np", str(req.world_size), *host_slots(req, horovodrun=True)]
     return Launch([*argv, *req.launch.args, *req.command])
 
 

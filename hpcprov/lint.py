@@ -145,7 +145,8 @@ def _geometry(req: JobRequest) -> list[Finding]:
                            f"{req.scheduler_tasks_per_node} task(s) x {cpt} CPUs exceed the "
                            f"{part.cores_per_node} cores of a {pname} node",
                            "lower --cpus-per-task or --tasks-per-node"))
-    if (site.scheduler == Scheduler.pbs and kind in (LauncherKind.mpirun, LauncherKind.horovodrun)
+    # (horovodrun is given -H host:slots built from the file, see launchers.host_slots)
+    if (site.scheduler == Scheduler.pbs and kind == LauncherKind.mpirun
             and not req.hosts and not req.launch.oversubscribe):
         out.append(Finding("error", "pbs-slots",
                            "$PBS_NODEFILE lists one line per slot, so mpirun refuses to place "

@@ -299,6 +299,18 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(given) if given else tmp_path_factory.mktemp("wheelhouse")
 
 
+@pytest.fixture(scope="session")
+def local_prefix(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
+    """A real `hpcprov setup --site local` prefix (a wheelhouse hit) for tests that run jobs
+    in it without changing it."""
+    target = tmp_path_factory.mktemp("validate") / "prefix"
+    env = {**os.environ, "HPCPROV_WHEELHOUSE": str(wheelhouse)}
+    proc = subprocess.run([*hpcprov_argv(), "setup", "--site", "local", "--prefix",
+                           str(target)], capture_output=True, text=True, env=env, timeout=3600)
+    assert proc.returncode == 0, proc.stderr
+    return target
+
+
 @pytest.fixture
 def stubs(tmp_path: Path) -> Stubs:
     return Stubs.create(tmp_path / "sandbox")

@@ -388,3 +388,27 @@ def test_envcheck_require_in_process(programs: Path) -> None:
     assert r["rank"] == 0 and r["modules"] == []
     assert r["import_ok"] == {"json": True, "hpcprov_no_such_module": False}
     assert r["cuda_visible_devices"] == ""
+
+
+def test_the_time_budget_per_size_counts_the_whole_iteration() -> None:
+    """--max-seconds-per-size caps refill + barrier + allreduce + check, not the timed call
+    alone: with a barrier that takes 10 ms (a rank late to line up), a 0.1 s budget leaves
+    at most 10 iterations however fast the allreduce itself is."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    allreduce = load("allreduce.py")
+
+    class OneRankSlowBarrier:
+        rank, size = 0, 1
+
+        def barrier(self) -> None:
+            time.sleep(0.01)
+
+        def max_(self, tensor):  # noqa: ANN001, ANN202 - one rank: the maximum is itself
+            return tensor
+
+    iters, mean_s, _, failures = allreduce.measure(
+        torch, OneRankSlowBarrier(), lambda t: t, 1024, torch.float32, "cpu", 1000, 3, 0.1)
+    assert 2 <= iters <= 10 and failures == 0
+    assert mean_s < 0.01  # the timed call itself stays the allreduce alone

@@ -1,7 +1,8 @@
 """The effect layer of a validation run: submit job scripts, poll them, collect output.
 
 Three executors: plain processes (site without a scheduler), Slurm (sbatch, then
-`scontrol show job -o` with a short backoff, never `sbatch --wait`), PBS (qsub, qstat -f).
+`scontrol show job -o` with a short backoff, never `sbatch --wait`), PBS (qsub, then
+`qstat -x -f`).
 A job's exit status comes from the scheduler when it knows it, else from the status file
 the job script's EXIT trap wrote; a job whose status cannot be learned is an error, never a
 pass. Every submission and state change is recorded in the run's events.
@@ -269,8 +270,40 @@ def _slurm_rc(text: str) -> int | None:
     return rc if sig == 0 else 128 + sig
 
 
+_PBS_DONE = {"F", "X"}          # finished; a finished subjob
+_PBS_RUNNING = {"R", "E", "B"}  # running; exiting; an array job with subjobs running
+
+
+def pbs_fields(text: str) -> dict[str, str]:
+    """The attributes of one job in `qstat -f` output (`    name = value`; long values
+    continue on lines that start with a tab)."""
+    fields: dict[str, str] = {}
+    last = None
+    for line in text.splitlines():
+        if line.startswith("\t") and last:
+            fields[last] += line.strip()
+        elif " = " in line and line.startswith("    "):
+            last, _, value = line.strip().partition(" = ")
+            fields[last] = value
+    return fields
+
+
+def pbs_exit(value: str | None) -> tuple[int | None, str]:
+    """A PBS `Exit_status` as a shell-style status, and why when PBS itself failed it:
+    >= 0 the script's status, > 256 killed by signal (value - 256), < 0 PBS could not run
+    the job (JOB_EXEC_* codes)."""
+    try:
+        code = int(value or "")
+    except ValueError:
+        return None, ""
+    if code < 0:
+        return code, f"PBS could not run the job (Exit_status {code})"
+    return (128 + code - 256 if code > 256 else code), ""
+
+
 class PbsExecutor(Executor):
-    """qsub, then qstat -f (PBS Pro / Torque); the status file gives the exit code."""
+    """qsub, then `qstat -x -f` (PBS Pro / OpenPBS: -x includes finished jobs); the status
+    file gives the exit code once the server has forgotten the job (job history off)."""
 
     name = "pbs"
 
@@ -283,23 +316,36 @@ class PbsExecutor(Executor):
         if proc.returncode != 0:
             from hpcprov.errors import HpcprovError
 
-            raise HpcprovError(f"qsub refused {script.name}: {proc.stderr.strip()}")
+            raise HpcprovError(f"qsub refused {script.name}: "
+                               f"{(proc.stderr or proc.stdout).strip()}")
         h = Handle(proc.stdout.strip(), script, output, exit_file, time.monotonic())
         self._event(h, "submitted")
         return h
 
     def refresh(self, handles: list[Handle]) -> None:
         for h in handles:
-            proc = self._run("qstat", "-f", h.job_id)
-            state = re.search(r"job_state = (\w)", proc.stdout)
-            if proc.returncode != 0 or (state and state.group(1) in "CF"):
-                code = re.search(r"Exit_status = (-?\d+)", proc.stdout)
-                h.exit_code = int(code.group(1)) if code else _read_exit(h.exit_file)
-                h.state = "COMPLETED" if h.exit_code == 0 else (
-                    "UNKNOWN" if h.exit_code is None else "FAILED")
-                h.ended = time.monotonic()
-            elif state and state.group(1) == "R" and h.started is None:
-                h.started, h.state = time.monotonic(), "RUNNING"
+            proc = self._run("qstat", "-x", "-f", h.job_id)
+            info = pbs_fields(proc.stdout) if proc.returncode == 0 else {}
+            state = info.get("job_state", "")
+            if info.get("exec_host"):
+                h.nodes = ",".join(dict.fromkeys(
+                    part.split("/")[0] for part in info["exec_host"].split("+")))
+            if not info or state in _PBS_DONE:
+                code, why = pbs_exit(info.get("Exit_status"))
+                if code is None:
+                    code = _read_exit(h.exit_file)
+                h.exit_code, h.ended = code, time.monotonic()
+                h.state = "UNKNOWN" if code is None else (
+                    "COMPLETED" if code == 0 else "FAILED")
+                h.reason = why or ("the server no longer knows the job and it left no status "
+                                   "file" if code is None else "")
+                self._event(h, "state")
+            elif state in _PBS_RUNNING:
+                if h.started is None:
+                    h.started, h.state = time.monotonic(), "RUNNING"
+                    self._event(h, "state")
+            else:  # Q, H, W, T, S, U, M: not running (yet)
+                h.reason = info.get("comment", "")
 
     def cancel(self, handle: Handle) -> None:
         self._run("qdel", handle.job_id)

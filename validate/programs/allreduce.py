@@ -174,7 +174,8 @@ class HorovodComm:
 
 def run_iters(torch, comm, allreduce_, tensor, value, expected, count, corrupt=False):
     """``count`` allreduces, each on a tensor refilled with ``value`` and checked afterwards;
-    only the allreduce is timed. Returns (seconds per iteration, failed iterations)."""
+    only the allreduce is timed. Returns (seconds per iteration, failed iterations, wall
+    seconds per iteration including refill, barrier and check)."""
     if tensor.device.type == "cuda":
         # CUDA events around the allreduce: no host synchronisation inside the loop, so the
         # launches stay as pipelined as in a bare loop; fill and check are outside the events
@@ -182,6 +183,7 @@ def run_iters(torch, comm, allreduce_, tensor, value, expected, count, corrupt=F
         starts = [event(enable_timing=True) for _ in range(count)]
         ends = [event(enable_timing=True) for _ in range(count)]
         bad = torch.zeros((), dtype=torch.int64, device=tensor.device)
+        wall = time.perf_counter()
         for i in range(count):
             tensor.fill_(value)
             starts[i].record()
@@ -191,16 +193,19 @@ def run_iters(torch, comm, allreduce_, tensor, value, expected, count, corrupt=F
                 tensor[0] += 1
             bad += (tensor != expected).any()
         torch.cuda.synchronize()
-        return [starts[i].elapsed_time(ends[i]) / 1e3 for i in range(count)], int(bad)
+        wall = (time.perf_counter() - wall) / max(count, 1)
+        return ([starts[i].elapsed_time(ends[i]) / 1e3 for i in range(count)], int(bad),
+                [wall] * count)
     # CPU tensors: the collectives are synchronous, so the clock around the call is the time.
     # A barrier after the refill lines the ranks up: without it a rank that finished its
     # check first would time its wait for the others' (measured here: 13-40% less bandwidth
     # than a bare loop at 1-64 MiB over Gloo; 96-97% with the barrier)
     barrier = comm.barrier
     clock = time.perf_counter
-    times = []
+    times, walls = [], []
     failures = 0
     for _ in range(count):
+        began = clock()
         tensor.fill_(value)
         barrier()
         start = clock()
@@ -210,7 +215,8 @@ def run_iters(torch, comm, allreduce_, tensor, value, expected, count, corrupt=F
             tensor[0] += 1
         if not bool(torch.all(tensor == expected)):
             failures += 1
-    return times, failures
+        walls.append(clock() - began)
+    return times, failures, walls
 
 
 def measure(torch, comm, allreduce_, nel, dtype, device, iters, warmup, max_seconds,
@@ -222,17 +228,20 @@ def measure(torch, comm, allreduce_, nel, dtype, device, iters, warmup, max_seco
     expected = ranks * (ranks + 1) / 2
     tensor = torch.empty(nel, dtype=dtype, device=device)
 
-    warm_times, failures = run_iters(torch, comm, allreduce_, tensor, value, expected, warmup)
-    if warm_times and max_seconds > 0:
-        # the first call of a size pays for buffers and connections: estimate from the rest
-        rest = warm_times[1:] or warm_times
+    _, failures, warm_walls = run_iters(torch, comm, allreduce_, tensor, value, expected,
+                                        warmup)
+    if warm_walls and max_seconds > 0:
+        # the budget is for the whole iteration (refill, barrier, allreduce, check), not just
+        # the timed call; the first call of a size pays for buffers and connections: estimate
+        # from the rest
+        rest = warm_walls[1:] or warm_walls
         estimate = torch.tensor([sum(rest) / len(rest)], dtype=torch.float64, device=device)
         estimate = float(comm.max_(estimate)[0])  # every rank must run the same count
         if estimate > 0:
             iters = min(iters, max(2, int(max_seconds / estimate)))
 
-    times, timed_failures = run_iters(torch, comm, allreduce_, tensor, value, expected, iters,
-                                      corrupt)
+    times, timed_failures, _ = run_iters(torch, comm, allreduce_, tensor, value, expected,
+                                         iters, corrupt)
     stats = torch.tensor([sum(times) / len(times), min(times), float(failures + timed_failures)],
                          dtype=torch.float64, device=device)
     stats = comm.max_(stats).tolist()

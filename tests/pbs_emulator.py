@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""qsub, qstat and qdel as PBS Pro / OpenPBS answer them, for the tests of hpcprov's PBS
+executor: no PBS server can run on this machine, so this is the boundary its tests reach.
+
+Symlink this file as `qsub`, `qstat` and `qdel` into a folder on PATH; state lives in
+$PBS_EMULATOR_DIR. A job runs at once as a local `bash SCRIPT` (stdout and stderr to the
+`-o` file, as `-j oe` asks), unless $PBS_EMULATOR_HOLD is set at submission (it stays
+queued until qdel). What it reproduces of PBS Pro, because hpcprov depends on it:
+- `qsub` prints the job id (`N.SERVER`) and nothing else;
+- `qstat -f ID` prints `Job Id: ID` and `    name = value` attributes (job_state Q/R/F,
+  exec_host, Exit_status once finished, comment while queued); a finished job needs `-x`
+  (without it: "Job has finished, use -x or -H ..." and exit 35);
+- with $PBS_EMULATOR_HISTORY=0 (job history off, the PBS Pro default) a finished job is
+  gone: "Unknown Job Id" and exit 153, `-x` or not;
+- Exit_status is the script's status, 256 + N when signal N killed it;
+- `qdel` kills a running job (Exit_status 271: SIGTERM, as PBS reports it) and removes a
+  queued one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+SERVER = "pbs-emu"
+
+
+def _state() -> Path:
+    d = Path(os.environ["PBS_EMULATOR_DIR"])
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _load(job: str) -> dict | None:  # type: ignore[type-arg]
+    path = _state() / f"{job}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _save(job: dict) -> None:  # type: ignore[type-arg]
+    (_state() / f"{job['id']}.json").write_text(json.dumps(job))
+
+
+def qsub(argv: list[str]) -> int:
+    out, script = None, None
+    it = iter(argv)
+    for a in it:
+        if a == "-o":
+            out = next(it)
+        elif a == "-j":
+            next(it)
+        elif not a.startswith("-"):
+            script = a
+    if script is None or not Path(script).is_file():
+        print("qsub: script file:: No such file or directory", file=sys.stderr)
+        return 2
+    counter = _state() / "counter"
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+    job = {"id": f"{n}.{SERVER}", "script": os.path.abspath(script), "out": out,
+           "state": "Q", "pid": None}
+    if not os.environ.get("PBS_EMULATOR_HOLD"):
+        status = _state() / f"{job['id']}.status"
+        nodefile = _state() / f"{job['id']}.nodes"
+        nodefile.write_text(socket.gethostname() + "\n")
+        env = {**os.environ, "PBS_JOBID": job["id"], "PBS_O_WORKDIR": os.getcwd(),
+               "PBS_NODEFILE": str(nodefile)}
+        with open(out or os.devnull, "wb") as fh:
+            proc = subprocess.Popen(
+                ["bash", "-c", 'bash "$1"; echo $? > "$2"', "pbs-job", job["script"],
+                 str(status)], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=env, start_new_session=True, cwd=os.getcwd())
+        job.update(state="R", pid=proc.pid)
+    _save(job)
+    print(job["id"])
+    return 0
+
+
+def _finish(job: dict) -> dict:  # type: ignore[type-arg]
+    """Mark a running job finished once its script has ended."""
+    status = _state() / f"{job['id']}.status"
+    if job["state"] == "R" and status.exists() and status.read_text().strip():
+        code = int(status.read_text())
+        job.update(state="F", exit=256 + code - 128 if code > 128 else code)
+        _save(job)
+    return job
+
+
+def qstat(argv: list[str]) -> int:
+    history = "-x" in argv
+    ids = [a for a in argv if not a.startswith("-")]
+    for jid in ids:
+        job = _load(jid)
+        if job is not None:
+            job = _finish(job)
+        if job is None or (job["state"] == "F" and os.environ.get("PBS_EMULATOR_HISTORY")
+                           == "0"):
+            print(f"qstat: Unknown Job Id {jid}", file=sys.stderr)
+            return 153
+        if job["state"] == "F" and not history:
+            print(f"qstat: {jid} Job has finished, use -x or -H to obtain historical job "
+                  "information", file=sys.stderr)
+            return 35
+        lines = [f"Job Id: {jid}", f"    Job_Name = {Path(job['script']).name}",
+                 f"    Job_Owner = root@{socket.gethostname()}",
+                 f"    job_state = {job['state']}", "    queue = workq"]
+        if job["state"] in ("R", "F"):
+            lines.append(f"    exec_host = {socket.gethostname()}/0*2")
+        if job["state"] == "Q":
+            lines += ["    comment = Not Running: Insufficient amount of resource: ncpus ",
+                      "\t(R: 64 A: 0 T: 64)"]
+        if job["state"] == "F":
+            lines.append(f"    Exit_status = {job['exit']}")
+        print("\n".join(lines) + "\n")
+    return 0
+
+
+def qdel(argv: list[str]) -> int:
+    for jid in (a for a in argv if not a.startswith("-")):
+        job = _load(jid)
+        if job is None:
+            print(f"qdel: Unknown Job Id {jid}", file=sys.stderr)
+            return 153
+        if _finish(job)["state"] == "R":
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job["pid"], signal.SIGKILL)
+            job.update(state="F", exit=256 + signal.SIGTERM)  # what PBS reports after qdel
+            _save(job)
+        elif job["state"] == "Q":
+            (_state() / f"{jid}.json").unlink()
+    return 0
+
+
+if __name__ == "__main__":
+    tool = Path(sys.argv[0]).name
+    sys.exit({"qsub": qsub, "qstat": qstat, "qdel": qdel}[tool](sys.argv[1:]))

@@ -1,0 +1,197 @@
+"""The PBS executor up to the boundary: qstat output parsing, and submit/poll/cancel against
+tests/pbs_emulator.py, which answers as PBS Pro's qsub, qstat and qdel do (no PBS server
+can run here; docs/validation.md says so)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hpcprov.validate.execute import PbsExecutor, pbs_exit, pbs_fields
+from hpcprov.validate.judge import JobResult, judge
+from hpcprov.validate.plan import Options, job_script, plan_jobs
+from hpcprov_tests import hpcprov_argv, write_profile
+
+from hpcprov.profiles import load_site
+
+EMULATOR = Path(__file__).with_name("pbs_emulator.py")
+
+QSTAT_F = """Job Id: 4242.pbs01
+    Job_Name = hpcprov-allreduce-torch-gloo
+    Job_Owner = alice@login01
+    resources_used.walltime = 00:01:07
+    job_state = F
+    queue = gpu
+    exec_host = se001/0*8+se002/0*8
+    exec_vnode = (se001:ncpus=8:ngpus=4)+(se002:ncpus=8:ngpus=4)
+    comment = Job run at Mon Mar 02 at 10:01 on (se001:ncpus=8:ngpus=4)+(se002:ncpus=8:n
+\tgpus=4) and finished
+    Exit_status = 3
+"""
+
+
+def test_qstat_f_attributes_are_read_with_their_continuation_lines() -> None:
+    fields = pbs_fields(QSTAT_F)
+    assert fields["job_state"] == "F" and fields["Exit_status"] == "3"
+    assert fields["exec_host"] == "se001/0*8+se002/0*8"
+    assert fields["comment"].endswith("(se002:ncpus=8:ngpus=4) and finished")
+    assert "Job Id: 4242.pbs01" not in fields.values()
+
+
+@pytest.mark.parametrize(("value", "code", "why"), [
+    ("0", 0, ""), ("3", 3, ""), ("271", 143, ""), ("265", 137, ""),
+    ("-1", -1, "PBS could not run the job (Exit_status -1)"), ("", None, ""), (None, None, ""),
+])
+def test_exit_status_becomes_a_shell_status(value: str | None, code: int | None,
+                                            why: str) -> None:
+    assert pbs_exit(value) == (code, why)
+
+
+@pytest.fixture
+def pbs(tmp_path: Path) -> dict[str, str]:
+    """PATH with qsub, qstat and qdel from the emulator; its state in tmp_path."""
+    bindir = tmp_path / "pbs-bin"
+    bindir.mkdir()
+    for tool in ("qsub", "qstat", "qdel"):
+        (bindir / tool).symlink_to(EMULATOR)
+    return {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+            "PBS_EMULATOR_DIR": str(tmp_path / "pbs-state")}
+
+
+def _scripts(work: Path, bodies: dict[str, str]) -> dict[str, Path]:
+    """validate's own job scripts for a PBS site (Sockeye), each running one body."""
+    o = Options(load_site("sockeye"), "gpu", 1, ("env",))
+    env_job = plan_jobs(o)[0]
+    out = {}
+    for name, body in bodies.items():
+        script = work / f"{name}.sh"
+        text = job_script(replace(env_job, id=name), o, None, str(work),
+                          ("bash", "-c", body))
+        # the site's module and launcher lines cannot run here: keep the PBS header and
+        # the status trap, run the body itself
+        head = [ln for ln in text.splitlines() if ln.startswith("#") or "hpcprov_t0" in ln
+                or ln.startswith("trap ")]
+        script.write_text("\n".join([*head, body]) + "\n")
+        out[name] = script
+    return out
+
+
+def test_exit_codes_come_from_qstat_x_and_nodes_from_exec_host(pbs: dict[str, str],
+                                                               tmp_path: Path) -> None:
+    work = tmp_path / "run"
+    work.mkdir()
+    scripts = _scripts(work, {"ok": "echo fine", "bad": "exit 3", "killed": "kill -KILL $$"})
+    assert "#PBS -l select=1:ncpus=" in scripts["ok"].read_text()
+    ex = PbsExecutor(pbs)
+    handles = [ex.submit(p, work / f"{n}.out", work / f"{n}.exit") for n, p in scripts.items()]
+    assert all(h.job_id.endswith(".pbs-emu") for h in handles)
+    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
+    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
+    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 3), "killed": ("FAILED", 137)}
+    assert all(h.nodes == os.uname().nodename for h in handles)
+    assert (work / "ok.out").read_text().strip() == "fine"
+    assert {e["job"] for e in ex.events} == {h.job_id for h in handles}
+
+
+def test_without_job_history_the_status_file_answers_and_none_is_an_error(
+        pbs: dict[str, str], tmp_path: Path) -> None:
+    work = tmp_path / "run"
+    work.mkdir()
+    scripts = _scripts(work, {"ok": "true", "bad": "exit 5", "lost": "true"})
+    env = {**pbs, "PBS_EMULATOR_HISTORY": "0"}  # PBS Pro's default: finished jobs vanish
+    ex = PbsExecutor(env)
+    handles = [ex.submit(p, work / f"{n}.out", work / f"{n}.exit") for n, p in scripts.items()]
+    lost = next(h for h in handles if h.script.stem == "lost")
+    # "lost" died before its trap could write (as on a node crash): no status file
+    lost.exit_file = work / "never-written.exit"
+    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
+    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
+    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 5), "lost": ("UNKNOWN", None)}
+    assert "no longer knows the job" in lost.reason
+    result = JobResult("lost", "env", "", 1, lost.state, lost.exit_code, "", [], [], 1.0,
+                       reason=lost.reason)
+    (outcome,) = judge([result], {})
+    assert outcome.status == "error"  # never a pass
+
+
+def test_a_job_that_never_starts_is_deleted_at_the_pending_timeout(pbs: dict[str, str],
+                                                                   tmp_path: Path) -> None:
+    work = tmp_path / "run"
+    work.mkdir()
+    (script,) = _scripts(work, {"held": "true"}).values()
+    ex = PbsExecutor({**pbs, "PBS_EMULATOR_HOLD": "1"})
+    h = ex.submit(script, work / "held.out", work / "held.exit")
+    ex.wait([h], timeout_s=60, pending_timeout_s=1)
+    assert h.state == "PENDING_TIMEOUT" and "still pending after 1 s" in h.reason
+    gone = subprocess.run(["qstat", "-x", "-f", h.job_id], capture_output=True, text=True,
+                          env=pbs, timeout=30)
+    assert gone.returncode == 153  # qdel removed it from the queue
+
+
+def test_qdel_of_a_running_job_reports_the_signal(pbs: dict[str, str],
+                                                  tmp_path: Path) -> None:
+    work = tmp_path / "run"
+    work.mkdir()
+    (script,) = _scripts(work, {"long": "sleep 600"}).values()
+    ex = PbsExecutor(pbs)
+    h = ex.submit(script, work / "long.out", work / "long.exit")
+    ex.wait([h], timeout_s=1)  # the run's timeout: cancelled with qdel
+    assert (h.state, h.exit_code) == ("TIMEOUT", None)
+    assert h.reason == "not finished after 1 s"
+    again = replace(h, state="RUNNING", ended=None, reason="")  # what the server says now
+    ex.refresh([again])
+    assert (again.state, again.exit_code) == ("FAILED", 143)  # 256 + SIGTERM, as PBS says
+
+
+@pytest.mark.slow
+def test_validate_runs_its_jobs_through_qsub_and_qstat(pbs: dict[str, str], tmp_path: Path,
+                                                      local_prefix: Path) -> None:
+    """The whole command on a PBS site whose nodes are this machine: jobs submitted with
+    qsub, polled with qstat -x -f, judged and reported."""
+    sites = tmp_path / "sites"
+    write_profile(sites, "local-pbs", "extends: local\nscheduler: pbs\n")
+    env = {**pbs, "HPCPROV_SITES_PATH": str(sites), "HPCPROV_HISTORY": str(tmp_path / "h"),
+           # the emulator runs jobs as whoever runs the tests (root in CI); PBS never does
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    proc = subprocess.run(
+        [*hpcprov_argv(), "validate", "--site", "local-pbs", "--nodes", "1", "--checks",
+         "allreduce", "--env", str(local_prefix), "--max-bytes", "65536", "--iters", "3",
+         "--workdir",
+         str(tmp_path / "run"), "--json"],
+        capture_output=True, text=True, env=env, timeout=600)
+    data = json.loads(proc.stdout or "{}")
+    assert proc.returncode == 0, (proc.stderr, data.get("outcomes"))
+    assert data["scheduler"] == "pbs" and data["ok"]
+    assert all(j["state"] == "COMPLETED" and j["exit_code"] == 0 for j in data["jobs"])
+    submitted = sorted((tmp_path / "pbs-state").glob("*.pbs-emu.json"))
+    assert len(submitted) == len(data["jobs"]) >= 1
+    first = json.loads(submitted[0].read_text())
+    assert "#PBS -l select=" in Path(first["script"]).read_text()
+
+
+def test_horovodrun_under_pbs_gets_hosts_and_slots_from_the_nodefile(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """$PBS_NODEFILE has one line per slot; horovodrun's --hostfile wants `host slots=N`
+    (it fails with IndexError on the plain file), so it is given -H built from the file."""
+    from hpcprov_tests import cli
+
+    sites = tmp_path / "sites"
+    write_profile(sites, "local-pbs", "extends: local\nscheduler: pbs\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
+    res = cli(capsys, "jobscript", "--site", "local-pbs", "--no-activate", "-l",
+              "horovodrun", "--tasks-per-node", "2", "--", "python", "t.py")
+    assert res.rc == 0, res.err
+    (line,) = [ln for ln in res.out.splitlines() if ln.startswith("horovodrun ")]
+    assert "--hostfile" not in line
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("cn2\ncn2\ncn1\ncn1\n")
+    echo = subprocess.run(["bash", "-c", "printf '%s\\n' " + line.split(" ", 1)[1]],
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "PBS_NODEFILE": str(nodefile)})
+    words = echo.stdout.split()
+    assert words[words.index("-H") + 1] == "cn2:2,cn1:2"
