@@ -3,7 +3,8 @@
 No checks, no refills, no per-iteration barrier: ``warmup`` allreduces, a barrier, then
 ``iters`` back-to-back allreduces timed as one block; the slowest rank's time per allreduce
 gives busbw as nccl-tests defines it. Prints one JSON line per size:
-``BARE {"size_bytes": ..., "busbw_GBps": ...}``. Run with torchrun (or srun setting RANK,
+``BARE {"size_bytes": ..., "busbw_GBps": ...}`` (``--label`` changes the word, for the
+A/A control that runs this loop twice). Run with torchrun (or srun setting RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 """
 
@@ -20,6 +21,7 @@ def main() -> None:
     parser.add_argument("--sizes", required=True, help="comma-separated message sizes, bytes")
     parser.add_argument("--iters", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--label", default="BARE", help="the word its output lines start with")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     n = dist.get_world_size()
@@ -35,7 +37,8 @@ def main() -> None:
         dist.all_reduce(per, op=dist.ReduceOp.MAX)
         busbw = size / float(per[0]) * 2 * (n - 1) / n / 1e9
         if dist.get_rank() == 0:
-            print("BARE " + json.dumps({"size_bytes": size, "busbw_GBps": busbw}), flush=True)
+            record = {"size_bytes": size, "busbw_GBps": busbw}
+            print(f"{args.label} " + json.dumps(record), flush=True)
     dist.destroy_process_group()
 
 

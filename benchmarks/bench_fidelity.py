@@ -24,8 +24,12 @@ METHOD = f"""\
 (`benchmarks/bare_allreduce.py`: warm-up, one barrier, {ITERS} back-to-back
 `dist.all_reduce` calls timed as a block, no checks) one after the other, alternating, with
 the same 2 ranks and the same sizes ({", ".join(f"{s >> 20} MiB" for s in SIZES)}, {ITERS}
-iterations each). Each pair of runs gives one ratio per size, hpcprov / bare; the table
-shows the median over the pairs. Target: >= 0.95 at every size >= 1 MiB. Two placements:
+iterations each). Each alternation gives one ratio per size, hpcprov / bare; the table
+shows the median over the alternations. Target: >= 0.95 at every size >= 1 MiB. Each
+alternation also runs the bare loop a second time: the *A/A control* rows (bare / bare
+again) show how far two runs of the very same loop differ here, so a hpcprov / bare ratio
+can be read against the noise; the *pooled* rows put every size's ratios together. Two
+placements:
 *local* (2 processes on this machine, torchrun, Gloo over loopback) and *testbed* (2 nodes
 of the Slurm testbed, one rank each, srun, Gloo over the veth bridge).
 
@@ -47,15 +51,17 @@ def _program() -> Path:
     return Path(str(resources.files("hpcprov.validate") / "programs" / "allreduce.py"))
 
 
-def _ratios(text: str) -> list[dict[int, float]]:
-    """Per alternation: size -> hpcprov busbw / bare busbw, from the job's output."""
+def _ratios(text: str, label: str = "BARE", against: str = "HPCPROV_RESULT"
+            ) -> list[dict[int, float]]:
+    """Per alternation: size -> busbw of `against` / busbw of `label`, from the job's
+    output (the hpcprov / bare ratios by default; BARE against BARE2 for the A/A control)."""
     out: list[dict[int, float]] = []
     ours: dict[int, float] = {}
     for line in text.splitlines():
-        if m := re.search(r"HPCPROV_RESULT (\{.*\})", line):
+        if m := re.search(rf"{against} (\{{.*\}})", line):
             rec = json.loads(m.group(1))
             ours[rec["size_bytes"]] = rec["busbw_GBps"]
-        elif m := re.search(r"BARE (\{.*\})", line):
+        elif m := re.search(rf"(?:^|\s){label} (\{{.*\}})", line):
             rec = json.loads(m.group(1))
             if rec["size_bytes"] in ours:
                 if not out or rec["size_bytes"] in out[-1]:
@@ -75,15 +81,32 @@ def _script(rounds: int, launch: str, prelude: str = "", python: bool = True) ->
     bare = shlex.join([*exe, str(_bare()), "--sizes", sizes, "--iters", str(ITERS)])
     return "\n".join(["#!/bin/bash", "set -eo pipefail", prelude,
                       f"for i in $(seq {rounds}); do",
-                      f"  {launch} {ours}", f"  {launch} {bare}", "done", ""])
+                      f"  {launch} {ours}", f"  {launch} {bare}",
+                      f"  {launch} {bare} --label BARE2", "done", ""])
 
 
-def _ratio_results(place: str, per_round: list[dict[int, float]]) -> list[Result]:
-    if not per_round:
+def _ratio_results(place: str, text: str) -> list[Result]:
+    per_round = _ratios(text)
+    control = _ratios(text, "BARE2", "BARE")
+    if not per_round or not control:
         raise BenchError(f"{place}: no results from the job")
-    return [Result(f"{place}: busbw ratio at {size >> 20} MiB", "ratio",
-                   [r[size] for r in per_round if size in r], target=0.95, op=">=")
-            for size in SIZES]
+    out = []
+    for size in SIZES:
+        out.append(Result(f"{place}: busbw ratio at {size >> 20} MiB", "ratio",
+                          [r[size] for r in per_round if size in r], target=0.95, op=">="))
+        out.append(Result(f"{place}: A/A control (bare / bare) at {size >> 20} MiB", "ratio",
+                          [r[size] for r in control if size in r]))
+    return out + pooled(place, out)
+
+
+def pooled(place: str, rows: list[Result]) -> list[Result]:
+    """Every size's ratios in one row, for hpcprov / bare and for the A/A control: with
+    4x the samples, a bias can be told from this machine's run-to-run noise."""
+    ours = [v for r in rows if ": busbw ratio at " in r.name for v in r.runs]
+    same = [v for r in rows if ": A/A control " in r.name for v in r.runs]
+    return [Result(f"{place}: busbw ratio, all sizes pooled", "ratio", ours, target=0.95,
+                   op=">="),
+            Result(f"{place}: A/A control, all sizes pooled", "ratio", same)]
 
 
 def _local(ctx: Context, rounds: int) -> list[Result]:
@@ -96,7 +119,7 @@ def _local(ctx: Context, rounds: int) -> list[Result]:
                           timeout=3600)
     if proc.returncode != 0:
         raise BenchError(f"local fidelity job failed: {proc.stderr.strip()[-300:]}")
-    return _ratio_results("local", _ratios(proc.stdout))
+    return _ratio_results("local", proc.stdout)
 
 
 def _testbed():  # noqa: ANN202 - Testbed, imported lazily (root only)
@@ -142,7 +165,7 @@ def _testbed_ratios(tb, rounds: int) -> list[Result]:  # noqa: ANN001
     state = _wait(env, sub.stdout.strip().split(";")[0])
     if state != "COMPLETED":
         raise BenchError(f"testbed fidelity job {state}: {out.read_text()[-300:]}")
-    return _ratio_results("testbed", _ratios(out.read_text()))
+    return _ratio_results("testbed", out.read_text())
 
 
 def _overhead(ctx: Context, tb, runs: int) -> Result:  # noqa: ANN001
