@@ -299,16 +299,19 @@ def wheelhouse(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return Path(given) if given else tmp_path_factory.mktemp("wheelhouse")
 
 
-@pytest.fixture(scope="session")
-def local_prefix(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
-    """A real `hpcprov setup --site local` prefix (a wheelhouse hit) for tests that run jobs
-    in it without changing it."""
-    target = tmp_path_factory.mktemp("validate") / "prefix"
+def setup_local(target: Path, wheelhouse: Path) -> Path:
+    """Run `hpcprov setup --site local --prefix TARGET` for real (a wheelhouse hit)."""
     env = {**os.environ, "HPCPROV_WHEELHOUSE": str(wheelhouse)}
     proc = subprocess.run([*hpcprov_argv(), "setup", "--site", "local", "--prefix",
                            str(target)], capture_output=True, text=True, env=env, timeout=3600)
     assert proc.returncode == 0, proc.stderr
     return target
+
+
+@pytest.fixture(scope="session")
+def local_prefix(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
+    """A provisioned `local` prefix for tests that run jobs in it without changing it."""
+    return setup_local(tmp_path_factory.mktemp("validate") / "prefix", wheelhouse)
 
 
 @pytest.fixture

@@ -9,19 +9,15 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import hpcprov_argv
+from hpcprov_tests import hpcprov_argv, setup_local
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
-    target = tmp_path_factory.mktemp("validate") / "prefix"
-    env = {**os.environ, "HPCPROV_WHEELHOUSE": str(wheelhouse)}
-    proc = subprocess.run([*hpcprov_argv(), "setup", "--site", "local", "--prefix",
-                           str(target)], capture_output=True, text=True, env=env, timeout=3600)
-    assert proc.returncode == 0, proc.stderr
-    return target
+    """A prefix of this module's own: the test removes Horovod from it."""
+    return setup_local(tmp_path_factory.mktemp("validate") / "prefix", wheelhouse)
 
 
 def validate(prefix: Path, tmp_path: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]

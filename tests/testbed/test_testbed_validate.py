@@ -3,6 +3,7 @@ allreduce implementation the site has, JSON + JUnit + Markdown out, exit 0 only 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import subprocess
@@ -163,17 +164,25 @@ def test_a_node_that_dies_mid_run_is_named_and_the_run_fails_in_time(
     assert all("gpu02 stopped answering during this run" in j["reason"] for j in later)
 
 
+@contextlib.contextmanager
+def reconfigured(testbed, **config):  # noqa: ANN001, ANN003, ANN201
+    """The session's testbed brought up otherwise (node count, accounting), then back."""
+    testbed.down()
+    other = Testbed(**{"nodes": len(testbed.nodes), "accounting": testbed.accounting,
+                       **config}, state_dir=testbed.state_dir)
+    other.up()
+    try:
+        yield other
+    finally:
+        other.down()
+        testbed.up()
+
+
 @pytest.fixture
 def four_nodes(testbed):  # noqa: ANN001, ANN201
     """The session's testbed as 4 nodes (partition `all`), back to 2 afterwards."""
-    testbed.down()
-    big = Testbed(nodes=4, accounting=testbed.accounting, state_dir=testbed.state_dir)
-    big.up()
-    try:
+    with reconfigured(testbed, nodes=4) as big:
         yield big
-    finally:
-        big.down()
-        testbed.up()
 
 
 def test_a_slow_link_is_found_by_pairs_and_the_report_names_the_node(
@@ -205,14 +214,8 @@ def test_a_slow_link_is_found_by_pairs_and_the_report_names_the_node(
 @pytest.fixture
 def no_accounting(testbed):  # noqa: ANN001, ANN201
     """The session's testbed without slurmdbd (sacct cannot answer), back afterwards."""
-    testbed.down()
-    plain = Testbed(nodes=2, accounting=False, state_dir=testbed.state_dir)
-    plain.up()
-    try:
+    with reconfigured(testbed, accounting=False) as plain:
         yield plain
-    finally:
-        plain.down()
-        testbed.up()
 
 
 def test_without_accounting_exit_codes_still_come_from_the_controller(
