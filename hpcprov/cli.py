@@ -354,12 +354,13 @@ def _with_container(s: Any, image: str | None) -> Any:
         return s
     from hpcprov.errors import UsageError
     from hpcprov.model import ContainerSpec
+    from hpcprov.site_view import view
 
     images = s.containers.images
     if image not in images:
         raise UsageError(f"--container {image!r}: site {s.name} has "
                          f"{', '.join(images) or 'no container images'} (containers.images)")
-    spec = ContainerSpec(image=image, source=images[image])
+    spec = view(ContainerSpec(image=image, source=images[image]))
     python = s.python.model_copy(update={"backend": "container", "container": spec})
     horovod = s.horovod.model_copy(update={"source": "container"})
     return s.model_copy(update={"python": python, "horovod": horovod})
@@ -372,9 +373,10 @@ def _with_env_name(s: Any, env_name: str | None) -> Any:
 
     from hpcprov.errors import UsageError
     from hpcprov.model import PythonStack
+    from hpcprov.site_view import view
 
     try:
-        stack = PythonStack.model_validate({**s.python.model_dump(), "env_name": env_name})
+        stack = view(PythonStack.model_validate({**s.python.model_dump(), "env_name": env_name}))
     except ValidationError:
         raise UsageError(f"--env {env_name!r}: use letters, digits, '.', '_', '+', '-' "
                          "(starting with a letter or digit)") from None

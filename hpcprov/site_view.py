@@ -48,6 +48,8 @@ class SiteView(SiteMethods, View):
 def _dump(value: Any, mode: str) -> Any:
     if isinstance(value, View):
         return value.model_dump(mode)
+    if hasattr(type(value), "model_fields"):  # a model object put in with model_copy
+        return value.model_dump(mode=mode)
     if isinstance(value, Enum):
         return value.value if mode == "json" else value
     if isinstance(value, dict):
@@ -70,6 +72,11 @@ def _convert(value: Any) -> Any:
     if isinstance(value, tuple):
         return tuple(_convert(v) for v in value)
     return value
+
+
+def view(model: Any) -> Any:
+    """The plain-object copy of any validated model object (a part of a site)."""
+    return _convert(model)
 
 
 def snapshot(site: Any) -> SiteView:
