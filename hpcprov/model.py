@@ -18,9 +18,9 @@ from pydantic import (
     model_validator,
 )
 
+# the enums and Site's methods live in hpcprov.kinds (no pydantic), shared with the
+# snapshots of hpcprov.site_view; importing them from here keeps working
 from hpcprov.kinds import LauncherKind, ModuleSystem, Scheduler, SiteMethods
-
-__all__ = ["LauncherKind", "ModuleSystem", "Scheduler"]  # re-exported from hpcprov.kinds
 
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 _OPTION_RE = r"^[A-Za-z][A-Za-z0-9-]*$"
