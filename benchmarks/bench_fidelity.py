@@ -96,17 +96,19 @@ def _ratio_results(place: str, text: str) -> list[Result]:
                           [r[size] for r in per_round if size in r], target=0.95, op=">="))
         out.append(Result(f"{place}: A/A control (bare / bare) at {size >> 20} MiB", "ratio",
                           [r[size] for r in control if size in r]))
-    return out + pooled(place, out)
+    return out + pooled(place, per_round, control)
 
 
-def pooled(place: str, rows: list[Result]) -> list[Result]:
+def pooled(place: str, per_round: list[dict[int, float]], control: list[dict[int, float]]
+           ) -> list[Result]:
     """Every size's ratios in one row, for hpcprov / bare and for the A/A control: with
     4x the samples, a bias can be told from this machine's run-to-run noise."""
-    ours = [v for r in rows if ": busbw ratio at " in r.name for v in r.runs]
-    same = [v for r in rows if ": A/A control " in r.name for v in r.runs]
-    return [Result(f"{place}: busbw ratio, all sizes pooled", "ratio", ours, target=0.95,
-                   op=">="),
-            Result(f"{place}: A/A control, all sizes pooled", "ratio", same)]
+    def every(rounds: list[dict[int, float]]) -> list[float]:
+        return [r[size] for size in SIZES for r in rounds if size in r]
+
+    return [Result(f"{place}: busbw ratio, all sizes pooled", "ratio", every(per_round),
+                   target=0.95, op=">="),
+            Result(f"{place}: A/A control, all sizes pooled", "ratio", every(control))]
 
 
 def _local(ctx: Context, rounds: int) -> list[Result]:

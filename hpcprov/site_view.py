@@ -60,27 +60,24 @@ def _dump(value: Any, mode: str) -> Any:
     return value
 
 
-def _convert(value: Any) -> Any:
+def view(value: Any) -> Any:
+    """The plain-object copy of a validated model object (a site or a part of one), and of
+    the containers holding them."""
     fields = getattr(type(value), "model_fields", None)
     if fields is not None:  # a pydantic model
         cls = SiteView if isinstance(value, SiteMethods) else View
-        return cls({name: _convert(getattr(value, name)) for name in fields})
+        return cls({name: view(getattr(value, name)) for name in fields})
     if isinstance(value, dict):
-        return {k: _convert(v) for k, v in value.items()}
+        return {k: view(v) for k, v in value.items()}
     if isinstance(value, list):
-        return [_convert(v) for v in value]
+        return [view(v) for v in value]
     if isinstance(value, tuple):
-        return tuple(_convert(v) for v in value)
+        return tuple(view(v) for v in value)
     return value
-
-
-def view(model: Any) -> Any:
-    """The plain-object copy of any validated model object (a part of a site)."""
-    return _convert(model)
 
 
 def snapshot(site: Any) -> SiteView:
     """The plain-object copy of a validated site."""
-    view = _convert(site)
-    assert isinstance(view, SiteView)
-    return view
+    copied = view(site)
+    assert isinstance(copied, SiteView)
+    return copied

@@ -114,6 +114,11 @@ def _read_exit(path: Path) -> int | None:
         return None
 
 
+def _final_state(code: int | None) -> str:
+    """The state of an ended job from its exit status; no status learned is UNKNOWN."""
+    return "UNKNOWN" if code is None else ("COMPLETED" if code == 0 else "FAILED")
+
+
 def read_run_seconds(path: Path) -> float | None:
     """The job's own run time, from the start and end the EXIT trap wrote, or None."""
     try:
@@ -149,7 +154,7 @@ class LocalExecutor(Executor):
             rc = h.proc.poll()
             if rc is not None:
                 h.exit_code, h.ended = rc, time.monotonic()
-                h.state = "COMPLETED" if rc == 0 else "FAILED"
+                h.state = _final_state(rc)
 
     def cancel(self, handle: Handle) -> None:
         if handle.proc is not None and handle.proc.poll() is None:
@@ -252,8 +257,7 @@ class SlurmExecutor(Executor):
                 h.ended = time.monotonic()
                 return
         h.exit_code = _read_exit(h.exit_file)
-        h.state = "UNKNOWN" if h.exit_code is None else (
-            "COMPLETED" if h.exit_code == 0 else "FAILED")
+        h.state = _final_state(h.exit_code)
         h.reason = "the controller forgot the job and accounting is unavailable" \
             if h.exit_code is None else ""
         h.ended = time.monotonic()
@@ -335,8 +339,7 @@ class PbsExecutor(Executor):
                 if code is None:
                     code = _read_exit(h.exit_file)
                 h.exit_code, h.ended = code, time.monotonic()
-                h.state = "UNKNOWN" if code is None else (
-                    "COMPLETED" if code == 0 else "FAILED")
+                h.state = _final_state(code)
                 h.reason = why or ("the server no longer knows the job and it left no status "
                                    "file" if code is None else "")
                 self._event(h, "state")
