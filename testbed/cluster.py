@@ -183,12 +183,37 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
+def _written_pid(path: Path) -> int | None:
+    """The pid in ``path`` once the daemon has written it whole, else None.
+
+    Slurm's daemons create the file (empty) and write ``"<pid>\\n"`` a moment later,
+    so an empty or unterminated file means "not written yet", not "dead".
+    """
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    if not re.fullmatch(r"\d+\n", text):
+        return None
+    return int(text)
+
+
 def _read_pid(path: Path) -> int | None:
+    """The live process named in ``path`` (None when there is none)."""
     try:
         pid = int(path.read_text().split()[0])
-    except (FileNotFoundError, ValueError, IndexError):
+    except (OSError, ValueError, IndexError):
         return None
     return pid if _pid_alive(pid) else None
+
+
+def _log_tail(log: Path, lines: int = 3) -> str:
+    """The last ``lines`` lines of ``log``, one line, for an error message."""
+    try:
+        tail = log.read_text(errors="replace").strip().splitlines()[-lines:]
+    except OSError:
+        return ""
+    return " | ".join(line.strip() for line in tail)
 
 
 def _ns_inode(path: str | Path) -> int | None:
@@ -534,8 +559,10 @@ class Testbed:
             spool = sd / "nodes" / n.name / "spool"
             shutil.rmtree(spool, ignore_errors=True)
             spool.mkdir(parents=True)
-        # stale runtime files from an earlier run; logs of the previous run -> *.log.prev
-        for f in (sd / "run").iterdir():
+        # stale runtime files from an earlier run (a killed slurmd leaves its pid file,
+        # which would read as "died" before the new one writes its own);
+        # logs of the previous run -> *.log.prev
+        for f in [*(sd / "run").iterdir(), *(sd / "nodes").glob("*/*.pid")]:
             f.unlink()
         for log in [*(sd / "log").glob("*.log"), *(sd / "nodes").glob("*/*.log")]:
             log.replace(log.with_name(log.name + ".prev"))
@@ -752,9 +779,12 @@ class Testbed:
         _wait_for("slurmdbd", dbd_ready, timeout, dbd_log)
 
     def _daemon_died(self, name: str, pidfile: Path, log: Path) -> None:
-        """Raise if ``pidfile`` names a process that is gone (the daemon died)."""
-        if pidfile.exists() and _read_pid(pidfile) is None:
-            raise TestbedError(f"{name} died during start-up (see {log})")
+        """Raise if ``pidfile`` names, in full, a process that is gone (the daemon died)."""
+        pid = _written_pid(pidfile)
+        if pid is not None and not _pid_alive(pid):
+            tail = _log_tail(log)
+            raise TestbedError(f"{name} died during start-up (see {log})"
+                               + (f"; its log ends: {tail}" if tail else ""))
 
     def _start_slurmctld(self, timeout: float) -> None:
         _run(["slurmctld", "-c", "-f", str(self.slurm_conf)], env=self._daemon_env())

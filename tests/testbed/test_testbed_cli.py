@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -58,3 +59,26 @@ def test_cli_errors_are_one_line():
     assert proc.stderr.strip().startswith("hpcprov testbed: nodes must be between 1 and 4")
     assert "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(proc.stdout)  # reaped by run(): no such process any more
+
+
+def test_a_pid_file_being_written_is_not_a_dead_daemon(tmp_path):
+    """Slurm creates its pid file empty and writes the pid a moment later (CI once
+    caught slurmctld in between and called it dead)."""
+    tb = Testbed(state_dir=tmp_path / "tb")
+    pidfile, log = tmp_path / "slurmctld.pid", tmp_path / "slurmctld.log"
+    log.write_text("started\nfatal: something broke\n")
+    for being_written in ("", "12"):
+        pidfile.write_text(being_written)
+        tb._daemon_died("slurmctld", pidfile, log)  # no raise: still starting
+    pidfile.write_text(f"{os.getpid()}\n")
+    tb._daemon_died("slurmctld", pidfile, log)  # alive
+    pidfile.write_text(f"{_dead_pid()}\n")
+    with pytest.raises(TestbedError, match=r"slurmctld died during start-up .*"
+                                           r"its log ends: started \| fatal: something broke"):
+        tb._daemon_died("slurmctld", pidfile, log)

@@ -78,6 +78,12 @@ def test_status_and_cli(testbed):
     assert ssh.stdout.strip() == "gpu01", ssh.stderr
 
 
+def _dead_pid() -> int:
+    proc = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    return int(proc.stdout)
+
+
 def test_down_leaves_nothing_no_accounting_then_back_up(testbed):
     """down() -> clean; up(--no-accounting) -> jobs run, jobcomp logs, sacct fails; restore."""
     testbed.down()
@@ -92,6 +98,9 @@ def test_down_leaves_nothing_no_accounting_then_back_up(testbed):
         stale.unlink(missing_ok=True)
         with socket.socket(socket.AF_UNIX) as sock:
             sock.bind(str(stale))
+        # and what a SIGKILLed slurmd leaves: its pid file, naming a process that is gone
+        # (read before the new slurmd writes its own, it would look like "slurmd died")
+        (stale.parent.parent / "slurmd.pid").write_text(f"{_dead_pid()}\n")
 
     plain = Testbed(nodes=2, accounting=False, state_dir=testbed.state_dir)
     t0 = time.monotonic()
