@@ -2,10 +2,10 @@
 
 No checks, no refills, no per-iteration barrier: ``warmup`` allreduces, a barrier, then
 ``iters`` back-to-back allreduces timed as one block; the slowest rank's time per allreduce
-gives busbw as nccl-tests defines it. Prints one JSON line per size:
-``BARE {"size_bytes": ..., "busbw_GBps": ...}`` (``--label`` changes the word, for the
-A/A control that runs this loop twice). Run with torchrun (or srun setting RANK,
-WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
+gives busbw as nccl-tests defines it. :func:`bare_busbw` is that loop for one size
+(``interleaved_allreduce.py`` imports it); run as a program it prints one JSON line per size:
+``BARE {"size_bytes": ..., "busbw_GBps": ...}`` (``--label`` changes the word). Run with
+torchrun (or srun setting RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT).
 """
 
 import argparse
@@ -16,6 +16,21 @@ import torch
 import torch.distributed as dist
 
 
+def bare_busbw(size: int, iters: int, warmup: int) -> float:
+    """busbw in GB/s of ``iters`` back-to-back allreduces of ``size`` bytes (float32)."""
+    n = dist.get_world_size()
+    t = torch.ones(size // 4, dtype=torch.float32)
+    for _ in range(warmup):
+        dist.all_reduce(t)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        dist.all_reduce(t)
+    per = torch.tensor([(time.perf_counter() - t0) / iters], dtype=torch.float64)
+    dist.all_reduce(per, op=dist.ReduceOp.MAX)
+    return size / float(per[0]) * 2 * (n - 1) / n / 1e9
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", required=True, help="comma-separated message sizes, bytes")
@@ -24,18 +39,8 @@ def main() -> None:
     parser.add_argument("--label", default="BARE", help="the word its output lines start with")
     args = parser.parse_args()
     dist.init_process_group("gloo")
-    n = dist.get_world_size()
     for size in (int(s) for s in args.sizes.split(",")):
-        t = torch.ones(size // 4, dtype=torch.float32)
-        for _ in range(args.warmup):
-            dist.all_reduce(t)
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(args.iters):
-            dist.all_reduce(t)
-        per = torch.tensor([(time.perf_counter() - t0) / args.iters], dtype=torch.float64)
-        dist.all_reduce(per, op=dist.ReduceOp.MAX)
-        busbw = size / float(per[0]) * 2 * (n - 1) / n / 1e9
+        busbw = bare_busbw(size, args.iters, args.warmup)
         if dist.get_rank() == 0:
             record = {"size_bytes": size, "busbw_GBps": busbw}
             print(f"{args.label} " + json.dumps(record), flush=True)

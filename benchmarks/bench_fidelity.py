@@ -19,19 +19,24 @@ TITLE = "Measurement fidelity"
 SIZES = (1 << 20, 4 << 20, 16 << 20, 64 << 20)
 ITERS = 20
 METHOD = f"""\
-**busbw against a bare loop.** One job runs hpcprov's allreduce program
-(`validate/programs/allreduce.py --impl torch --dist-backend gloo`) and a bare loop
-(`benchmarks/bare_allreduce.py`: warm-up, one barrier, {ITERS} back-to-back
-`dist.all_reduce` calls timed as a block, no checks) one after the other, alternating, with
-the same 2 ranks and the same sizes ({", ".join(f"{s >> 20} MiB" for s in SIZES)}, {ITERS}
-iterations each). Each alternation gives one ratio per size, hpcprov / bare; the table
-shows the median over the alternations. Target: >= 0.95 at every size >= 1 MiB. Each
-alternation also runs the bare loop a second time: the *A/A control* rows (bare / bare
-again) show how far two runs of the very same loop differ here, so a hpcprov / bare ratio
-can be read against the noise; the *pooled* rows put every size's ratios together. Two
-placements:
-*local* (2 processes on this machine, torchrun, Gloo over loopback) and *testbed* (2 nodes
-of the Slurm testbed, one rank each, srun, Gloo over the veth bridge).
+**busbw against a bare loop, in one process.** One job starts 2 ranks once; each rank loads
+hpcprov's allreduce program (`validate/programs/allreduce.py`, the file a validation job
+runs) as a module and `benchmarks/interleaved_allreduce.py` alternates, block by block,
+three measurements on the same process group: the program's own `measure()` and
+`bandwidth()` (warm-up, then per iteration refill, barrier, the timed allreduce and the
+check: what a validation job reports), and twice the bare loop of
+`benchmarks/bare_allreduce.py` (warm-up, one barrier, {ITERS} back-to-back
+`dist.all_reduce` calls timed as a block, no checks). Sizes
+{", ".join(f"{s >> 20} MiB" for s in SIZES)}, {ITERS} iterations each; the order of the three
+rotates from block to block. Each block gives one ratio per size, hpcprov / bare; the table
+shows the median over the blocks. Target: >= 0.95 at every size >= 1 MiB. The *A/A control*
+rows (bare again / bare, same block) show how far two runs of the very same loop differ, so
+a hpcprov / bare ratio can be read against the noise; the *pooled* rows put every size's
+ratios together. An earlier version launched each program separately and alternated the
+launches: the A/A control then spread 0.92-1.12 per size, more than the 5% margin, because
+two launches differ (placement, memory layout); alternating inside one process removes that.
+Two placements: *local* (2 processes on this machine, torchrun, Gloo over loopback) and
+*testbed* (2 nodes of the Slurm testbed, one rank each, srun, Gloo over the veth bridge).
 
 **Harness overhead.** `hpcprov validate --site testbed -N 2 --checks allreduce` (three
 jobs, one after the other: torch Gloo, Horovod Gloo, Horovod MPI; sizes up to 1 MiB,
@@ -41,8 +46,8 @@ writing the scripts, `sbatch`, the wait for Slurm to start each job, the polling
 after each job ends, judging and reporting. Target: <= 5 s."""
 
 
-def _bare() -> Path:
-    return Path(__file__).resolve().parent / "bare_allreduce.py"
+def _here() -> Path:
+    return Path(__file__).resolve().parent
 
 
 def _program() -> Path:
@@ -51,71 +56,58 @@ def _program() -> Path:
     return Path(str(resources.files("hpcprov.validate") / "programs" / "allreduce.py"))
 
 
-def _ratios(text: str, label: str = "BARE", against: str = "HPCPROV_RESULT"
-            ) -> list[dict[int, float]]:
-    """Per alternation: size -> busbw of `against` / busbw of `label`, from the job's
-    output (the hpcprov / bare ratios by default; BARE against BARE2 for the A/A control)."""
-    out: list[dict[int, float]] = []
-    ours: dict[int, float] = {}
+def ratios(text: str, num: str = "HPCPROV", den: str = "BARE") -> list[dict[int, float]]:
+    """Per block: size -> busbw of ``num`` / busbw of ``den``, from the ``BLOCK`` lines of
+    interleaved_allreduce.py (hpcprov / bare by default; BARE2 / BARE for the A/A control)."""
+    blocks: dict[int, dict[int, float]] = {}
     for line in text.splitlines():
-        if m := re.search(rf"{against} (\{{.*\}})", line):
+        if m := re.search(r"(?:^|\s)BLOCK (\{.*\})", line):
             rec = json.loads(m.group(1))
-            ours[rec["size_bytes"]] = rec["busbw_GBps"]
-        elif m := re.search(rf"(?:^|\s){label} (\{{.*\}})", line):
-            rec = json.loads(m.group(1))
-            if rec["size_bytes"] in ours:
-                if not out or rec["size_bytes"] in out[-1]:
-                    out.append({})
-                out[-1][rec["size_bytes"]] = ours[rec["size_bytes"]] / rec["busbw_GBps"]
-    return out
+            blocks.setdefault(rec["block"], {})[rec["size_bytes"]] = rec[num] / rec[den]
+    return [blocks[k] for k in sorted(blocks)]
 
 
-def _script(rounds: int, launch: str, prelude: str = "", python: bool = True) -> str:
-    """The job: the two programs alternating; ``launch`` starts the ranks (torchrun takes
-    the script itself, srun the interpreter and the script)."""
-    sizes = ",".join(str(s) for s in SIZES)
+def _script(blocks: int, launch: str, prelude: str = "", python: bool = True) -> str:
+    """The job: one launch of the interleaved program; ``launch`` starts the ranks (torchrun
+    takes the script itself, srun the interpreter and the script)."""
     exe = [sys.executable] if python else []
-    ours = shlex.join([*exe, str(_program()), "--impl", "torch", "--dist-backend",
-                       "gloo", "--min-bytes", str(SIZES[0]), "--max-bytes", str(SIZES[-1]),
-                       "--iters", str(ITERS), "--max-seconds-per-size", "0"])
-    bare = shlex.join([*exe, str(_bare()), "--sizes", sizes, "--iters", str(ITERS)])
-    return "\n".join(["#!/bin/bash", "set -eo pipefail", prelude,
-                      f"for i in $(seq {rounds}); do",
-                      f"  {launch} {ours}", f"  {launch} {bare}",
-                      f"  {launch} {bare} --label BARE2", "done", ""])
+    argv = shlex.join([*exe, str(_here() / "interleaved_allreduce.py"), "--program",
+                       str(_program()), "--sizes", ",".join(str(s) for s in SIZES),
+                       "--iters", str(ITERS), "--blocks", str(blocks)])
+    return "\n".join(["#!/bin/bash", "set -eo pipefail", prelude, f"{launch} {argv}", ""])
 
 
 def _ratio_results(place: str, text: str) -> list[Result]:
-    per_round = _ratios(text)
-    control = _ratios(text, "BARE2", "BARE")
-    if not per_round or not control:
+    per_block = ratios(text)
+    control = ratios(text, "BARE2", "BARE")
+    if not per_block:
         raise BenchError(f"{place}: no results from the job")
     out = []
     for size in SIZES:
         out.append(Result(f"{place}: busbw ratio at {size >> 20} MiB", "ratio",
-                          [r[size] for r in per_round if size in r], target=0.95, op=">="))
+                          [r[size] for r in per_block if size in r], target=0.95, op=">="))
         out.append(Result(f"{place}: A/A control (bare / bare) at {size >> 20} MiB", "ratio",
                           [r[size] for r in control if size in r]))
-    return out + pooled(place, per_round, control)
+    return out + pooled(place, per_block, control)
 
 
-def pooled(place: str, per_round: list[dict[int, float]], control: list[dict[int, float]]
+def pooled(place: str, per_block: list[dict[int, float]], control: list[dict[int, float]]
            ) -> list[Result]:
     """Every size's ratios in one row, for hpcprov / bare and for the A/A control: with
-    4x the samples, a bias can be told from this machine's run-to-run noise."""
-    def every(rounds: list[dict[int, float]]) -> list[float]:
-        return [r[size] for size in SIZES for r in rounds if size in r]
+    4x the samples, a bias can be told from this machine's block-to-block noise."""
+    def every(blocks: list[dict[int, float]]) -> list[float]:
+        return [r[size] for size in SIZES for r in blocks if size in r]
 
-    return [Result(f"{place}: busbw ratio, all sizes pooled", "ratio", every(per_round),
+    return [Result(f"{place}: busbw ratio, all sizes pooled", "ratio", every(per_block),
                    target=0.95, op=">="),
             Result(f"{place}: A/A control, all sizes pooled", "ratio", every(control))]
 
 
-def _local(ctx: Context, rounds: int) -> list[Result]:
+def _local(ctx: Context, blocks: int) -> list[Result]:
     launch = (f"{shlex.quote(sys.executable)} -m torch.distributed.run --standalone "
               "--nproc_per_node 2")
     script = ctx.cache / "fidelity-local.sh"
-    script.write_text(_script(rounds, launch, python=False))
+    script.write_text(_script(blocks, launch, python=False))
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env,
                           timeout=3600)
@@ -148,7 +140,7 @@ def _wait(env: dict[str, str], job: str, timeout: float = 3600) -> str:
     raise BenchError(f"job {job} did not finish in {timeout:.0f} s")
 
 
-def _testbed_ratios(tb, rounds: int) -> list[Result]:  # noqa: ANN001
+def _testbed_ratios(tb, blocks: int) -> list[Result]:  # noqa: ANN001
     work = tb.scratch / "hpcprov-bench"
     work.mkdir(parents=True, exist_ok=True)
     prelude = ("export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -1)"
@@ -156,7 +148,7 @@ def _testbed_ratios(tb, rounds: int) -> list[Result]:  # noqa: ANN001
     launch = ("srun --mpi=none bash -c 'RANK=$SLURM_PROCID WORLD_SIZE=$SLURM_NTASKS "
               "LOCAL_RANK=$SLURM_LOCALID exec \"$@\"' _")
     script = work / "fidelity.sh"
-    script.write_text(_script(rounds, launch, prelude))
+    script.write_text(_script(blocks, launch, prelude))
     out = work / "fidelity.out"
     env = tb.environ()
     sub = subprocess.run(["sbatch", "--parsable", "--comment=python", "-N", "2",
@@ -204,16 +196,16 @@ def _overhead(ctx: Context, tb, runs: int) -> Result:  # noqa: ANN001
 
 def run(ctx: Context) -> list[Result]:
     ctx.cache.mkdir(parents=True, exist_ok=True)
-    rounds = 3 if ctx.quick else ctx.repeat
-    ctx.log(f"local fidelity job ({rounds} alternations)")
-    results = _local(ctx, rounds)
+    blocks = 3 if ctx.quick else 3 * ctx.repeat  # a multiple of 3: each order as often
+    ctx.log(f"local fidelity job ({blocks} blocks per size)")
+    results = _local(ctx, blocks)
     tb = _testbed()
     if tb is None:
         results.append(Result("testbed", "ratio", status="not available: needs root and the "
                               "testbed's packages (bash testbed/install-deps.sh)"))
         return results
-    ctx.log(f"testbed fidelity job ({rounds} alternations)")
-    results += _testbed_ratios(tb, rounds)
+    ctx.log(f"testbed fidelity job ({blocks} blocks per size)")
+    results += _testbed_ratios(tb, blocks)
     ctx.log("harness overhead on the testbed")
     results.append(_overhead(ctx, tb, 3 if ctx.quick else 5))
     return results

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -50,3 +55,32 @@ def test_every_benchmark_module_declares_what_the_runner_needs() -> None:
     assert {"cli", "scale"} <= set(found)
     for name, mod in found.items():
         assert name == mod.NAME and mod.TITLE and mod.METHOD and callable(mod.run)
+
+
+def test_the_fidelity_job_runs_hpcprovs_measurement_and_the_bare_loop_in_one_process() -> None:
+    """interleaved_allreduce.py: both loops on one process group, block by block, the order
+    rotating; its BLOCK lines are what the fidelity benchmark's ratios are made of."""
+    pytest.importorskip("torch")
+    from benchmarks import bench_fidelity
+
+    script = REPO / "benchmarks" / "interleaved_allreduce.py"
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
+         "2", str(script), "--program", str(bench_fidelity._program()), "--sizes",
+         "4096,65536", "--iters", "2", "--warmup", "1", "--blocks", "3"],
+        capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    records = [json.loads(line.split(" ", 1)[1]) for line in proc.stdout.splitlines()
+               if line.startswith("BLOCK ")]  # rank 0 only
+    assert [(r["size_bytes"], r["block"]) for r in records] == [
+        (4096, 0), (4096, 1), (4096, 2), (65536, 0), (65536, 1), (65536, 2)]
+    first = [next(k for k in r if k not in ("size_bytes", "block")) for r in records[:3]]
+    assert first == ["HPCPROV", "BARE", "BARE2"]  # each block starts with another one
+    assert all(r[k] > 0 for r in records for k in ("HPCPROV", "BARE", "BARE2"))
+
+    per_block = bench_fidelity.ratios(proc.stdout)
+    control = bench_fidelity.ratios(proc.stdout, "BARE2", "BARE")
+    assert [sorted(b) for b in per_block] == [[4096, 65536]] * 3
+    assert per_block[1][65536] == pytest.approx(records[4]["HPCPROV"] / records[4]["BARE"])
+    assert control[2][4096] == pytest.approx(records[2]["BARE2"] / records[2]["BARE"])
