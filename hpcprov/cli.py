@@ -66,13 +66,15 @@ def cli() -> None:
 @json_option
 def sites_cmd(as_json: bool) -> None:
     """List the known site profiles."""
-    from hpcprov import profile_cache
+    from hpcprov import profile_cache, shipped
     from hpcprov.loader import available_sites
 
     rows = []
     for name, path in sorted(available_sites().items()):
         try:
-            head = profile_cache.header(path)  # a current cache entry: no YAML, no pydantic
+            # a current entry of the user's cache or of the snapshots shipped for the
+            # bundled profiles: no YAML, no pydantic
+            head = profile_cache.header(path) or shipped.header(path)
             if head is not None:
                 summary = head["summary"]
             else:

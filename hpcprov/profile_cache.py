@@ -10,7 +10,8 @@ source, pydantic, Python). An entry is used only when all of these are still the
 changed, moved or shadowed file, another search path, other code, or an entry that is
 corrupt, unreadable or not the user's own is a miss, and the profile is read and validated
 as if there were no cache. Writing is best effort (a read-only home loses only the speed).
-``HPCPROV_NO_CACHE=1`` turns the cache off.
+``HPCPROV_NO_CACHE=1`` turns the cache off (and the snapshots shipped for the bundled
+profiles, :mod:`hpcprov.shipped`, which answer a first run before this cache has an entry).
 
 This module imports neither PyYAML nor pydantic: ``hpcprov sites`` answers from the
 headers alone, and a planning command (``jobscript``, ``setup --dry-run``) from the snapshot.
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 FORMAT = 2  # 2: a snapshot (hpcprov.site_view), no longer the pickled model
 MAX_ENTRIES = 256
 _CODE = ("__init__.py", "model.py", "kinds.py", "site_view.py", "loader.py", "profiles.py",
-         "errors.py", "profile_cache.py")
+         "errors.py", "profile_cache.py", "shipped.py")
 
 
 def enabled() -> bool:

@@ -1,8 +1,9 @@
 """Site lookup: turn a name or path into a validated site.
 
-``load_site`` gives every command the same thing whether the profile cache answered or
-not: the plain-object snapshot of the validated model (:mod:`hpcprov.site_view`), so
-pydantic is imported only when a profile is actually validated.
+``load_site`` gives every command the same thing whether the user's profile cache or a
+snapshot shipped with hpcprov (:mod:`hpcprov.shipped`) answered or not: the plain-object
+snapshot of the validated model (:mod:`hpcprov.site_view`), so pydantic is imported only
+when a profile is actually validated.
 """
 
 from __future__ import annotations
@@ -110,13 +111,21 @@ def validate_file(path: Path) -> Site:
 
 def load_site(ref: str) -> SiteView:
     """Load a site by name (search path) or by file path: the snapshot of the validated
-    model, from the cache when its entry is still current."""
+    model, from the user's cache when its entry is still current, else from the snapshot
+    shipped for a bundled profile while it is current, else validated now (and cached)."""
+    from hpcprov import shipped
     from hpcprov.site_view import snapshot
 
     path = find_profile(ref)
     if not path.is_file():
         raise ProfileError(str(path), 0, "no such profile file")
-    return profile_cache.load(path) or snapshot(validate_file(path))
+    cached = profile_cache.load(path)
+    if cached is not None:
+        return cached
+    found = shipped.lookup(path)
+    if found is not None:
+        return found[1]
+    return snapshot(validate_file(path))
 
 
 def site_names() -> list[str]:

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -335,6 +336,28 @@ def pwned_files(*roots: Path) -> list[Path]:
 @pytest.fixture
 def repo_root() -> Path:
     return REPO
+
+
+HEAVY_FOR_PLANNING = ("yaml", "pydantic", "pydantic_core", "torch")
+
+
+def planned_in_subprocess(argv: list[str], env: dict[str, str]) -> tuple[list[str], str]:
+    """Run ``hpcprov ARGV`` (in-process ``main``) in a fresh interpreter: (the heavy top-level
+    modules of HEAVY_FOR_PLANNING it imported, what it printed); it must exit 0."""
+    probe = (
+        "import sys, json, contextlib, io\n"
+        "from hpcprov.cli import main\n"
+        "out = io.StringIO()\n"
+        "with contextlib.redirect_stdout(out):\n"
+        f"    rc = main({argv!r})\n"
+        "assert rc == 0, rc\n"
+        f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY_FOR_PLANNING!r}))\n"
+        "print(json.dumps({'heavy': heavy, 'out': out.getvalue()}))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    return found["heavy"], found["out"]
 
 
 def env_without_user_profiles(tmp_path: Path) -> dict[str, str]:
