@@ -367,3 +367,12 @@ def env_without_user_profiles(tmp_path: Path) -> dict[str, str]:
     env.pop("HPCPROV_SITE", None)
     env["XDG_CONFIG_HOME"] = str(tmp_path / "xdg-sub")
     return env
+
+
+@pytest.fixture
+def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An empty folder of user profiles, first on the search path (HPCPROV_SITES_PATH)."""
+    d = tmp_path / "sites"
+    d.mkdir()
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(d))
+    return d

@@ -32,14 +32,6 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "xdg-cache" / "hpcprov" / "profiles"
 
 
-@pytest.fixture
-def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "sites"
-    d.mkdir()
-    monkeypatch.setenv("HPCPROV_SITES_PATH", str(d))
-    return d
-
-
 def _no_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make any validation of profile data fail loudly: only the cache may answer."""
     def boom(*args: object, **kwargs: object) -> None:

@@ -27,14 +27,6 @@ def _own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HPCPROV_NO_CACHE", raising=False)
 
 
-@pytest.fixture
-def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "sites"
-    d.mkdir()
-    monkeypatch.setenv("HPCPROV_SITES_PATH", str(d))
-    return d
-
-
 def _copy_of_sites(tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A copy of the bundled folder (profiles and snapshots), made the bundled folder."""
     copy = tmp_path / name
