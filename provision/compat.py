@@ -7,12 +7,11 @@ generated from it. Every row says how it is known.
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass
-from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
-
-from packaging.version import InvalidVersion, Version
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
@@ -100,38 +99,59 @@ class Match:
         return f"{given}: {self.rule.explanation}"
 
 
-def _version(text: str | None) -> Version | None:
-    if not text:
-        return None
+_RELEASE = re.compile(r"\d+(?:\.\d+)*")  # a plain release: 2.13.0
+_CLAUSE = re.compile(r"\s*(<=|>=|==|!=|<|>)\s*([0-9][0-9A-Za-z.+!-]*)\s*")
+_OPS = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+        "==": operator.eq, "!=": operator.ne}
+
+
+def _release(text: str) -> tuple[int, ...]:
+    """A plain release as PEP 440 compares it (trailing zeros do not count: 2.13 == 2.13.0)."""
+    parts = [int(p) for p in text.split(".")]
+    while len(parts) > 1 and parts[-1] == 0:
+        parts.pop()
+    return tuple(parts)
+
+
+def _pep440(text: str):  # noqa: ANN202 - packaging.version.Version | None
+    """Any other version, by packaging (imported only then: it compiles a large regex)."""
+    from packaging.version import InvalidVersion, Version
+
     try:
-        return Version(text.split("+", 1)[0])
+        return Version(text)
     except InvalidVersion:
         return None
 
 
-_OPS = {"<": Version.__lt__, "<=": Version.__le__, ">": Version.__gt__, ">=": Version.__ge__,
-        "==": Version.__eq__, "!=": Version.__ne__}
+def _version(text: str | None) -> str | None:
+    """The version to compare (without a local part such as +cpu), None when it is none."""
+    if not text:
+        return None
+    text = text.split("+", 1)[0]
+    return text if _RELEASE.fullmatch(text) or _pep440(text) is not None else None
 
 
-def _matches(spec: str | None, version: Version | None) -> bool:
+def _compare(op: str, a: str, b: str) -> bool:
+    if _RELEASE.fullmatch(a) and _RELEASE.fullmatch(b):
+        return _OPS[op](_release(a), _release(b))
+    x, y = _pep440(a), _pep440(b)
+    return x is not None and y is not None and _OPS[op](x, y)
+
+
+def _matches(spec: str | None, version: str | None) -> bool:
     """`version` satisfies every clause of `spec` (comma-separated `OP VERSION`).
 
-    The rules' specifiers are plain comparisons, so they are evaluated with
-    packaging.version alone: packaging.specifiers imports packaging.tags (logging,
-    subprocess), a sixth of `hpcprov setup --dry-run`'s start-up. A test checks this
-    agrees with SpecifierSet on every rule."""
+    The rules' specifiers are plain comparisons, so they are evaluated without
+    packaging.specifiers (it imports packaging.tags: logging, subprocess), and plain
+    releases without packaging at all; pre-, post- and dev releases go to
+    packaging.version. Tests check this agrees with SpecifierSet on every rule."""
     if spec is None:
         return True
     if version is None:
         return False
     for clause in spec.split(","):
-        m = re.fullmatch(r"\s*(<=|>=|==|!=|<|>)\s*([0-9][0-9A-Za-z.+!-]*)\s*", clause)
-        if not m:
-            return False
-        try:
-            if not _OPS[m.group(1)](version, Version(m.group(2))):
-                return False
-        except InvalidVersion:
+        m = _CLAUSE.fullmatch(clause)
+        if not m or not _compare(m.group(1), version, m.group(2)):
             return False
     return True
 
@@ -186,5 +206,6 @@ def patches_for(site: Site) -> list[tuple[str, str]]:
     if site.horovod.source != "pip":
         return []
     names = [m.rule.patch for m in for_site(site) if m.rule.patch]
-    folder = resources.files("hpcprov.provision") / "patches"
+    # beside this module (importlib.resources would cost ~20 ms of start-up here)
+    folder = Path(__file__).with_name("patches")
     return [(name, (folder / name).read_text()) for name in names]

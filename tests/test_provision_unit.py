@@ -233,6 +233,30 @@ def test_the_rules_version_clauses_agree_with_pep440_specifier_sets() -> None:
     versions += ["2.21", "2.13", "0.28", "2.16"]
     for spec in specs:
         for v in versions:
-            assert _matches(spec, Version(v)) == (Version(v) in SpecifierSet(spec)), (spec, v)
-    assert _matches(">=2.0,<2.5", Version("2.4.1")) and not _matches(">=2.0,<2.5", Version("2.5"))
-    assert not _matches("~=2.0", Version("2.1"))  # not a plain comparison: never a match
+            assert _matches(spec, v) == (Version(v) in SpecifierSet(spec)), (spec, v)
+    assert _matches(">=2.0,<2.5", "2.4.1") and not _matches(">=2.0,<2.5", "2.5")
+    assert not _matches("~=2.0", "2.1")  # not a plain comparison: never a match
+
+
+def test_plain_releases_compare_without_packaging_and_others_as_pep440_orders_them() -> None:
+    """Each clause is a comparison in PEP 440 order (packaging.version's), whether the
+    version is a plain release (compared without packaging) or not."""
+    import operator
+    import re
+
+    from hpcprov.provision.compat import _matches, _version
+    from packaging.version import Version
+
+    ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+           "==": operator.eq, "!=": operator.ne}
+    versions = ["2.13", "2.13.0", "2.13.0.0", "2.013", "2.9", "2.10", "2.13.1", "2.14rc1",
+                "2.13.post1", "2.14.dev0", "1!1.0", "2.13.0a1"]
+    specs = ["==2.13", "!=2.13.0", "<2.14", "<=2.13", ">2.13", ">=2.14", ">=2.10,<2.14",
+             "<2.14rc2", ">=2.13.post0"]
+    for spec in specs:
+        clauses = [re.fullmatch(r"(<=|>=|==|!=|<|>)(.+)", c).groups() for c in spec.split(",")]
+        for v in versions:
+            expected = all(ops[op](Version(v), Version(x)) for op, x in clauses)
+            assert _matches(spec, v) == expected, (spec, v)
+    assert _version("2.13.0+cpu") == "2.13.0" and _version("2.14rc1") == "2.14rc1"
+    assert _version("not-a-version") is None and _version("") is None
