@@ -23,8 +23,8 @@ METHOD = f"""\
 hpcprov's allreduce program (`validate/programs/allreduce.py`, the file a validation job
 runs) as a module and `benchmarks/interleaved_allreduce.py` alternates, block by block,
 three measurements on the same process group: the program's own `measure()` and
-`bandwidth()` (warm-up, then per iteration refill, barrier, the timed allreduce and the
-check: what a validation job reports), and twice the bare loop of
+`bandwidth()` (checked warm-up, the timed allreduces, checked iterations again: what a
+validation job reports), and twice the bare loop of
 `benchmarks/bare_allreduce.py` (warm-up, one barrier, {ITERS} back-to-back
 `dist.all_reduce` calls timed as a block, no checks). Sizes
 {", ".join(f"{s >> 20} MiB" for s in SIZES)}, {ITERS} iterations each; the order of the three

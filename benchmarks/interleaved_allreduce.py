@@ -4,9 +4,9 @@ Loads the validation suite's allreduce program (``--program``, the very file a v
 job runs) as a module and, on one process group, measures every size in ``--blocks``
 blocks. A block runs three measurements, in an order that rotates from block to block:
 
-- ``HPCPROV``: the program's ``measure()`` (its warm-up, then per iteration refill,
-  barrier, the timed allreduce and the check; the slowest rank's mean), made busbw by its
-  ``bandwidth()``: what a validation job reports;
+- ``HPCPROV``: the program's ``measure()`` (its checked warm-up, the timed allreduces,
+  checked iterations again; the slowest rank's mean), made busbw by its ``bandwidth()``:
+  what a validation job reports;
 - ``BARE`` and ``BARE2``: the bare loop of ``bare_allreduce.py`` (warm-up, a barrier,
   back-to-back allreduces timed as one block), twice, for an A/A control.
 

@@ -5,15 +5,18 @@ Runs inside a job, in the user's environment: the standard library and torch (an
 for ``--impl horovod``), nothing of hpcprov. Start one process per GPU (or per slot on CPU)
 with torchrun, srun, mpirun or horovodrun.
 
-For each message size every rank fills a tensor with ``rank + 1``, runs ``--warmup``
-allreduces, then ``--iters`` timed ones (fewer for big sizes when ``--max-seconds-per-size``
-would be exceeded, never fewer than 2). Before each iteration the tensor is refilled, after
-it every element is checked to equal ``n (n + 1) / 2``; only the allreduce call itself is
-timed: on CPU, where the collectives are synchronous, with ``time.perf_counter`` around it
-after a barrier (so no rank times its wait for a slower rank's refill or check); on GPUs
-with CUDA events around it, so the loop has no host synchronisation. The time of a size is
-the slowest rank's mean time per allreduce, and the bandwidth is defined as nccl-tests
-defines it for allreduce::
+For each message size every rank fills a tensor with ``rank + 1`` and runs ``--warmup``
+allreduces, each refilled and checked (every element must equal ``n (n + 1) / 2``). Then the
+``--iters`` timed ones (fewer for big sizes when ``--max-seconds-per-size`` would be
+exceeded, never fewer than 2). On CPU, where the collectives are synchronous, they run as
+nccl-tests and a bare loop run them: one barrier, then back to back, with no refill or
+check in between (with either, the ranks drift apart and every call times its wait for a
+partner), each call timed with ``time.perf_counter``; after them the checked iterations
+run again (as many as the warm-up, at least 2), so a fault that shows only later is still
+caught. On GPUs every timed allreduce is refilled and checked on the device, timed with
+CUDA events around the call alone, so the loop has no host synchronisation. The time of a
+size is the slowest rank's mean time per allreduce, and the bandwidth is defined as
+nccl-tests defines it for allreduce::
 
     algbw = size_bytes / time_s          busbw = algbw * 2 * (n - 1) / n     (1 GB = 1e9 B)
 
@@ -196,10 +199,9 @@ def run_iters(torch, comm, allreduce_, tensor, value, expected, count, corrupt=F
         wall = (time.perf_counter() - wall) / max(count, 1)
         return ([starts[i].elapsed_time(ends[i]) / 1e3 for i in range(count)], int(bad),
                 [wall] * count)
-    # CPU tensors: the collectives are synchronous, so the clock around the call is the time.
-    # A barrier after the refill lines the ranks up: without it a rank that finished its
-    # check first would time its wait for the others' (measured here: 13-40% less bandwidth
-    # than a bare loop at 1-64 MiB over Gloo; 96-97% with the barrier)
+    # CPU tensors: the checked iterations (warm-up, and the checks after timed_block, which
+    # times the bandwidth). A barrier after the refill lines the ranks up, so the walls
+    # estimate one synchronous iteration for the time budget.
     barrier = comm.barrier
     clock = time.perf_counter
     times, walls = [], []
@@ -219,6 +221,23 @@ def run_iters(torch, comm, allreduce_, tensor, value, expected, count, corrupt=F
     return times, failures, walls
 
 
+def timed_block(comm, allreduce_, tensor, value, count):
+    """``count`` allreduces back to back after one barrier, each call on its own clock
+    (CPU tensors: the call returns when the collective is done). No refill or check in
+    between: with them a rank that finished first would time its wait for the others, and
+    even a barrier before every call leaves that wait in (3-6% less bandwidth than a bare
+    loop at 1-64 MiB over Gloo, measured with benchmarks/interleaved_allreduce.py)."""
+    tensor.fill_(value)
+    comm.barrier()
+    clock = time.perf_counter
+    times = []
+    for _ in range(count):
+        start = clock()
+        allreduce_(tensor)
+        times.append(clock() - start)
+    return times
+
+
 def measure(torch, comm, allreduce_, nel, dtype, device, iters, warmup, max_seconds,
             corrupt=False):
     """Time allreduces of ``nel`` elements; returns (iters, mean_s, min_s, failures), the
@@ -230,18 +249,25 @@ def measure(torch, comm, allreduce_, nel, dtype, device, iters, warmup, max_seco
 
     _, failures, warm_walls = run_iters(torch, comm, allreduce_, tensor, value, expected,
                                         warmup)
+    cuda = tensor.device.type == "cuda"
+    checks = 0 if cuda else max(2, warmup)  # checked again after the timed block (CPU)
     if warm_walls and max_seconds > 0:
-        # the budget is for the whole iteration (refill, barrier, allreduce, check), not just
-        # the timed call; the first call of a size pays for buffers and connections: estimate
-        # from the rest
+        # the budget is for the whole size (timed calls and checked ones), estimated per
+        # iteration from the warm-up (refill, barrier, allreduce, check: an upper bound);
+        # the first call of a size pays for buffers and connections: estimate from the rest
         rest = warm_walls[1:] or warm_walls
         estimate = torch.tensor([sum(rest) / len(rest)], dtype=torch.float64, device=device)
         estimate = float(comm.max_(estimate)[0])  # every rank must run the same count
         if estimate > 0:
-            iters = min(iters, max(2, int(max_seconds / estimate)))
+            iters = min(iters, max(2, int(max_seconds / estimate) - checks))
 
-    times, timed_failures, _ = run_iters(torch, comm, allreduce_, tensor, value, expected,
-                                         iters, corrupt)
+    if cuda:
+        times, timed_failures, _ = run_iters(torch, comm, allreduce_, tensor, value, expected,
+                                             iters, corrupt)
+    else:
+        times = timed_block(comm, allreduce_, tensor, value, iters)
+        _, timed_failures, _ = run_iters(torch, comm, allreduce_, tensor, value, expected,
+                                         checks, corrupt)
     stats = torch.tensor([sum(times) / len(times), min(times), float(failures + timed_failures)],
                          dtype=torch.float64, device=device)
     stats = comm.max_(stats).tolist()
