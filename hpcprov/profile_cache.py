@@ -74,21 +74,28 @@ def _sha256(file: str) -> str:
         return hashlib.sha256(fh.read()).hexdigest()
 
 
-def _current(head: dict[str, Any], path: Path) -> bool:
-    """True when every file and `extends` link the entry was built from is unchanged."""
+def unchanged(files: dict[str, str], links: list[list[str]]) -> bool:
+    """True when every file (absolute path -> SHA-256) still has its digest and every
+    `extends` link (child, ref, parent, absolute paths) still resolves to the same parent
+    on today's search path (not shadowed, not resolved elsewhere)."""
     from hpcprov.loader import find_profile
 
-    if head.get("format") != FORMAT or head.get("fingerprint") != fingerprint() \
-            or head.get("path") != os.path.abspath(path):
-        return False
-    for file, digest in head["files"].items():
+    for file, digest in files.items():
         if _sha256(file) != digest:
             return False
-    for child, ref, parent in head["links"]:
+    for child, ref, parent in links:
         found = find_profile(ref, relative_to=Path(child), skip=Path(child))
         if os.path.abspath(found) != parent:
             return False
     return True
+
+
+def _current(head: dict[str, Any], path: Path) -> bool:
+    """True when every file and `extends` link the entry was built from is unchanged."""
+    if head.get("format") != FORMAT or head.get("fingerprint") != fingerprint() \
+            or head.get("path") != os.path.abspath(path):
+        return False
+    return unchanged(head["files"], head["links"])
 
 
 def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:

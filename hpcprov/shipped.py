@@ -143,11 +143,6 @@ def _load(file: str) -> dict[str, Any] | None:
     return doc
 
 
-def _sha256(file: Path) -> str:
-    with open(file, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
-
-
 def _entry(path: Path) -> dict[str, Any] | None:
     """The entry for the profile file ``path`` while it is current, else None."""
     if not profile_cache.enabled():
@@ -162,15 +157,12 @@ def _entry(path: Path) -> dict[str, Any] | None:
     entry = doc["sites"].get(path.stem)
     if type(entry) is not dict or path.name not in entry["files"]:
         return None
-    for rel, digest in entry["files"].items():
-        if _sha256(bundled / rel) != digest:
-            return None
-    for child_rel, ref, parent_rel in entry["links"]:
-        child = bundled / child_rel
-        found = loader.find_profile(ref, relative_to=child, skip=child)
-        if os.path.abspath(found) != os.path.abspath(bundled / parent_rel):
-            return None  # shadowed on the search path, or resolved elsewhere
-    return entry
+    def here(rel: str) -> str:
+        return os.path.abspath(bundled / rel)
+
+    files = {here(rel): digest for rel, digest in entry["files"].items()}
+    links = [[here(child), ref, here(parent)] for child, ref, parent in entry["links"]]
+    return entry if profile_cache.unchanged(files, links) else None
 
 
 def header(path: Path) -> dict[str, Any] | None:
