@@ -199,12 +199,9 @@ def _written_pid(path: Path) -> int | None:
 
 
 def _read_pid(path: Path) -> int | None:
-    """The live process named in ``path`` (None when there is none)."""
-    try:
-        pid = int(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if _pid_alive(pid) else None
+    """The live process named in ``path`` (None when there is none, or not yet)."""
+    pid = _written_pid(path)
+    return pid if pid is not None and _pid_alive(pid) else None
 
 
 def _log_tail(log: Path, lines: int = 3) -> str:
