@@ -75,22 +75,40 @@ def _hpcprov() -> list[str]:
     return [sys.executable, "-m", "hpcprov.cli"]
 
 
-def _reframe(ctx: Context) -> tuple[list[str] | None, str]:
-    """(argv of reframe, version) from .bench-cache/reframe-venv, created on first use."""
-    venv = ctx.cache / "reframe-venv"
-    exe = venv / "bin" / "reframe"
+def _venv(ctx: Context, name: str, first: list[str], again: list[str] | None = None
+          ) -> tuple[Path | None, str]:
+    """(the bin folder of .bench-cache/NAME, "") after ``pip install FIRST`` into a new venv
+    there on first use, and ``pip install AGAIN`` at every later call when given; (None,
+    why) when that fails."""
+    venv = ctx.cache / name
+    python = venv / "bin" / "python"
     try:
-        if not exe.is_file():
-            ctx.log(f"installing reframe-hpc into {venv} (first use only)")
+        if not python.is_file():
+            ctx.log(f"installing {' '.join(first)} into {venv} (first use only)")
             subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True,
                            capture_output=True, timeout=300)
-            subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "-q",
-                            "reframe-hpc"], check=True, capture_output=True, timeout=600)
-        version = subprocess.run([str(exe), "--version"], capture_output=True, text=True,
-                                 timeout=120).stdout.strip()
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *first], check=True,
+                           capture_output=True, timeout=1800)
+        elif again:
+            subprocess.run([str(python), "-m", "pip", "install", "-q", *again], check=True,
+                           capture_output=True, timeout=600)
     except subprocess.CalledProcessError as exc:
         tail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
         return None, f"install failed: {' '.join(tail) or exc}"
+    except (OSError, subprocess.SubprocessError) as exc:
+        return None, str(exc)
+    return venv / "bin", ""
+
+
+def _reframe(ctx: Context) -> tuple[list[str] | None, str]:
+    """(argv of reframe, version) from .bench-cache/reframe-venv, created on first use."""
+    bin_dir, why = _venv(ctx, "reframe-venv", ["reframe-hpc"])
+    if bin_dir is None:
+        return None, why
+    exe = bin_dir / "reframe"
+    try:
+        version = subprocess.run([str(exe), "--version"], capture_output=True, text=True,
+                                 timeout=120).stdout.strip()
     except (OSError, subprocess.SubprocessError) as exc:
         return None, str(exc)
     return [str(exe)], version
@@ -128,26 +146,10 @@ def _wheel_install(ctx: Context) -> tuple[Path | None, str]:
     """(hpcprov console script, "") of hpcprov installed as a user installs it: `pip install
     .` (a wheel, byte-compiled) into its own venv, .bench-cache/hpcprov-venv, reinstalled
     from this tree at every run; (None, why) when that fails."""
-    venv = ctx.cache / "hpcprov-venv"
-    python = venv / "bin" / "python"
-    repo = Path(__file__).resolve().parent.parent
-    try:
-        if not python.is_file():
-            ctx.log(f"installing hpcprov and its dependencies into {venv} (first use only)")
-            subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True,
-                           capture_output=True, timeout=300)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", str(repo)], check=True,
-                           capture_output=True, timeout=1800)
-        else:
-            subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
-                            "--force-reinstall", str(repo)], check=True, capture_output=True,
-                           timeout=600)
-    except subprocess.CalledProcessError as exc:
-        tail = (exc.stderr or b"").decode(errors="replace").strip().splitlines()[-1:]
-        return None, f"install failed: {' '.join(tail) or exc}"
-    except (OSError, subprocess.SubprocessError) as exc:
-        return None, str(exc)
-    return venv / "bin" / "hpcprov", ""
+    repo = str(Path(__file__).resolve().parent.parent)
+    bin_dir, why = _venv(ctx, "hpcprov-venv", [repo],
+                         again=["--no-deps", "--force-reinstall", repo])
+    return (bin_dir / "hpcprov" if bin_dir else None), why
 
 
 def _bundled_profiles() -> list[Path]:
