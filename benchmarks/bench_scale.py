@@ -41,10 +41,13 @@ nodes no search can: they share the one link)."""
 
 def big_site() -> Any:
     """The neuron profile plus `big`: its default partition with NODES nodes, validated."""
+    from hpcprov.loader import available_sites
     from hpcprov.model import Site
-    from hpcprov.profiles import load_site
+    from hpcprov.profiles import validate_file
 
-    site = load_site("neuron")
+    # the pydantic model itself (load_site may answer with a snapshot view, which cannot
+    # tell set fields from defaults)
+    site = validate_file(available_sites()["neuron"])
     pname, part = site.partition()
     data = site.model_dump(mode="json", exclude_unset=True)
     big = {**part.model_dump(mode="json", exclude_unset=True), "nodes": NODES,

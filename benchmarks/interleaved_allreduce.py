@@ -47,12 +47,11 @@ def main() -> None:
     cpu = torch.device("cpu")
 
     def hpcprov(size: int) -> float:
-        _, mean_s, _, failures = program.measure(
-            torch, comm, comm.allreduce_, size // 4, torch.float32, cpu, args.iters,
-            args.warmup, 0)
-        if failures:
-            raise SystemExit(f"allreduce of {size} bytes was wrong {failures} times")
-        return program.bandwidth(size, mean_s, comm.size)[1]
+        t = program.measure(torch, comm, comm.allreduce_, size // 4, torch.float32, cpu,
+                            args.iters, args.warmup, 0)
+        if t.failures:
+            raise SystemExit(f"allreduce of {size} bytes was wrong {t.failures} times")
+        return program.bandwidth(size, t.mean_s, comm.size)[1]
 
     def bare(size: int) -> float:
         return bare_busbw(size, args.iters, args.warmup)

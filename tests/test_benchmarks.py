@@ -84,3 +84,13 @@ def test_the_fidelity_job_runs_hpcprovs_measurement_and_the_bare_loop_in_one_pro
     assert [sorted(b) for b in per_block] == [[4096, 65536]] * 3
     assert per_block[1][65536] == pytest.approx(records[4]["HPCPROV"] / records[4]["BARE"])
     assert control[2][4096] == pytest.approx(records[2]["BARE2"] / records[2]["BARE"])
+
+
+def test_the_scale_benchmarks_site_is_a_validated_profile_with_the_big_partition() -> None:
+    """bench_scale builds its 1,000-node partition from the neuron profile's pydantic model
+    (load_site's snapshot views cannot dump only the fields set: this once broke it)."""
+    from benchmarks import bench_scale
+
+    site = bench_scale.big_site()
+    assert site.partitions["big"].nodes == bench_scale.NODES
+    assert site.partitions["big"].gpus == site.partition()[1].gpus

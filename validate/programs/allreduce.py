@@ -15,8 +15,9 @@ partner), each call timed with ``time.perf_counter``; after them the checked ite
 run again (as many as the warm-up, at least 2), so a fault that shows only later is still
 caught. On GPUs every timed allreduce is refilled and checked on the device, timed with
 CUDA events around the call alone, so the loop has no host synchronisation. The time of a
-size is the slowest rank's mean time per allreduce, and the bandwidth is defined as
-nccl-tests defines it for allreduce::
+size is the slowest rank's mean time per allreduce (``time_s``; ``time_min_s`` and
+``time_median_s`` are the slowest rank's fastest and median call), and the bandwidth is
+defined as nccl-tests defines it for allreduce::
 
     algbw = size_bytes / time_s          busbw = algbw * 2 * (n - 1) / n     (1 GB = 1e9 B)
 
@@ -42,11 +43,16 @@ import argparse
 import json
 import os
 import socket
+import statistics
 import sys
 import time
+from collections import namedtuple
 
 CHECK = "allreduce"
 ITEMSIZE = {"float32": 4, "float64": 8}
+
+# one size's measurement: the times are the slowest rank's mean, fastest and median call
+Timing = namedtuple("Timing", "iters mean_s min_s median_s failures")
 
 # (source, rank, world size, local rank): the first launcher whose variables are set wins.
 # The launchers' own variables come before Slurm's: mpirun or mpiexec started inside a
@@ -240,8 +246,8 @@ def timed_block(comm, allreduce_, tensor, value, count):
 
 def measure(torch, comm, allreduce_, nel, dtype, device, iters, warmup, max_seconds,
             corrupt=False):
-    """Time allreduces of ``nel`` elements; returns (iters, mean_s, min_s, failures), the
-    last three combined over the ranks (the maximum of each rank's value)."""
+    """Time allreduces of ``nel`` elements; returns a Timing, every field the maximum of
+    the ranks' values."""
     ranks = comm.size
     value = float(comm.rank + 1)
     expected = ranks * (ranks + 1) / 2
@@ -268,10 +274,10 @@ def measure(torch, comm, allreduce_, nel, dtype, device, iters, warmup, max_seco
         times = timed_block(comm, allreduce_, tensor, value, iters)
         _, timed_failures, _ = run_iters(torch, comm, allreduce_, tensor, value, expected,
                                          checks, corrupt)
-    stats = torch.tensor([sum(times) / len(times), min(times), float(failures + timed_failures)],
-                         dtype=torch.float64, device=device)
-    stats = comm.max_(stats).tolist()
-    return iters, stats[0], stats[1], int(stats[2])
+    stats = torch.tensor([sum(times) / len(times), min(times), statistics.median(times),
+                          float(failures + timed_failures)], dtype=torch.float64, device=device)
+    mean_s, min_s, median_s, failed = comm.max_(stats).tolist()
+    return Timing(iters, mean_s, min_s, median_s, int(failed))
 
 
 # ------------------------------------------------------------------ main
@@ -345,17 +351,18 @@ def main(argv=None):
             allreduce_ = comm.named_allreduce_(f"hpcprov.allreduce.{size}")
         else:
             allreduce_ = comm.allreduce_
-        iters, mean_s, min_s, failures = measure(
-            torch, comm, allreduce_, size // itemsize, dtype, device, args.iters,
-            args.warmup, args.max_seconds_per_size, corrupt=args.fault_rank == comm.rank)
-        algbw, busbw = bandwidth(size, mean_s, comm.size)
-        ok = ok and failures == 0
+        t = measure(torch, comm, allreduce_, size // itemsize, dtype, device, args.iters,
+                    args.warmup, args.max_seconds_per_size,
+                    corrupt=args.fault_rank == comm.rank)
+        algbw, busbw = bandwidth(size, t.mean_s, comm.size)
+        ok = ok and t.failures == 0
         if comm.rank == 0:
             emit("HPCPROV_RESULT", {
                 "check": CHECK, "impl": comm.name, "device": args.device, "dtype": args.dtype,
                 "ranks": comm.size, "nodes": len(hosts), "hosts": hosts, "size_bytes": size,
-                "iters": iters, "time_s": mean_s, "time_min_s": min_s, "algbw_GBps": algbw,
-                "busbw_GBps": busbw, "correct": failures == 0})
+                "iters": t.iters, "time_s": t.mean_s, "time_min_s": t.min_s,
+                "time_median_s": t.median_s, "algbw_GBps": algbw, "busbw_GBps": busbw,
+                "correct": t.failures == 0})
     if comm.rank == 0:
         emit("HPCPROV_DONE", {"check": CHECK, "ok": ok})
     # a last collective: no rank exits (and has the launcher kill the others) before rank 0
