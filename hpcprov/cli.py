@@ -66,15 +66,14 @@ def cli() -> None:
 @json_option
 def sites_cmd(as_json: bool) -> None:
     """List the known site profiles."""
-    from hpcprov import profile_cache, shipped
+    from hpcprov import profile_cache
     from hpcprov.loader import available_sites
 
     rows = []
     for name, path in sorted(available_sites().items()):
         try:
-            # a current entry of the user's cache or of the snapshots shipped for the
-            # bundled profiles: no YAML, no pydantic
-            head = profile_cache.header(path) or shipped.header(path)
+            # a current entry of the profile cache: no YAML, no pydantic
+            head = profile_cache.header(path)
             if head is not None:
                 summary = head["summary"]
             else:
@@ -397,7 +396,7 @@ def expand_prefix(template: str) -> str:
 
 
 def _execute_setup(s: Any, ref: str | None, plan: Any, until: str | None, redo: bool,
-                   verbose: bool, as_json: bool, quick_key: str | None) -> None:
+                   verbose: bool, as_json: bool, quick_key: Any) -> None:
     from pathlib import Path
 
     from hpcprov.loader import find_profile

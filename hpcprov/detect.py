@@ -5,7 +5,7 @@ from __future__ import annotations
 import fnmatch
 import socket
 
-from hpcprov import profile_cache, shipped
+from hpcprov import profile_cache
 from hpcprov.errors import HpcprovError
 from hpcprov.loader import available_sites, resolve
 
@@ -16,8 +16,8 @@ def detect(hostname: str | None = None) -> list[str]:
     short = host.split(".", 1)[0]
     found = []
     for name, path in sorted(available_sites().items()):
-        # a validated profile, unchanged since (the user's cache or a shipped snapshot)
-        head = profile_cache.header(path) or shipped.header(path)
+        # a validated profile, unchanged since (the profile cache)
+        head = profile_cache.header(path)
         try:
             patterns = head["login_hosts"] if head else resolve(path).data.get("login_hosts")
         except HpcprovError:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from hpcprov import fsutil
 from hpcprov.errors import ProfileError
 
 # PyYAML is imported where a file is parsed (not at import time): a cached profile
@@ -246,8 +247,7 @@ def merge(parent: Layer, child: Layer) -> Layer:
 def user_site_dirs() -> list[Path]:
     """Directories searched for profiles before the bundled ones."""
     dirs = [Path(p) for p in os.environ.get("HPCPROV_SITES_PATH", "").split(os.pathsep) if p]
-    config = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
-    dirs.append(config / "hpcprov" / "sites")
+    dirs.append(fsutil.config_dir() / "sites")
     return dirs
 
 

@@ -51,7 +51,7 @@ class Strict(BaseModel):
     """Base: unknown keys are errors; strings that may reach a shell hold no control chars."""
 
     # defer_build: the validators are built on first validation, not at import; a cached
-    # site (hpcprov/profile_cache.py) is unpickled without ever building them
+    # site (hpcprov/profile_cache.py) is loaded without ever building them
     model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
 
     @field_validator("*", mode="after")

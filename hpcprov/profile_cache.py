@@ -1,20 +1,20 @@
-"""A cache of validated site profiles: commands skip YAML parsing and validation.
+"""The cache of validated site profiles: commands skip YAML parsing and validation.
 
-One file per profile path under ``$XDG_CACHE_HOME/hpcprov/profiles/`` (default
-``~/.cache/hpcprov/profiles/``): a JSON header line, then the pickled
-snapshot of the validated site (:mod:`hpcprov.site_view`: plain objects, so loading it
-needs no pydantic). The header records the SHA-256 of every file the profile was
-built from (itself and what it extends), how each ``extends`` was resolved on the search
-path, and a fingerprint of the code that validated it (hpcprov's version and model/loader
-source, pydantic, Python). An entry is used only when all of these are still the same; a
-changed, moved or shadowed file, another search path, other code, or an entry that is
-corrupt, unreadable or not the user's own is a miss, and the profile is read and validated
-as if there were no cache. Writing is best effort (a read-only home loses only the speed).
-``HPCPROV_NO_CACHE=1`` turns the cache off (and the snapshots shipped for the bundled
-profiles, :mod:`hpcprov.shipped`, which answer a first run before this cache has an entry).
+One JSON file per profile path under ``$XDG_CACHE_HOME/hpcprov/profiles/`` (default
+``~/.cache/hpcprov/profiles/``), two lines: a header, then the validated site in its JSON
+form (:func:`hpcprov.site_view.to_json`: plain objects, so loading it needs no pydantic).
+The header records the SHA-256 of every file the profile was built from (itself and what it
+extends), how each ``extends`` was resolved on the search path, and hpcprov's code
+fingerprint (:func:`fingerprint`, which the "already set up" cache of
+:mod:`hpcprov.provision.quick` uses too). An entry is used only when all of these are still
+the same and its values pass the model's single-line check again; a changed, moved or
+shadowed file, another search path, other code, or an entry that is corrupt, unreadable, not
+the user's own or in a folder that is not (:mod:`hpcprov.fsutil`) is a miss, and the profile
+is read and validated as if there were no cache. Writing is best effort (a read-only home
+loses only the speed). ``HPCPROV_NO_CACHE=1`` turns the cache off.
 
 This module imports neither PyYAML nor pydantic: ``hpcprov sites`` answers from the
-headers alone, and a planning command (``jobscript``, ``setup --dry-run``) from the snapshot.
+headers alone, and a planning command (``jobscript``, ``setup --dry-run``) from the site.
 """
 
 from __future__ import annotations
@@ -24,38 +24,38 @@ import hashlib
 import json
 import os
 import sys
+from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hpcprov import fsutil
+
 if TYPE_CHECKING:
     from hpcprov.loader import Layer
-    from hpcprov.model import Site
     from hpcprov.site_view import SiteView
 
-FORMAT = 2  # 2: a snapshot (hpcprov.site_view), no longer the pickled model
+FORMAT = 3  # 3: JSON (site_view.to_json); 2 was Python's binary serialisation
 MAX_ENTRIES = 256
-_CODE = ("__init__.py", "model.py", "kinds.py", "site_view.py", "loader.py", "profiles.py",
-         "errors.py", "profile_cache.py", "shipped.py")
 
 
 def enabled() -> bool:
     return os.environ.get("HPCPROV_NO_CACHE", "") in ("", "0")
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "hpcprov" / "profiles"
-
-
 @functools.cache
 def fingerprint() -> str:
-    """What validated an entry: hpcprov's model and loader code, pydantic, Python."""
-    from importlib.util import find_spec
-
+    """hpcprov's code fingerprint: the source of the hpcprov and hpcprov.provision packages
+    and their subpackages (with the Horovod patches), Python's version, and which pydantic
+    is installed. Anything cached from a run of other code is not used."""
     h = hashlib.sha256(f"{FORMAT}|{sys.version}".encode())
-    here = Path(__file__).parent
-    for name in _CODE:
-        h.update(name.encode() + b"\0" + (here / name).read_bytes())
+    provision = find_spec("hpcprov.provision")
+    assert provision is not None and provision.submodule_search_locations
+    seen: set[Path] = set()
+    for root in (Path(__file__).parent, Path(provision.submodule_search_locations[0])):
+        for path in sorted([*root.rglob("*.py"), *root.glob("patches/*.patch")]):
+            if path not in seen:  # in a wheel, provision/ lies inside hpcprov/
+                seen.add(path)
+                h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
     for dist in ("pydantic", "pydantic_core"):
         spec = find_spec(dist)
         origin = spec.origin if spec else None
@@ -66,7 +66,7 @@ def fingerprint() -> str:
 
 def _entry(path: Path) -> Path:
     key = hashlib.sha256(f"{fingerprint()}|{os.path.abspath(path)}".encode()).hexdigest()
-    return cache_dir() / f"{key[:32]}.entry"
+    return fsutil.cache_dir("profiles") / f"{key[:32]}.json"
 
 
 def _sha256(file: str) -> str:
@@ -74,46 +74,49 @@ def _sha256(file: str) -> str:
         return hashlib.sha256(fh.read()).hexdigest()
 
 
-def unchanged(files: dict[str, str], links: list[list[str]]) -> bool:
-    """True when every file (absolute path -> SHA-256) still has its digest and every
-    `extends` link (child, ref, parent, absolute paths) still resolves to the same parent
-    on today's search path (not shadowed, not resolved elsewhere)."""
+def _current(head: dict[str, Any], path: Path) -> bool:
+    """True when the entry is for ``path``, made by this code, and every file and `extends`
+    link it was built from is unchanged (each link still resolves to the same parent on
+    today's search path: not shadowed, not resolved elsewhere)."""
     from hpcprov.loader import find_profile
 
-    for file, digest in files.items():
-        if _sha256(file) != digest:
-            return False
-    for child, ref, parent in links:
+    if head.get("format") != FORMAT or head.get("fingerprint") != fingerprint() \
+            or head.get("path") != os.path.abspath(path):
+        return False
+    if any(_sha256(file) != digest for file, digest in head["files"].items()):
+        return False
+    for child, ref, parent in head["links"]:
         found = find_profile(ref, relative_to=Path(child), skip=Path(child))
         if os.path.abspath(found) != parent:
             return False
     return True
 
 
-def _current(head: dict[str, Any], path: Path) -> bool:
-    """True when every file and `extends` link the entry was built from is unchanged."""
-    if head.get("format") != FORMAT or head.get("fingerprint") != fingerprint() \
-            or head.get("path") != os.path.abspath(path):
-        return False
-    return unchanged(head["files"], head["links"])
+def _clean(head: dict[str, Any]) -> bool:
+    """True when what `sites` and `detect` read from the header is what the model allows."""
+    from hpcprov.site_view import CONTROL
+
+    summary, hosts = head["summary"], head["login_hosts"] or []
+    single = [summary["scheduler"], *hosts]
+    return type(summary["partitions"]) is int and type(hosts) is list \
+        and all(type(s) is str and not CONTROL.search(s) for s in single) \
+        and isinstance(summary["description"], str | None)
 
 
 def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:
-    """(header, pickled site) of a current entry, else None. Never raises."""
-    if not enabled():
+    """(header, the site's JSON) of a current entry, else None. Never raises."""
+    if not enabled() or not fsutil.trusted_dir(fsutil.cache_dir("profiles")):
+        return None
+    data = fsutil.read_owned(_entry(path))
+    if data is None:
         return None
     try:
-        with open(_entry(path), "rb") as fh:
-            st = os.fstat(fh.fileno())
-            if hasattr(os, "getuid") and (st.st_uid != os.getuid() or st.st_mode & 0o022):
-                return None  # written by someone else: not trusted
-            data = fh.read()
         end = data.index(b"\n")
         head = json.loads(data[:end])
-        if not isinstance(head, dict) or not _current(head, path):
+        if type(head) is not dict or not _current(head, path) or not _clean(head):
             return None
         return head, data[end + 1:]
-    except Exception:  # noqa: BLE001 - a missing, corrupt or stale entry is just a miss
+    except Exception:  # noqa: BLE001 - a corrupt or stale entry is just a miss
         return None
 
 
@@ -124,26 +127,24 @@ def header(path: Path) -> dict[str, Any] | None:
 
 
 def load(path: Path) -> SiteView | None:
-    """The snapshot of the validated site of a current entry, else None."""
+    """The validated site of a current entry, else None (also when a value fails the
+    model's single-line check: an entry is never trusted further than the model)."""
     found = _read(path)
     if found is None:
         return None
-    import pickle
-
-    from hpcprov.site_view import SiteView
+    from hpcprov.site_view import from_json
 
     try:
-        site = pickle.loads(found[1])
-    except Exception:  # noqa: BLE001 - a corrupt entry is a miss
+        return from_json(json.loads(found[1]))
+    except Exception:  # noqa: BLE001 - a corrupt or tampered entry is a miss
         return None
-    return site if type(site) is SiteView else None
 
 
-def store(path: Path, layer: Layer, site: Site) -> None:
+def store(path: Path, layer: Layer, site: SiteView) -> None:
     """Record a validated site (best effort: errors are ignored)."""
     if not enabled():
         return
-    import pickle
+    from hpcprov.site_view import to_json
 
     try:
         head = {
@@ -156,24 +157,21 @@ def store(path: Path, layer: Layer, site: Site) -> None:
         }
         if set(head["files"]) != {os.path.abspath(f) for f in layer.files}:
             return  # a layer not read by read_yaml (no digests): nothing to check it by
-        from hpcprov.site_view import snapshot
-
-        blob = json.dumps(head).encode() + b"\n" + pickle.dumps(snapshot(site), protocol=5)
-        target = _entry(path)
-        target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(blob)
-        os.replace(tmp, target)
-        _prune(target.parent)
+        folder = fsutil.cache_dir("profiles")
+        if not fsutil.trusted_dir(folder, create=True):
+            return
+        text = json.dumps(head) + "\n" + json.dumps(to_json(site), separators=(",", ":"))
+        fsutil.atomic_write(_entry(path), text + "\n")
+        _prune(folder)
     except Exception:  # noqa: BLE001 - unwritable or full: the cache is only an accelerator
         return
 
 
 def _prune(folder: Path) -> None:
-    """Keep the newest MAX_ENTRIES entries."""
-    entries = list(folder.glob("*.entry"))
+    """Keep the newest MAX_ENTRIES entries; remove those of format 2 (``*.entry``)."""
+    for old in folder.glob("*.entry"):
+        old.unlink(missing_ok=True)
+    entries = list(folder.glob("*.json"))
     if len(entries) <= MAX_ENTRIES:
         return
     entries.sort(key=lambda p: p.stat().st_mtime)

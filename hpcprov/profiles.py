@@ -1,9 +1,9 @@
 """Site lookup: turn a name or path into a validated site.
 
-``load_site`` gives every command the same thing whether the user's profile cache or a
-snapshot shipped with hpcprov (:mod:`hpcprov.shipped`) answered or not: the plain-object
-snapshot of the validated model (:mod:`hpcprov.site_view`), so pydantic is imported only
-when a profile is actually validated.
+``load_site`` gives every command the same thing whether the profile cache
+(:mod:`hpcprov.profile_cache`) answered or not: the plain-object snapshot of the validated
+model (:mod:`hpcprov.site_view`), so pydantic is imported only when a profile is actually
+validated.
 """
 
 from __future__ import annotations
@@ -101,31 +101,34 @@ def check_file(path: Path) -> list[ProfileError]:
         return [exc]
 
 
-def validate_file(path: Path) -> Site:
-    """Read, merge and validate a profile file (bypassing the cache), then cache the site."""
+def _validate_and_cache(path: Path) -> tuple[Site, SiteView]:
+    """Read, merge and validate a profile file (bypassing the cache); cache its snapshot,
+    made here once, and return both."""
+    from hpcprov.site_view import snapshot
+
     layer = resolve(path)
     site = validate_layer(layer)
-    profile_cache.store(path, layer, site)
-    return site
+    view = snapshot(site)
+    profile_cache.store(path, layer, view)
+    return site, view
+
+
+def validate_file(path: Path) -> Site:
+    """Read, merge and validate a profile file (bypassing the cache), then cache the site."""
+    return _validate_and_cache(path)[0]
 
 
 def load_site(ref: str) -> SiteView:
     """Load a site by name (search path) or by file path: the snapshot of the validated
-    model, from the user's cache when its entry is still current, else from the snapshot
-    shipped for a bundled profile while it is current, else validated now (and cached)."""
-    from hpcprov import shipped
-    from hpcprov.site_view import snapshot
-
+    model, from the profile cache when its entry is still current, else validated now (and
+    cached)."""
     path = find_profile(ref)
     if not path.is_file():
         raise ProfileError(str(path), 0, "no such profile file")
     cached = profile_cache.load(path)
     if cached is not None:
         return cached
-    found = shipped.lookup(path)
-    if found is not None:
-        return found[1]
-    return snapshot(validate_file(path))
+    return _validate_and_cache(path)[1]
 
 
 def site_names() -> list[str]:

@@ -1,20 +1,32 @@
-"""A validated site as plain objects: what the profile cache stores and loads.
+"""A validated site as plain objects: the one form every generator reads.
 
 :func:`snapshot` turns a validated :class:`~hpcprov.model.Site` into :class:`View` objects
-with the same fields (the enums stay :mod:`hpcprov.kinds` members), so a command answered
-from the cache reads ``site.partitions["gpu"].gpus.count`` exactly as it would from the
-model, without importing pydantic (a quarter of a second at every start otherwise). The
-snapshot is read-only in spirit: it is only ever built from data pydantic validated, and
-``model_copy``/``model_dump`` behave as the model's do for the uses hpcprov has.
+with the same fields (the enums stay :mod:`hpcprov.kinds` members), so a command reads
+``site.partitions["gpu"].gpus.count`` exactly as it would from the model, and a command
+answered from the profile cache (:mod:`hpcprov.profile_cache`) does so without importing
+pydantic (a quarter of a second at every start otherwise). The snapshot is read-only in
+spirit: it is only ever built from data pydantic validated, and ``model_copy``/``model_dump``
+behave as the model's do for the uses hpcprov has.
+
+:func:`to_json` and :func:`from_json` are its JSON form in the cache: tagged so views, enum
+members and tuples come back as they were, and checked again when read: a single-line
+value holding a control character (which the model refuses) is refused here too.
 """
 
 from __future__ import annotations
 
 import copy
+import re
 from enum import Enum
 from typing import Any
 
+from hpcprov import kinds
 from hpcprov.kinds import SiteMethods
+
+# the model's rule (hpcprov.model, Strict): fields named so may span lines, no other may
+# hold a control character; tests/test_profile_cache.py checks the two stay the same
+FREE_TEXT = frozenset({"description", "note", "notes", "reason", "guide"})
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
 class View:
@@ -81,3 +93,95 @@ def snapshot(site: Any) -> SiteView:
     copied = view(site)
     assert isinstance(copied, SiteView)
     return copied
+
+
+# ------------------------------------------------------------------ the JSON form
+
+
+def to_json(value: Any) -> Any:
+    """A JSON-native form of a snapshot (or a part of one), tagged so :func:`from_json`
+    gives back the same types: views, enum members of :mod:`hpcprov.kinds`, tuples."""
+    kind = type(value)
+    if kind is SiteView or kind is View:
+        tag = "__site__" if kind is SiteView else "__view__"
+        return {tag: {name: to_json(v) for name, v in value.__dict__.items()}}
+    if isinstance(value, Enum):
+        if getattr(kinds, kind.__name__, None) is not kind:
+            raise TypeError(f"enum {kind.__qualname__} is not one of hpcprov.kinds")
+        return {"__enum__": kind.__name__, "value": to_json(value.value)}
+    if kind is tuple:
+        return {"__tuple__": [to_json(v) for v in value]}
+    if kind is list:
+        return [to_json(v) for v in value]
+    if kind is dict:
+        if any(type(key) is not str for key in value):
+            raise TypeError(f"a dict key of {sorted(map(repr, value))} is not a str")
+        out = {key: to_json(v) for key, v in value.items()}
+        # a plain dict that could be read as a tag is wrapped
+        return {"__dict__": out} if any(k.startswith("__") for k in out) else out
+    if value is None or kind in (str, int, float, bool):
+        return value
+    raise TypeError(f"cannot encode a {kind.__qualname__} in a snapshot")
+
+
+def _text(value: str, free: bool) -> str:
+    """``value``, unless it holds a control character where the model allows none."""
+    if not free and CONTROL.search(value):
+        raise ValueError(f"control character in a single-line value: {value!r}")
+    return value
+
+
+def _enum(name: Any, value: Any) -> Enum:
+    cls = getattr(kinds, name, None) if isinstance(name, str) else None
+    if not (isinstance(cls, type) and issubclass(cls, Enum) and cls.__module__ == kinds.__name__):
+        raise ValueError(f"unknown enum class {name!r}")
+    return cls(value)
+
+
+def _fields(obj: Any) -> dict[str, Any]:
+    """A view's fields; each is free text or not by its own name (as in the model)."""
+    if type(obj) is not dict:
+        raise ValueError("a view's fields must be an object")
+    return {_text(name, False): _decode(v, name in FREE_TEXT) for name, v in obj.items()}
+
+
+def _mapping(obj: dict[str, Any], free: bool) -> dict[str, Any]:
+    return {_text(k, free): _decode(v, free) for k, v in obj.items()}
+
+
+def _tagged(obj: dict[str, Any], free: bool) -> Any:
+    """What a tagged object stands for (ValueError for a tag to_json never writes)."""
+    if set(obj) == {"__enum__", "value"}:
+        return _enum(obj["__enum__"], obj["value"])
+    if len(obj) == 1:
+        ((tag, inner),) = obj.items()
+        if tag == "__view__":
+            return View(_fields(inner))
+        if tag == "__dict__" and type(inner) is dict:
+            return _mapping(inner, free)
+        if tag == "__tuple__" and type(inner) is list:
+            return tuple(_decode(v, free) for v in inner)
+    raise ValueError(f"unknown tag in {sorted(obj)!r}")
+
+
+def _decode(obj: Any, free: bool) -> Any:
+    kind = type(obj)
+    if kind is str:
+        return _text(obj, free)
+    if kind is list:
+        return [_decode(v, free) for v in obj]
+    if kind is dict:
+        if any(k.startswith("__") for k in obj):
+            return _tagged(obj, free)
+        return _mapping(obj, free)
+    if obj is None or kind in (int, float, bool):
+        return obj
+    raise ValueError(f"cannot decode a {kind.__qualname__}")
+
+
+def from_json(obj: Any) -> SiteView:
+    """The snapshot :func:`to_json` was given; ValueError/TypeError for anything else,
+    a control character in a single-line value included."""
+    if type(obj) is not dict or set(obj) != {"__site__"}:
+        raise ValueError("not an encoded site")
+    return SiteView(_fields(obj["__site__"]))

@@ -7,10 +7,11 @@ crash at any moment leaves either the old or the new journal, never half of one.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
+
+from hpcprov import fsutil
 
 Status = Literal["running", "done", "failed", "interrupted"]
 
@@ -43,13 +44,7 @@ class Journal:
 
     def save(self) -> None:
         data = {"site": self.site, "steps": {k: asdict(v) for k, v in self.steps.items()}}
-        tmp = self.path.with_suffix(".tmp")
-        try:
-            tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-        except OSError:
-            tmp.unlink(missing_ok=True)
-            raise
-        os.replace(tmp, self.path)
+        fsutil.atomic_write(self.path, json.dumps(data, indent=2) + "\n", private=False)
 
     def done(self, step_id: str, fingerprint: str) -> bool:
         rec = self.steps.get(step_id)

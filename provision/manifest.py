@@ -7,7 +7,6 @@ from the journal, as PREFIX/.hpcprov/manifest.json. Its presence means "ready".
 from __future__ import annotations
 
 import json
-import os
 import re
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from hpcprov.provision.compat import for_site
 from hpcprov.provision.horovod import expected_check_build, parse_check_build
 from hpcprov.provision.journal import Journal
 
-from hpcprov import __version__
+from hpcprov import __version__, fsutil
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
@@ -99,9 +98,7 @@ def build_manifest(site: Site, profile: str, prefix: Path, journal: Journal) -> 
 
 def write_manifest(data: dict[str, object], prefix: Path) -> Path:
     path = prefix / ".hpcprov" / "manifest.json"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    fsutil.atomic_write(path, json.dumps(data, indent=2) + "\n", private=False)
     return path
 
 

@@ -62,7 +62,6 @@ def test_wheel_contains_profiles_and_mapped_packages(tmp_path: Path) -> None:
     names = set(zipfile.ZipFile(wheels[0]).namelist())
     for site in sorted((REPO / "sites").glob("*.yaml")):
         assert f"hpcprov/sites/{site.name}" in names
-    assert "hpcprov/sites/snapshots.json" in names  # the shipped snapshots (hpcprov/shipped.py)
     for required in ("hpcprov/provision/plan.py", "hpcprov/provision/horovod.py",
                      "hpcprov/validate/__init__.py", "hpcprov/sites/__init__.py",
                      "hpcprov/cli.py"):

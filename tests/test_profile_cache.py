@@ -1,34 +1,38 @@
 """The fast profile path: libyaml parsing gives the same layers and errors as PyYAML's own
-parser, and the cache of validated profiles is used only while every input is unchanged
-(behaviour, not timing: benchmarks/ measures the speed)."""
+parser; the cache of validated profiles (one JSON form of a site) is used only while every
+input is unchanged and its values pass the model's checks again; the caches trust only files
+and folders of the user's own, and write without following planted symlinks (behaviour, not
+timing: benchmarks/ measures the speed)."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
-from hpcprov_tests import cli, planned_in_subprocess
+from hpcprov_tests import BUNDLED, REPO, cli, planned_in_subprocess
 
-from hpcprov import loader, profile_cache, shipped
+from hpcprov import fsutil, loader, profile_cache, site_view
 from hpcprov.errors import ProfileError
-from hpcprov.loader import available_sites, bundled_site_dir, read_yaml
-from hpcprov.profiles import load_site, validate_file
+from hpcprov.kinds import LauncherKind, Scheduler
+from hpcprov.loader import available_sites, bundled_site_dir, read_yaml, resolve
+from hpcprov.profiles import load_site, validate_file, validate_layer
+from hpcprov.site_view import SiteView, View, from_json, snapshot, to_json
 
 HAVE_LIBYAML = loader._loaders()[1] is not None
 
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """An empty cache directory of this test's own; the cache switched on. In this process
-    the snapshots shipped for the bundled profiles are out of the way, so the user's cache is
-    what answers (tests/test_shipped.py covers those)."""
+    """An empty cache directory of this test's own (the folder of the profile cache); the
+    cache switched on."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
     monkeypatch.delenv("HPCPROV_NO_CACHE", raising=False)
-    monkeypatch.setattr(shipped, "snapshots_file", lambda: tmp_path / "no-snapshots.json")
     return tmp_path / "xdg-cache" / "hpcprov" / "profiles"
 
 
@@ -94,7 +98,7 @@ def test_crlf_profiles_read_as_before(tmp_path: Path) -> None:
 def test_a_cached_site_equals_the_validated_one(cache: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     first = load_site("neuron")
-    assert len(list(cache.glob("*.entry"))) == 1
+    assert len(list(cache.glob("*.json"))) == 1
     _no_validation(monkeypatch)
     again = load_site("neuron")
     assert again == first and again is not first
@@ -161,18 +165,18 @@ def test_other_code_does_not_use_old_entries(cache: Path,
     assert profile_cache.load(available_sites()["local"]) is None
 
 
-@pytest.mark.parametrize("damage", ["garbage", "empty", "bad-pickle", "bad-header",
+@pytest.mark.parametrize("damage", ["garbage", "empty", "truncated", "bad-header",
                                     "group-writable"])
 def test_a_damaged_entry_falls_back_silently(damage: str, cache: Path) -> None:
     want = load_site("neuron")
-    (entry,) = cache.glob("*.entry")
+    (entry,) = cache.glob("*.json")
     data = entry.read_bytes()
     head, _, payload = data.partition(b"\n")
     if damage == "garbage":
         entry.write_bytes(os.urandom(2000))
     elif damage == "empty":
         entry.write_bytes(b"")
-    elif damage == "bad-pickle":
+    elif damage == "truncated":
         entry.write_bytes(head + b"\n" + payload[: len(payload) // 2])
     elif damage == "bad-header":
         entry.write_bytes(b'{"format": 1, "files": 3}\n' + payload)
@@ -262,10 +266,352 @@ def test_planning_commands_on_a_cached_site_import_neither_yaml_nor_pydantic(
         cache: Path, user_dir: Path, argv: list[str]) -> None:
     """What keeps them within the CLI's start-up budget (benchmarks/bench_cli.py): a warm
     command plans from the cached snapshot; the same output either way. The profile is a
-    user's copy of neuron.yaml (no shipped snapshot covers it: the first run validates)."""
+    user's copy of neuron.yaml."""
     (user_dir / "neuron.yaml").write_bytes((bundled_site_dir() / "neuron.yaml").read_bytes())
     cold_heavy, cold_out = planned_in_subprocess(argv, {**os.environ})
     warm_heavy, warm_out = planned_in_subprocess(argv, {**os.environ})
     assert "pydantic" in cold_heavy  # the first run validated the profile
     assert warm_heavy == []
     assert warm_out == cold_out and warm_out.strip()
+
+
+# ------------------------------------------------------------------ the one form of a site
+
+
+@pytest.mark.parametrize("name", BUNDLED)
+def test_a_cached_bundled_site_is_the_freshly_validated_one(name: str, cache: Path) -> None:
+    path = bundled_site_dir() / f"{name}.yaml"
+    want = snapshot(validate_layer(resolve(path)))  # validated, not cached
+    load_site(name)  # validates and caches
+    cached = profile_cache.load(path)
+    assert type(cached) is SiteView and cached == want and cached is not want
+    assert cached.model_dump() == want.model_dump()  # the same enum members and tuples
+    # the same data in the same order (fields, partitions: the first is the default one)
+    assert json.dumps(cached.model_dump(mode="json")) == json.dumps(want.model_dump(mode="json"))
+    assert profile_cache.header(path)["summary"] == {
+        "scheduler": want.scheduler.value, "partitions": len(want.partitions),
+        "description": want.description}
+
+
+def test_the_json_form_round_trips_views_enums_tuples_and_tag_like_keys() -> None:
+    inner = View({"kind": LauncherKind.srun, "pair": (1, "a", None), "items": [1.5, True]})
+    site = SiteView({"scheduler": Scheduler.pbs, "launchers": {"srun": inner},
+                     "env": {"__view__": "a plain key", "x": [(2, 3)]}, "nested": ((),)})
+    back = from_json(json.loads(json.dumps(to_json(site))))
+    assert back == site and type(back) is SiteView
+    assert back.scheduler is Scheduler.pbs
+    assert back.launchers["srun"].kind is LauncherKind.srun
+    assert type(back.launchers["srun"]) is View
+    assert type(back.launchers["srun"].pair) is tuple and type(back.launchers["srun"].items) is list
+    assert back.env == {"__view__": "a plain key", "x": [(2, 3)]} and type(back.env) is dict
+    assert type(back.env["x"][0]) is tuple and back.nested == ((),)
+
+
+@pytest.mark.parametrize("value", [{1: "a"}, {"k": Path("/x")}, {"k": {"a", "b"}}],
+                         ids=["int-key", "path", "set"])
+def test_what_json_cannot_carry_is_refused(value: object) -> None:
+    with pytest.raises(TypeError):
+        to_json(SiteView({"f": value}))
+
+
+@pytest.mark.parametrize("bad", [
+    {"__view__": {}},  # not a site
+    {"__site__": {"s": {"__enum__": "Nope", "value": "slurm"}}},
+    {"__site__": {"s": {"__enum__": "SiteMethods", "value": "slurm"}}},
+    {"__site__": {"s": {"__weird__": 1}}},
+    {"__site__": {"s": {"__tuple__": {"not": "a list"}}}},
+    {"__site__": {"name": "x\nrm -rf ~"}},
+    {"__site__": {"env": {"A\nB": "1"}}},
+    {"__site__": {"p": {"__view__": {"description": {"__view__": {"name": "a\rb"}}}}}},
+], ids=["not-a-site", "unknown-enum", "not-an-enum", "unknown-tag", "bad-tuple",
+        "newline-in-name", "newline-in-a-key", "control-char-under-free-text"])
+def test_reading_refuses_what_to_json_never_writes_or_the_model_refuses(bad: object) -> None:
+    with pytest.raises((ValueError, TypeError)):
+        from_json(bad)
+
+
+def test_free_text_may_span_lines_as_in_the_model() -> None:
+    from hpcprov import model
+
+    assert site_view.FREE_TEXT == model.FREE_TEXT
+    assert site_view.CONTROL.pattern == model._CONTROL.pattern
+    site = from_json({"__site__": {"description": "two\nlines",
+                                   "guide": {"setup": "a\nb"}, "policies": {"__view__": {
+                                       "notes": ["x\ty"], "refused": {}}}}})
+    assert site.description == "two\nlines" and site.policies.notes == ["x\ty"]
+
+
+def _edit_entry(cache: Path, change: object) -> None:
+    """Apply change(header, site JSON) to the one entry in the cache, in place."""
+    (entry,) = cache.glob("*.json")
+    head, body = entry.read_text().splitlines()
+    head, body = json.loads(head), json.loads(body)
+    change(head, body)  # type: ignore[operator]
+    entry.write_text(json.dumps(head) + "\n" + json.dumps(body) + "\n")
+
+
+@pytest.mark.parametrize("where", ["name", "partition-name", "login-host-in-header"])
+def test_an_entry_with_a_newline_injected_is_a_miss(where: str, cache: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """A newline in a cached single-line value once produced a `# comment` line of a job
+    script that ran: a cached value is checked as the model checks it."""
+    want = load_site("neuron")
+    path = available_sites()["neuron"]
+
+    def inject(head: dict, body: dict) -> None:  # type: ignore[type-arg]
+        fields = body["__site__"]
+        if where == "name":
+            fields["name"] = "neuron\ntouch /tmp/pwned"
+        elif where == "partition-name":
+            part = fields["partitions"]["amd_a100nv_8"]["__view__"]
+            fields["partitions"] = {"gpu\nid": {"__view__": part}}
+        else:
+            head["login_hosts"] = ["glogin*\nx"]
+
+    _edit_entry(cache, inject)
+    if where == "login-host-in-header":
+        assert profile_cache.header(path) is None
+    assert profile_cache.load(path) is None
+    assert load_site("neuron") == want  # validated again, and cached again
+    assert profile_cache.load(path) == want
+    script = cli(capsys, "jobscript", "--site", "neuron", "-N", "1", "--", "true").out
+    assert "touch /tmp/pwned" not in script
+
+
+def test_free_text_in_an_entry_stays_a_hit(cache: Path) -> None:
+    load_site("neuron")
+    _edit_entry(cache, lambda h, b: b["__site__"].update(description="two\nlines"))
+    assert profile_cache.load(available_sites()["neuron"]).description == "two\nlines"
+
+
+def test_an_edited_bundled_profile_is_validated_again(cache: Path, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The cache entry of a bundled profile notices an edit of the file or of its parent."""
+    import shutil
+
+    copy = tmp_path / "bundled"
+    shutil.copytree(bundled_site_dir(), copy, ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(loader, "bundled_site_dir", lambda: copy)
+    assert "sockeye*" in load_site("sockeye-slurm").login_hosts
+    parent = copy / "sockeye.yaml"
+    parent.write_text(parent.read_text().replace('"sockeye*"', '"sockeye?"'))
+    assert profile_cache.load(copy / "sockeye-slurm.yaml") is None
+    assert "sockeye?" in load_site("sockeye-slurm").login_hosts
+    parent.write_text(parent.read_text() + "nodse: 1\n")
+    with pytest.raises(ProfileError, match="nodse"):
+        load_site("sockeye-slurm")
+
+
+def test_no_pickle_anywhere() -> None:
+    """Cache entries are JSON: no module of hpcprov reads or writes pickles."""
+    word = re.compile(r"\bpickle\b")
+    for folder in ("hpcprov", "provision", "validate"):
+        for file in (REPO / folder).rglob("*.py"):
+            assert not word.search(file.read_text(encoding="utf-8")), file
+
+
+# ------------------------------------------------------------------ trust
+
+
+def test_a_planted_symlink_is_never_written_through(cache: Path, tmp_path: Path) -> None:
+    """At the temporary names the old code used, and at the entry itself: the victim file
+    keeps its content, the entry becomes a file of its own."""
+    load_site("neuron")
+    (entry,) = cache.glob("*.json")
+    entry.unlink()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    for name in (entry.name, f".{entry.name}.{os.getpid()}.tmp", f".{entry.stem}.entry.tmp"):
+        (cache / name).symlink_to(victim)
+    load_site("neuron")
+    assert victim.read_text() == "precious\n"
+    assert not entry.is_symlink() and profile_cache.load(available_sites()["neuron"])
+
+
+def test_a_symlink_at_an_entry_is_not_read(cache: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    load_site("neuron")
+    (entry,) = cache.glob("*.json")
+    elsewhere = tmp_path / "elsewhere.json"
+    entry.rename(elsewhere)
+    entry.symlink_to(elsewhere)
+    assert profile_cache.load(available_sites()["neuron"]) is None
+
+
+def test_atomic_write_replaces_a_symlink_and_sets_modes(tmp_path: Path) -> None:
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    target = tmp_path / "out.json"
+    target.symlink_to(victim)
+    fsutil.atomic_write(target, "new\n")
+    assert victim.read_text() == "precious\n" and target.read_text() == "new\n"
+    assert not target.is_symlink() and target.stat().st_mode & 0o777 == 0o600
+    mask = os.umask(0o022)
+    try:
+        fsutil.atomic_write(target, b"shared\n", private=False)
+    finally:
+        os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.json", "victim"]  # no .tmp
+
+
+def test_atomic_write_leaves_nothing_behind_on_failure(tmp_path: Path) -> None:
+    with pytest.raises(OSError):
+        fsutil.atomic_write(tmp_path / "no-such-dir" / "f", "x")
+    (tmp_path / "a-dir").mkdir()
+    with pytest.raises(OSError):
+        fsutil.atomic_write(tmp_path / "a-dir", "x")  # cannot replace a directory
+    assert [p.name for p in tmp_path.iterdir()] == ["a-dir"]
+
+
+@pytest.mark.parametrize("write", ["journal", "manifest"])
+def test_prefix_state_files_do_not_follow_planted_symlinks(write: str, tmp_path: Path) -> None:
+    from hpcprov.provision.journal import Journal
+    from hpcprov.provision.manifest import write_manifest
+
+    state = tmp_path / "prefix" / ".hpcprov"
+    state.mkdir(parents=True)
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    for name in ("journal.tmp", "manifest.tmp"):
+        (state / name).symlink_to(victim)
+    if write == "journal":
+        Journal(state / "journal.json", "local").save()
+    else:
+        write_manifest({"a": 1}, tmp_path / "prefix")
+    assert victim.read_text() == "precious\n"
+    assert json.loads((state / f"{write}.json").read_text())
+
+
+def test_xdg_folders() -> None:
+    env = os.environ
+    assert fsutil.cache_dir("x") == Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
+        / "hpcprov" / "x"
+    assert loader.user_site_dirs()[-1] == fsutil.config_dir() / "sites"
+    assert fsutil.config_dir() == Path(env["XDG_CONFIG_HOME"]) / "hpcprov"  # conftest's
+
+
+def _as_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("changing a folder's owner needs root")
+
+
+def test_a_cache_folder_of_another_user_is_not_used(cache: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    _as_root()
+    load_site("neuron")
+    os.chown(cache, 65534, 65534)  # somebody else's now (nobody)
+    path = available_sites()["neuron"]
+    assert profile_cache.load(path) is None and profile_cache.header(path) is None
+    (entry,) = cache.glob("*.json")
+    entry.unlink()
+    assert load_site("neuron").name == "neuron"  # validated; nothing written there
+    assert list(cache.iterdir()) == []
+
+
+@pytest.mark.parametrize("how", ["group-writable", "a-symlink"])
+def test_a_cache_folder_others_can_change_is_not_used(how: str, cache: Path,
+                                                      tmp_path: Path) -> None:
+    load_site("neuron")
+    path = available_sites()["neuron"]
+    if how == "group-writable":
+        cache.chmod(0o770)
+    else:
+        cache.rename(tmp_path / "real")
+        cache.symlink_to(tmp_path / "real")
+    assert profile_cache.load(path) is None
+    assert fsutil.trusted_dir(cache, create=True) is False
+
+
+def test_new_cache_folders_are_private(cache: Path) -> None:
+    load_site("neuron")
+    assert cache.stat().st_mode & 0o777 == 0o700
+    assert cache.parent.stat().st_mode & 0o777 == 0o700
+
+
+# ------------------------------------------------------------------ the "ready" cache
+
+
+def _ready_prefix(root: Path) -> Path:
+    """A prefix that looks completely set up (manifest, every journal step done)."""
+    state = root / ".hpcprov"
+    state.mkdir(parents=True)
+    (state / "manifest.json").write_text("{}")
+    (state / "journal.json").write_text(json.dumps({"steps": {"env": {"status": "done"}}}))
+    return root
+
+
+def _request(prefix: str | None) -> Any:
+    """The request of `setup --site local` (quick.Request), with --prefix PREFIX."""
+    from hpcprov.provision import quick
+
+    req = quick.request_key("local", {"prefix": prefix, "env": None, "on": "login",
+                                      "container": None})
+    assert req is not None
+    return req
+
+
+def test_a_ready_entry_for_another_prefix_does_not_answer(cache: Path, tmp_path: Path) -> None:
+    from hpcprov.provision import quick
+
+    a = _ready_prefix(tmp_path / "A")
+    b = _ready_prefix(tmp_path / "B")
+    asked_a = _request(str(a))
+    quick.remember(asked_a, b)  # an entry under A's key that names B
+    assert quick.ready_prefix(asked_a) is None
+    quick.remember(asked_a, a)
+    assert quick.ready_prefix(asked_a) == a
+    site_default = _request(None)
+    assert site_default.key != asked_a.key
+    assert quick.ready_prefix(site_default) is None
+    quick.remember(site_default, b)
+    assert quick.ready_prefix(site_default) == b
+
+
+def test_a_ready_prefix_with_a_variable_is_checked_as_expanded_today(
+        cache: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcprov.provision import quick
+
+    monkeypatch.setenv("MY_SCRATCH", str(tmp_path / "one"))
+    one = _ready_prefix(tmp_path / "one" / "env")
+    req = _request("$MY_SCRATCH/env")
+    quick.remember(req, one)
+    assert quick.ready_prefix(req) == one
+    monkeypatch.setenv("MY_SCRATCH", str(tmp_path / "two"))
+    assert quick.ready_prefix(_request("$MY_SCRATCH/env")) is None
+
+
+@pytest.mark.parametrize("damage", ["another-owner", "group-writable", "folder-of-another",
+                                    "other-code", "not-json", "a-symlink"])
+def test_a_ready_entry_not_trusted_is_a_miss(damage: str, cache: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcprov.provision import quick
+
+    if damage in ("another-owner", "folder-of-another"):
+        _as_root()
+    prefix = _ready_prefix(tmp_path / "A")
+    req = _request(str(prefix))
+    quick.remember(req, prefix)
+    assert quick.ready_prefix(req) == prefix
+    folder = cache.parent / "ready"
+    entry = folder / f"{req.key}.json"
+    if damage == "another-owner":
+        os.chown(entry, 65534, 65534)
+    elif damage == "group-writable":
+        entry.chmod(0o664)
+    elif damage == "folder-of-another":
+        os.chown(folder, 65534, 65534)
+    elif damage == "other-code":
+        monkeypatch.setattr(quick, "fingerprint", lambda: "another hpcprov")
+    elif damage == "not-json":
+        entry.write_text(str(prefix) + "\n")  # the old format
+    else:
+        entry.rename(tmp_path / "elsewhere")
+        entry.symlink_to(tmp_path / "elsewhere")
+    assert quick.ready_prefix(req) is None
+
+
+def test_one_code_fingerprint_for_both_caches() -> None:
+    from hpcprov.provision import quick
+
+    assert quick.fingerprint is profile_cache.fingerprint

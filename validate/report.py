@@ -117,9 +117,9 @@ def markdown(data: dict, plot: str | None) -> str:  # type: ignore[type-arg]
 
 
 def history_dir(site: str) -> Path:
-    base = os.environ.get("HPCPROV_HISTORY") or os.path.join(
-        os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share"),
-        "hpcprov", "validate")
+    from hpcprov import fsutil
+
+    base = os.environ.get("HPCPROV_HISTORY") or fsutil.data_dir() / "validate"
     return Path(base) / site
 
 
