@@ -80,7 +80,8 @@ def sites_cmd(as_json: bool) -> None:
                 from hpcprov.profiles import validate_file
 
                 site = validate_file(path)
-                summary = {"scheduler": site.scheduler.value, "partitions": len(site.partitions),
+                summary = {"scheduler": str(site.scheduler.value),
+                           "partitions": len(site.partitions),
                            "description": site.description}
             rows.append({"name": name, "scheduler": summary["scheduler"],
                          "partitions": summary["partitions"],
@@ -312,7 +313,8 @@ def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_o
             _nothing_to_do(ready, ref, as_json)
             return
 
-    from hpcprov.lint import LintFailed, lint_plan
+    from hpcprov.findings import LintFailed
+    from hpcprov.provision.plan_lint import lint_plan
     from hpcprov.provision.plan import build_plan, render_script
 
     s = _with_container(_with_env_name(_load(site), env_name), container)
@@ -538,7 +540,7 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int, checks: st
     from hpcprov.options import parse_option
     from hpcprov.provision.manifest import read_manifest
     from hpcprov.validate import report as rep
-    from hpcprov.validate.execute import executor_for, partition_nodes
+    from hpcprov import schedulers
     from hpcprov.validate.plan import CHECKS, Options
     from hpcprov.validate.run import default_rundir, run_validation
 
@@ -561,19 +563,19 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int, checks: st
         raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
                          f"hpcprov setup --site {s.name} --prefix {target} first, or pass --env")
     per_node = {"pernode", "links"} & set(wanted)
-    if "links" in wanted and s.scheduler.value != "slurm":
-        raise UsageError(f"--checks links: needs Slurm (site {s.name} uses "
-                         f"{s.scheduler.value}); pairs of nodes are pinned with --nodelist")
-    if s.scheduler.value == "slurm" and per_node:
-        node_names = tuple(partition_nodes(pname))
-    else:
-        node_names = (os.uname().nodename,) if per_node else ()
+    backend = schedulers.of(s)
+    if "links" in wanted and backend.pin("node") is None:
+        raise UsageError(f"--checks links: pairs of nodes must be pinned to their nodes, which "
+                         f"hpcprov cannot do with {backend.title} (site {s.name})")
+    usable = backend.executor().usable_nodes(pname) if per_node else None
+    here = (os.uname().nodename,) if per_node else ()
+    node_names = tuple(usable) if usable is not None else here
     o = Options(s, pname, nodes, wanted, ranks_per_node, device, max_bytes, 8, iters, steps,
                 node_names, extra, link_bytes=link_bytes)
     rundir = Path(expand_prefix(workdir or default_rundir(o)))
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
     data = run_validation(o, str(target) if s.python.backend != "container" else None, rundir,
-                          executor_for(s.scheduler.value), timeout, pending_timeout, say)
+                          backend.executor(), timeout, pending_timeout, say)
     if compare:
         baseline = rep.load_baseline(s.name, compare)
         if baseline is None:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hpcprov import schedulers
 from hpcprov.errors import HpcprovError
 from hpcprov.job import JobRequest
 from hpcprov.jobscript import allocate_argv, build_jobscript, submit_argv
-from hpcprov.kinds import LauncherKind, Scheduler
+from hpcprov.kinds import LauncherKind
 from hpcprov.launchers import build_launch
 from hpcprov.layout import Layout
 from hpcprov.modules import load_lines
@@ -35,14 +36,14 @@ def _example_request(site: Site, partition: str | None, launcher: str | None = N
 
 def render_guide(site: Site, partition: str | None = None) -> str:
     """Markdown walkthrough for a new user of the site."""
-    from hpcprov.provision.horovod import render_check_build
+    from hpcprov.checkbuild import render_check_build
     from hpcprov.provision.plan import build_plan
 
     pname, part = site.partition(partition)
     lay = Layout.of(site)
     out = [f"# Distributed training on {site.name}", "", site.description or "", ""]
     out += ["## The cluster", "",
-            f"Scheduler: **{site.scheduler.value}**. Partitions:", "",
+            f"Scheduler: **{schedulers.of(site).name}**. Partitions:", "",
             "| partition | nodes | cores/node | GPUs/node | GPU | arch | limits |",
             "|---|---|---|---|---|---|---|"]
     for name, p in site.partitions.items():
@@ -102,7 +103,7 @@ def render_guide(site: Site, partition: str | None = None) -> str:
     req = _example_request(site, pname)
     native = site.python.backend != "container"
     activation = [f"source {quote(lay.activate_file)}"] if native else []
-    if site.scheduler != Scheduler.none:
+    if allocate_argv(req):
         out += ["Ask for nodes, then start the ranks from inside the allocation:", "",
                 *_block([join(allocate_argv(req))])]
     runtime_mods = load_lines(site.modules_for(pname), site.modules_for(pname).runtime)
@@ -125,8 +126,7 @@ def render_guide(site: Site, partition: str | None = None) -> str:
         out += _block(build_jobscript(req).rstrip("\n").splitlines())
     except HpcprovError as exc:
         out += [f"(cannot generate the example: {exc})", ""]
-    monitor = {"slurm": "squeue -u $USER", "pbs": "qstat -u $USER", "none": "jobs"}
-    out += _block([join(submit_argv(req, "train_hvd.sh")), monitor[site.scheduler.value]])
+    out += _block([join(submit_argv(req, "train_hvd.sh")), schedulers.of(site).monitor])
     if site.containers.images:
         out += ["## 4. Containers", "",
                 f"Runtime: {site.containers.runtime}. Images:", "",

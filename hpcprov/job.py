@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hpcprov.errors import UsageError
-from hpcprov.kinds import LauncherKind, Scheduler
+from hpcprov.kinds import LauncherKind
 
 if TYPE_CHECKING:
     from hpcprov.model import Launcher, Partition, Site
@@ -93,10 +93,6 @@ class JobRequest:
         if self.per_node_launch and self.part.cpus_per_task:
             return self.part.cpus_per_task * self.ranks_per_node
         return self.part.cpus_per_task
-
-    @property
-    def scheduler(self) -> Scheduler:
-        return self.site.scheduler
 
     @property
     def walltime(self) -> str | None:

@@ -14,10 +14,19 @@ if TYPE_CHECKING:
     from hpcprov.model import Modules, Partition
 
 
-class Scheduler(str, Enum):
-    slurm = "slurm"
-    pbs = "pbs"
-    none = "none"
+# The schedulers hpcprov knows, by the name a profile's `scheduler:` key uses, and the
+# module of each (hpcprov.schedulers.base says what a backend holds). Adding a scheduler is
+# its module and one line here.
+SCHEDULER_BACKENDS: dict[str, str] = {
+    "slurm": "hpcprov.schedulers.slurm",
+    "pbs": "hpcprov.schedulers.pbs",
+    "lsf": "hpcprov.schedulers.lsf",
+    "none": "hpcprov.schedulers.local",
+}
+
+# the profile's `scheduler:` values, one per backend
+Scheduler = Enum(  # type: ignore[misc]
+    "Scheduler", {name: name for name in SCHEDULER_BACKENDS}, type=str)
 
 
 class ModuleSystem(str, Enum):

@@ -14,9 +14,10 @@ from typing import Literal
 
 import hostlist
 
+from hpcprov import schedulers
 from hpcprov.errors import UsageError
 from hpcprov.job import JobRequest
-from hpcprov.kinds import LauncherKind, Scheduler
+from hpcprov.kinds import LauncherKind
 from hpcprov.shell import Raw, Template, join
 
 Context = Literal["batch", "allocation"]
@@ -37,20 +38,11 @@ class Launch:
         return join(self.argv)
 
 
-SLURM_NODES = '"$SLURM_JOB_NODELIST"'
-
-
 def first_node(req: JobRequest) -> str:
     """Shell word for the first node of the job (the rendezvous host)."""
     if req.hosts:
         return expand_hosts(req.hosts)[0]
-    if req.scheduler == Scheduler.slurm:
-        if req.launch.rdzv_host == "hostname":
-            return Raw('"$(hostname)"')
-        return Raw(f'"$(scontrol show hostnames {SLURM_NODES} | head -n 1)"')
-    if req.scheduler == Scheduler.pbs:
-        return Raw('"$(head -n 1 "$PBS_NODEFILE")"')
-    return "localhost"
+    return schedulers.of(req.site).first_node(req)
 
 
 def expand_hosts(hosts: tuple[str, ...]) -> list[str]:
@@ -68,14 +60,9 @@ def expand_hosts(hosts: tuple[str, ...]) -> list[str]:
     return out
 
 
-PBS_HOSTS = "awk '!seen[$0]++' \"$PBS_NODEFILE\""  # the job's nodes, in order, once each
-
-
 def host_slots(req: JobRequest, horovodrun: bool = False) -> list[str]:
-    """``-H`` argument words, or ``--hostfile`` words, for mpirun/horovodrun.
-
-    Under PBS, mpirun reads ``$PBS_NODEFILE`` as it is (one line per slot); horovodrun
-    cannot (its host files need ``host slots=N``), so it gets ``-H`` built from the file."""
+    """``-H`` argument words, or ``--hostfile`` words, for mpirun/horovodrun: the launcher's
+    host file, the hosts given on the command line, else what the scheduler's job knows."""
     slots = req.ranks_per_node
     launcher = req.launch
     if launcher.hosts == "hostfile" and not req.hosts:
@@ -83,14 +70,7 @@ def host_slots(req: JobRequest, horovodrun: bool = False) -> list[str]:
     if req.hosts:
         hosts = expand_hosts(req.hosts)
         return ["-H", ",".join(f"{h}:{slots}" for h in hosts)]
-    if req.scheduler == Scheduler.slurm:
-        expr = f"\"$(scontrol show hostnames {SLURM_NODES} | sed 's/$/:{slots}/' | paste -sd, -)\""
-        return ["-H", Raw(expr)]
-    if req.scheduler == Scheduler.pbs:
-        if horovodrun:
-            return ["-H", Raw(f"\"$({PBS_HOSTS} | sed 's/$/:{slots}/' | paste -sd, -)\"")]
-        return ["--hostfile", Template("$PBS_NODEFILE")]
-    return ["-H", f"localhost:{slots}"]
+    return schedulers.of(req.site).host_slots(req, slots, horovodrun=horovodrun)
 
 
 def _srun_geometry(req: JobRequest, context: Context, tasks_per_node: int) -> list[str]:
@@ -162,10 +142,10 @@ def build_torchrun(req: JobRequest, context: Context) -> Launch:
     launcher = req.launch
     target = _torchrun_target(req.command)
     per_node = [f"--nproc_per_node={req.ranks_per_node}"]
-    if req.scheduler == Scheduler.none:
+    job_id = schedulers.of(req.site).job_id()
+    if job_id is None:
         standalone = ["torchrun", "--standalone", "--nnodes=1", *per_node]
         return Launch([*standalone, *launcher.args, *target])
-    job_id = Raw('"$SLURM_JOB_ID"') if req.scheduler == Scheduler.slurm else Raw('"$PBS_JOBID"')
     endpoint = Raw(f"{first_node(req)}:{launcher.port}")
     torchrun = [
         "torchrun",
@@ -177,9 +157,10 @@ def build_torchrun(req: JobRequest, context: Context) -> Launch:
         *launcher.args,
         *target,
     ]
-    if launcher.per_node_wrapper == "srun" and req.scheduler == Scheduler.slurm:
-        wrap = ["srun", "--ntasks-per-node=1", f"--ntasks={req.nodes}"]
-        return Launch([*wrap, *torchrun])
+    starter = None if launcher.per_node_wrapper == "none" else \
+        schedulers.of(req.site).per_node(req)
+    if starter is not None:
+        return Launch([*starter.argv, *torchrun], list(starter.setup))
     return Launch(torchrun)
 
 
@@ -197,7 +178,7 @@ def _image(req: JobRequest) -> str:
 def build_container(req: JobRequest, context: Context) -> Launch:
     launcher, containers = req.launch, req.site.containers
     runtime = launcher.runtime or containers.runtime
-    if req.scheduler != Scheduler.slurm:
+    if not schedulers.of(req.site).starts_tasks:
         raise UsageError("the container launcher starts tasks with srun: it needs a Slurm site")
     image = _image(req)
     command = list(req.command)
@@ -238,6 +219,6 @@ def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
     kind = req.launch.kind
     if kind not in BUILDERS:
         raise UsageError(f"launcher kind {kind.value!r} cannot build a launch line")
-    if kind == LauncherKind.srun and req.scheduler != Scheduler.slurm:
+    if kind == LauncherKind.srun and not schedulers.of(req.site).starts_tasks:
         raise UsageError(f"launcher {req.launcher_name!r} (srun) needs a Slurm site")
     return BUILDERS[kind](req, context)

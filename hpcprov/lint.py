@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Literal
 
+from hpcprov import schedulers
 from hpcprov.errors import HpcprovError
+from hpcprov.findings import Finding, LintFailed
 from hpcprov.job import JobRequest
-from hpcprov.kinds import LauncherKind, Scheduler
-from hpcprov.options import pbs_options, slurm_options
-
-Level = Literal["error", "warning"]
+from hpcprov.walltime import walltime_seconds
 
 # Commands that need the internet when run (pip without --no-index, conda, downloads).
 _NETWORK = [
@@ -21,50 +18,6 @@ _NETWORK = [
     (re.compile(r"\bgit\s+(clone|fetch|pull)\b"), "git clone/fetch"),
     (re.compile(r"\benroot\s+import\b"), "enroot import"),
 ]
-_PBS_VAR = re.compile(r"\$\{?PBS_[A-Z_]+")
-_SLURM_VAR = re.compile(r"\$\{?SLURM_[A-Z_]+")
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-
-
-@dataclass(frozen=True)
-class Finding:
-    level: Level
-    code: str
-    message: str
-    fix: str
-
-    def __str__(self) -> str:
-        return f"[{self.code}] {self.message} (fix: {self.fix})"
-
-    def to_json(self) -> dict[str, str]:
-        return asdict(self)
-
-
-class LintFailed(HpcprovError):
-    """Raised when lint found errors; ``str()`` lists them one per line."""
-
-    def __init__(self, findings: list[Finding]) -> None:
-        self.findings = findings
-        errors = [f for f in findings if f.level == "error"]
-        super().__init__("\n".join(str(f) for f in errors))
-
-
-def walltime_seconds(text: str) -> int | None:
-    """Seconds in a Slurm/PBS time string (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]])."""
-    m = _TIME.match(text.strip())
-    if not m:
-        return None
-    days, a, b, c = m.groups()
-    nums = [int(x) for x in (a, b, c) if x is not None]
-    if days is not None:
-        hours, minutes, seconds = (nums + [0, 0])[:3]
-    elif len(nums) == 3:
-        hours, minutes, seconds = nums
-    elif len(nums) == 2:
-        hours, minutes, seconds = 0, nums[0], nums[1]
-    else:
-        hours, minutes, seconds = 0, nums[0], 0
-    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
 
 
 def lint(req: JobRequest) -> list[Finding]:
@@ -100,9 +53,6 @@ def _geometry(req: JobRequest) -> list[Finding]:
         out.append(Finding("error", "nodes-limit",
                            f"{pname} allows {part.limits.max_nodes_per_job} nodes per job",
                            f"use --nodes {part.limits.max_nodes_per_job} or fewer"))
-    if site.scheduler == Scheduler.none and req.nodes > 1:
-        out.append(Finding("error", "nodes-local", f"site {site.name} has no scheduler: one node",
-                           "use --nodes 1"))
     if req.hosts:
         from hpcprov.launchers import expand_hosts
 
@@ -145,13 +95,7 @@ def _geometry(req: JobRequest) -> list[Finding]:
                            f"{req.scheduler_tasks_per_node} task(s) x {cpt} CPUs exceed the "
                            f"{part.cores_per_node} cores of a {pname} node",
                            "lower --cpus-per-task or --tasks-per-node"))
-    # (horovodrun is given -H host:slots built from the file, see launchers.host_slots)
-    if (site.scheduler == Scheduler.pbs and kind == LauncherKind.mpirun
-            and not req.hosts and not req.launch.oversubscribe):
-        out.append(Finding("error", "pbs-slots",
-                           "$PBS_NODEFILE lists one line per slot, so mpirun refuses to place "
-                           f"{ranks} ranks per node",
-                           f"set 'oversubscribe: true' on launcher {req.launcher_name}"))
+    out += schedulers.of(site).lint(req)
     if req.walltime and part.limits.max_walltime:
         asked, cap_s = walltime_seconds(req.walltime), walltime_seconds(part.limits.max_walltime)
         if asked is None:
@@ -190,27 +134,26 @@ def _policies(req: JobRequest) -> list[Finding]:
 
 
 def _variables(req: JobRequest) -> list[Finding]:
-    """PBS variables in a Slurm job and the other way round."""
+    """Another scheduler's job variables ($PBS_NODEFILE in a Slurm job, and so on)."""
+    own = schedulers.of(req.site)
     text = " ".join([*req.command, *map(str, req.options.values())])
     try:
-        opts = slurm_options(req, batch=True) if req.scheduler == Scheduler.slurm else (
-            pbs_options(req) if req.scheduler == Scheduler.pbs else [])
+        opts = own.options(req, batch=True)
     except HpcprovError:
         opts = []
     text += " " + " ".join(str(v) for _, v in opts if v)
     launcher = req.launch
     text += " " + " ".join([*launcher.args, launcher.hostfile or ""])
     out: list[Finding] = []
-    if req.scheduler != Scheduler.pbs and (m := _PBS_VAR.search(text)):
-        out.append(Finding("error", "pbs-variable",
-                           f"{m.group(0)} is a PBS variable but {req.site.name} runs "
-                           f"{req.scheduler.value}",
-                           "use the Slurm equivalent (e.g. $SLURM_JOB_NODELIST)"))
-    if req.scheduler != Scheduler.slurm and (m := _SLURM_VAR.search(text)):
-        out.append(Finding("error", "slurm-variable",
-                           f"{m.group(0)} is a Slurm variable but {req.site.name} runs "
-                           f"{req.scheduler.value}",
-                           "use the PBS equivalent (e.g. $PBS_NODEFILE)"))
+    for other in schedulers.all_backends():
+        if other is own or not other.variable_example:
+            continue
+        if m := other.variable.search(text):
+            fix = (f"use the {own.title} equivalent (e.g. {own.variable_example})"
+                   if own.variable_example else "this site has no scheduler: drop it")
+            out.append(Finding("error", f"{other.name}-variable",
+                               f"{m.group(0)} is a {other.title} variable but "
+                               f"{req.site.name} runs {own.title}", fix))
     return out
 
 
@@ -226,32 +169,3 @@ def _internet(req: JobRequest) -> list[Finding]:
                             "do it on a login node before submitting, or use the site "
                             "wheelhouse (pip install --no-index)")]
     return []
-
-
-def lint_plan(plan: object, site: object) -> list[Finding]:
-    """Problems of a setup plan: steps that need the internet where there is none, and the
-    Horovod x framework combinations the compatibility table knows to be bad (errors) or
-    to have caveats (warnings)."""
-    from hpcprov.kinds import SiteMethods
-    from hpcprov.provision.compat import for_site
-    from hpcprov.provision.plan import Plan
-
-    assert isinstance(plan, Plan) and isinstance(site, SiteMethods)
-    findings = []
-    for match in for_site(site):
-        if match.rule.verdict == "bad":
-            findings.append(Finding("error", f"compat-{match.rule.id}", match.message(),
-                                    "change horovod.version or the framework versions in "
-                                    "the profile (see docs/compatibility.md)"))
-        elif match.rule.verdict == "caveat":
-            findings.append(Finding("warning", f"compat-{match.rule.id}", match.message(),
-                                    "see docs/compatibility.md"))
-    if plan.runs_on != "compute" or site.policies.compute_internet:
-        return findings
-    return findings + [
-        Finding("error", "no-internet",
-                f"step {step.id} needs the internet, but compute nodes of {site.name} have none",
-                "run setup on a login node (--on login), or point the profile at a local "
-                "installer/wheelhouse")
-        for step in plan.steps if step.needs_network
-    ]

@@ -7,13 +7,14 @@ ask which site they are working for. Unknown keys are rejected everywhere.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -21,6 +22,10 @@ from pydantic import (
 # the enums and Site's methods live in hpcprov.kinds (no pydantic), shared with the
 # snapshots of hpcprov.site_view; importing them from here keeps working
 from hpcprov.kinds import LauncherKind, ModuleSystem, Scheduler, SiteMethods
+from hpcprov.schedulers import all_backends
+
+if TYPE_CHECKING:
+    from hpcprov.schedulers.base import Backend
 
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 _OPTION_RE = r"^[A-Za-z][A-Za-z0-9-]*$"
@@ -301,30 +306,21 @@ class Containers(Strict):
     gpu_flag: str | None = Field(None, description="e.g. --nv for Singularity")
 
 
-class SlurmOptions(Strict):
-    gpu_request: Literal["gres", "gpus_per_node", "gpus"] = Field(
-        "gres", description="--gres=gpu:N per node, --gpus-per-node=N, or --gpus=total"
-    )
-    task_request: Literal["per_node", "total"] = Field(
-        "per_node", description="--ntasks-per-node or --ntasks"
-    )
-    output: str = "%x_%j.out"
-    error: str | None = "%x_%j.err"
-    shell: str = Field("/bin/bash -l", description="interpreter line of job scripts")
+def _scheduler_section(backend: Backend) -> type[Strict]:
+    """The profile section of one scheduler (``slurm:``, ``pbs:``...), from the keys its
+    backend declares (:mod:`hpcprov.schedulers`)."""
+    fields: dict[str, Any] = {
+        key: (s.annotation, Field(s.default, description=s.description))
+        for key, s in backend.settings.items()
+    }
+    return create_model(f"{backend.name.capitalize()}Options", __base__=Strict,
+                        __doc__=f"Settings of {backend.title} jobs.", **fields)
 
 
-class PbsOptions(Strict):
-    shell: str = "/bin/bash"
-    select_format: str = Field(
-        "{nodes}:ncpus={ncpus}:ngpus={gpus}",
-        description="value of -l select=; fields {nodes} {ncpus} {gpus} {mpiprocs}",
-    )
-    output: str | None = None
-    error: str | None = None
-    join_output: bool = False
+SCHEDULER_SECTIONS = {b.name: _scheduler_section(b) for b in all_backends() if b.settings}
 
 
-class Site(SiteMethods, Strict, EnvMixin):
+class _SiteBase(SiteMethods, Strict, EnvMixin):
     """A cluster: scheduler, partitions, modules, policies, Python stack, Horovod, launchers."""
 
     name: Name
@@ -341,8 +337,6 @@ class Site(SiteMethods, Strict, EnvMixin):
     launchers: dict[Name, Launcher] = Field(min_length=1)
     default_launcher: Name
     containers: Containers = Field(default_factory=Containers)
-    slurm: SlurmOptions = Field(default_factory=SlurmOptions)
-    pbs: PbsOptions = Field(default_factory=PbsOptions)
     env: dict[str, str] = Field(default_factory=dict, description="exported in every job")
     guide: dict[str, str] = Field(
         default_factory=dict, description="extra site notes for `hpcprov guide` by section"
@@ -376,3 +370,11 @@ class Site(SiteMethods, Strict, EnvMixin):
         if img and img not in value.images:
             raise ValueError(f"default_image {img!r} is not in images")
         return value
+
+
+Site = create_model(
+    "Site", __base__=_SiteBase, __module__=__name__,
+    __doc__="A cluster: scheduler, partitions, modules, policies, Python stack, Horovod, "
+            "launchers; one settings section per scheduler.",
+    **{name: (cls, Field(default_factory=cls)) for name, cls in SCHEDULER_SECTIONS.items()},
+)

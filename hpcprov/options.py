@@ -1,4 +1,9 @@
-"""Scheduler options of a job: resources, the site's mandatory options, the user's own."""
+"""Scheduler options of a job, whatever the scheduler: parsing the user's, the site's
+mandatory ones, and the rule that the user's replace generated ones of the same name.
+
+Options are (name, value) pairs with Slurm-style long names; each scheduler backend
+(:mod:`hpcprov.schedulers`) generates its own and renders them in its own syntax.
+"""
 
 from __future__ import annotations
 
@@ -6,25 +11,10 @@ import re
 
 from hpcprov.errors import UsageError
 from hpcprov.job import JobRequest
-from hpcprov.kinds import Scheduler
 
 Option = tuple[str, str | None]  # (long option name, value or None for a flag)
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-# PBS spellings of the generic (Slurm-style) option names.
-PBS_FLAGS = {
-    "job-name": "-N",
-    "account": "-A",
-    "partition": "-q",
-    "queue": "-q",
-    "output": "-o",
-    "error": "-e",
-    "mail-user": "-M",
-    "mail-type": "-m",
-    "join": "-j",
-}
-
 
 def parse_option(text: str) -> tuple[str, str | None]:
     """Parse ``name=value`` / ``--name=value`` / ``name`` from the command line."""
@@ -41,22 +31,6 @@ def check_value(name: str, value: str | None) -> None:
         raise UsageError(f"option {name!r}: control characters (newlines, tabs) are not allowed")
 
 
-def gpu_request(req: JobRequest) -> list[Option]:
-    """The GPU request in the site's preferred form."""
-    gpus = req.gpus
-    if gpus <= 0 or req.scheduler != Scheduler.slurm:
-        return []
-    label = req.part.gpus.type
-    typed = f"{label}:{gpus}" if label else str(gpus)
-    style = req.site.slurm.gpu_request
-    if style == "gres":
-        return [("gres", f"gpu:{typed}")]
-    if style == "gpus_per_node":
-        return [("gpus-per-node", typed)]
-    total = gpus * req.nodes
-    return [("gpus", f"{label}:{total}" if label else str(total))]
-
-
 def required_options(req: JobRequest) -> list[Option]:
     """Mandatory options: the user's value, else the site's default."""
     out: list[Option] = []
@@ -67,60 +41,7 @@ def required_options(req: JobRequest) -> list[Option]:
     return out
 
 
-def slurm_options(req: JobRequest, *, batch: bool) -> list[Option]:
-    """Ordered Slurm options for sbatch (batch=True) or salloc."""
-    opts: list[Option] = []
-    name = req.job_name or ("hpcprov" if batch else "interactive")
-    opts.append(("job-name", name))
-    if req.walltime:
-        opts.append(("time", req.walltime))
-    opts += required_options(req)
-    opts.append(("partition", req.partition_name))
-    if req.site.slurm.task_request == "per_node":
-        opts.append(("nodes", str(req.nodes)))
-        if batch:
-            opts.append(("ntasks-per-node", str(req.scheduler_tasks_per_node)))
-    else:
-        if req.nodes > 1 or "nodes" in req.options:
-            opts.append(("nodes", str(req.nodes)))
-        opts.append(("ntasks", str(req.scheduler_tasks_per_node * req.nodes)))
-    cpt = req.job_cpus_per_task
-    if cpt and batch:
-        opts.append(("cpus-per-task", str(cpt)))
-    if batch:
-        opts.append(("output", req.site.slurm.output))
-        if req.site.slurm.error:
-            opts.append(("error", req.site.slurm.error))
-    opts += gpu_request(req)
-    opts += list(req.part.options.items())
-    return _override(opts, req.options)
-
-
-def pbs_options(req: JobRequest) -> list[Option]:
-    """Ordered generic options for a PBS job (rendered by :func:`pbs_directive`)."""
-    opts: list[Option] = [("job-name", req.job_name or "hpcprov")]
-    opts += required_options(req)
-    cpt = req.job_cpus_per_task or 1
-    select = req.site.pbs.select_format.format(
-        nodes=req.nodes,
-        ncpus=cpt * req.scheduler_tasks_per_node,
-        gpus=req.gpus,
-        mpiprocs=req.scheduler_tasks_per_node,
-    )
-    opts.append(("select", select))
-    if req.walltime:
-        opts.append(("walltime", req.walltime))
-    if req.site.pbs.output:
-        opts.append(("output", req.site.pbs.output))
-    if req.site.pbs.error:
-        opts.append(("error", req.site.pbs.error))
-    if req.site.pbs.join_output:
-        opts.append(("join", "oe"))
-    opts += list(req.part.options.items())
-    return _override(opts, req.options)
-
-
-def _override(opts: list[Option], user: dict[str, str]) -> list[Option]:
+def override(opts: list[Option], user: dict[str, str]) -> list[Option]:
     """User options replace generated ones of the same name, in place; new ones go last."""
     out, seen = [], set()
     for name, value in opts:
@@ -134,16 +55,3 @@ def _override(opts: list[Option], user: dict[str, str]) -> list[Option]:
     for name, value in out:
         check_value(name, value)
     return out
-
-
-def slurm_flag(name: str, value: str | None) -> str:
-    """``--name=value`` (or ``--name``) as one argv item."""
-    return f"--{name}" if value is None else f"--{name}={value}"
-
-
-def pbs_directive(name: str, value: str | None) -> str:
-    """The text after ``#PBS `` for one generic option."""
-    if name in PBS_FLAGS:
-        flag = PBS_FLAGS[name]
-        return flag if value is None else f"{flag} {value}"
-    return f"-l {name}" if value is None else f"-l {name}={value}"

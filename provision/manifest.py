@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcprov.provision.compat import for_site
-from hpcprov.provision.horovod import expected_check_build, parse_check_build
+from hpcprov.checkbuild import expected_check_build, parse_check_build
 from hpcprov.provision.journal import Journal
 
 from hpcprov import __version__, fsutil

@@ -11,7 +11,8 @@ from hpcprov_tests import cli, write_profile
 
 from hpcprov.job import JobRequest
 from hpcprov.launchers import build_launch
-from hpcprov.lint import Finding, LintFailed, check, lint, lint_plan, walltime_seconds
+from hpcprov.lint import Finding, LintFailed, check, lint, walltime_seconds
+from hpcprov.provision.plan_lint import lint_plan
 from hpcprov.profiles import load_site
 
 site = functools.cache(load_site)

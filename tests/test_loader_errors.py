@@ -36,7 +36,7 @@ CASES = [
     ("wrong-type", "extends: local\npartitions:\n  local:\n    nodes: many\n", 4,
      ["partitions.local.nodes", "integer"]),
     ("wrong-type-list", "extends: local\nlogin_hosts: glogin01\n", 2, ["login_hosts", "list"]),
-    ("wrong-enum", "extends: local\nscheduler: lsf\n", 2, ["scheduler", "slurm"]),
+    ("wrong-enum", "extends: local\nscheduler: sge\n", 2, ["scheduler", "slurm"]),
     ("unknown-key", "extends: local\npartitions:\n  local:\n    nodse: 2\n", 4,
      ["partitions.local.nodse", "unknown key", "did you mean 'nodes'"]),
     ("missing-parent-name", "description: x\nextends: nosuchparent\n", 2,
@@ -126,7 +126,7 @@ def test_python_tag_is_never_executed(tmp_path: Path, monkeypatch: pytest.Monkey
 
 def test_several_problems_are_one_line_each(tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:
-    path = write_profile(tmp_path, "multi", "extends: local\nscheduler: lsf\nlogin_hosts: x\n")
+    path = write_profile(tmp_path, "multi", "extends: local\nscheduler: sge\nlogin_hosts: x\n")
     res = cli(capsys, "site", "check", str(path))
     assert res.rc == 2
     assert [line.split(": ")[0] for line in res.err_lines] == [f"{path}:2", f"{path}:3"]

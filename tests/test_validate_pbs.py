@@ -11,7 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hpcprov.validate.execute import PbsExecutor, pbs_exit, pbs_fields
+from hpcprov.schedulers.pbs import PbsExecutor
+from hpcprov.schedulers.pbs import exit_status as pbs_exit
+from hpcprov.schedulers.pbs import fields as pbs_fields
 from hpcprov.validate.judge import JobResult, judge
 from hpcprov.validate.plan import Options, job_script, plan_jobs
 from hpcprov_tests import hpcprov_argv, write_profile

@@ -32,7 +32,7 @@ def test_testbed_plan_has_every_implementation_and_a_1_node_baseline() -> None:
 def test_the_status_file_gives_exit_status_and_the_jobs_own_run_time(tmp_path) -> None:  # noqa: ANN001
     import subprocess
 
-    from hpcprov.validate.execute import _read_exit, read_run_seconds
+    from hpcprov.schedulers.base import read_exit as _read_exit, read_run_seconds
 
     site = load_site("local")
     o = Options(site, "local", 1, ("allreduce",))

@@ -142,7 +142,7 @@ def _env(j: JobResult, expected_cb: dict[str, list[str]] | None,
         out.append(Outcome("env", f"{j.id} nodes", "fail", len(hosts), f"{j.nodes}", "nodes",
                            j.node_list, "fewer nodes answered than were allocated"))
     if expected_cb:
-        from hpcprov.provision.horovod import parse_check_build
+        from hpcprov.checkbuild import parse_check_build
 
         text = "\n".join(m.group(1) for ln in j.tail for m in [CB_LINE.search(ln)] if m)
         found = parse_check_build(text)

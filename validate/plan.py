@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from hpcprov import schedulers
 from hpcprov.job import JobRequest
 from hpcprov.jobscript import build_jobscript
-from hpcprov.kinds import LauncherKind, Scheduler
+from hpcprov.kinds import LauncherKind
 from hpcprov.shell import quote
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ def ranks_per_node(o: Options) -> int:
     if o.device == "cuda" and gpus:
         return gpus
     # one rank per node measures the network; a machine alone needs two to measure anything
-    return 2 if o.site.scheduler == Scheduler.none else 1
+    return 2 if schedulers.of(o.site).max_nodes == 1 else 1
 
 
 def _imports(site: Site) -> str:
@@ -185,8 +186,8 @@ def link_job(o: Options, pair: tuple[str, str], rnd: int) -> Job:
 def job_request(job: Job, o: Options, prefix: str | None, job_name: str) -> JobRequest:
     """The JobRequest that generates this job's script (via hpcprov's own generators)."""
     options = dict(o.extra)
-    if job.node and o.site.scheduler == Scheduler.slurm:
-        options["nodelist"] = job.node
+    pin = schedulers.of(o.site).pin(job.node) if job.node else None
+    options.update(pin or {})
     return JobRequest(site=o.site, nodes=job.nodes, partition=o.partition,
                       launcher=job.launcher, tasks_per_node=job.ranks_per_node,
                       gpus_per_node=None if o.device == "cuda" else 0,

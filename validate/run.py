@@ -9,8 +9,8 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from hpcprov.provision.horovod import expected_check_build
-from hpcprov.validate.execute import Executor, Handle, read_run_seconds
+from hpcprov.checkbuild import expected_check_build
+from hpcprov.schedulers.base import Executor, Handle, read_run_seconds
 from hpcprov.validate.judge import JobResult, judge, parse_records
 from hpcprov.validate.links import LinkSearch, judge_pairs, link_outcomes, pair_busbw
 from hpcprov.validate.plan import (

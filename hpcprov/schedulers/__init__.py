@@ -1,0 +1,33 @@
+"""Scheduler backends: one module per scheduler, looked up by the profile's name for it.
+
+``backend(name)`` returns the backend object of :mod:`hpcprov.schedulers.base`'s interface;
+``of(site)`` the one a site uses. Modules are imported on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+from hpcprov.kinds import SCHEDULER_BACKENDS
+
+if TYPE_CHECKING:
+    from hpcprov.schedulers.base import Backend
+
+
+@cache
+def backend(name: str) -> Backend:
+    """The backend registered under ``name`` (a profile's ``scheduler:`` value)."""
+    module = importlib.import_module(SCHEDULER_BACKENDS[str(name)])
+    return module.BACKEND  # type: ignore[no-any-return]
+
+
+def of(site: Any) -> Backend:
+    """The backend of a site (the model or its cached view)."""
+    return backend(site.scheduler.value if hasattr(site.scheduler, "value") else site.scheduler)
+
+
+def all_backends() -> list[Backend]:
+    """Every registered backend, in registry order."""
+    return [backend(name) for name in SCHEDULER_BACKENDS]

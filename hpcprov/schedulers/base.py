@@ -1,0 +1,254 @@
+"""What every scheduler backend provides, and the polling loop they share.
+
+A backend is everything hpcprov knows about one scheduler, in one module:
+
+* **its profile section** (``settings``: the keys of ``site.<name>``, as plain data from which
+  :mod:`hpcprov.model` builds the pydantic section, so this module needs no pydantic);
+* **planning** (pure): the job options and directive lines, the job script's interpreter
+  and prolog, the submit and interactive-allocation commands, and the shell expressions
+  launchers ask for (the first node, host:slots lists, a host file, the job id, a
+  one-process-per-node starter), lint rules of its own;
+* **effects**: an :class:`Executor` that submits, polls, cancels and asks about nodes,
+  recording every submission and state change in ``events``.
+
+Launchers, job scripts, lint, the guide and the validation suite ask the backend
+(``hpcprov.schedulers.of(site)``) and never test which scheduler a site has.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from hpcprov.errors import HpcprovError
+from hpcprov.shell import Raw
+
+if TYPE_CHECKING:
+    from hpcprov.findings import Finding
+    from hpcprov.job import JobRequest
+    from hpcprov.options import Option
+
+
+class Setting(NamedTuple):
+    """One key of a scheduler's profile section: its type, default and meaning."""
+
+    annotation: Any
+    default: Any
+    description: str
+
+
+@dataclass(frozen=True)
+class PerNode:
+    """How a backend starts one process per node: lines to run first, then the argv prefix."""
+
+    argv: list[str]
+    setup: list[str] = field(default_factory=list)
+
+
+def unique_hosts(file_var: str) -> str:
+    """Shell text printing the hosts of a one-line-per-slot host file once each, in order."""
+    return f"awk '!seen[$0]++' \"${file_var}\""
+
+
+def slots_list(hosts_cmd: str, slots: int) -> Raw:
+    """``"$(CMD | sed 's/$/:N/' | paste -sd, -)"``: host:slots,... from a host-printing command."""
+    return Raw(f"\"$({hosts_cmd} | sed 's/$/:{slots}/' | paste -sd, -)\"")
+
+
+class Backend:
+    """Base of the scheduler backends; each module exports one instance as ``BACKEND``."""
+
+    name = "base"
+    title = "base"                 # the scheduler's name in prose
+    settings: dict[str, Setting] = {}
+    variable = re.compile(r"(?!)")  # the variables its jobs see ($SLURM_..., $PBS_...)
+    variable_example = ""           # shown when another scheduler's variable is used
+    monitor = "jobs"                # the command line a user watches their jobs with
+    max_nodes: int | None = None    # None: as many as the partition has
+    starts_tasks = False            # has an srun-like task starter (srun launchers)
+
+    def section(self, site: Any) -> Any:
+        """The site's settings for this scheduler (``site.<name>``)."""
+        return getattr(site, self.name)
+
+    # ---- planning (pure) ---------------------------------------------------------------
+    def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
+        """Ordered options of a batch job (``batch``) or an interactive allocation."""
+        return []
+
+    def directives(self, req: JobRequest) -> list[str]:
+        """The directive lines of a batch script (``#SBATCH ...``)."""
+        return []
+
+    def shell(self, req: JobRequest) -> str:
+        """The job script's interpreter line, without ``#!``."""
+        return "/bin/bash"
+
+    def prolog(self, req: JobRequest) -> list[str]:
+        """Lines a job script runs first (e.g. cd to the submission directory)."""
+        return []
+
+    def submit_argv(self, script: str) -> list[str]:
+        return ["bash", script]
+
+    def allocate_argv(self, req: JobRequest) -> list[str]:
+        """The interactive allocation command; empty where there is none."""
+        return []
+
+    def first_node(self, req: JobRequest) -> str:
+        """Shell word for the job's first node (the rendezvous host)."""
+        return "localhost"
+
+    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
+        """``-H host:slots,...`` (or ``--hostfile FILE``) words for mpirun/horovodrun."""
+        return ["-H", f"localhost:{slots}"]
+
+    def job_id(self) -> str | None:
+        """Shell word for the job id; None where jobs have none (one node, no scheduler)."""
+        return None
+
+    def per_node(self, req: JobRequest) -> PerNode | None:
+        """How to start one process on each node of the job, or None (not possible)."""
+        return None
+
+    def pin(self, nodes: str) -> dict[str, str] | None:
+        """Job options that pin a job to these nodes; None where the scheduler cannot."""
+        return None
+
+    def lint(self, req: JobRequest) -> list[Finding]:
+        """Problems of a request that only this scheduler has."""
+        return []
+
+    # ---- effects -----------------------------------------------------------------------
+    def executor(self, env: dict[str, str] | None = None) -> Executor:
+        raise NotImplementedError
+
+
+@dataclass
+class Handle:
+    """A submitted job and what is known about it."""
+
+    job_id: str
+    script: Path
+    output: Path
+    exit_file: Path
+    submitted: float
+    state: str = "PENDING"
+    exit_code: int | None = None
+    nodes: str = ""
+    started: float | None = None
+    ended: float | None = None
+    reason: str = ""
+    bad_nodes: str = ""           # nodes the scheduler reported dead while the job ran
+    proc: subprocess.Popen[bytes] | None = field(default=None, repr=False)
+
+    @property
+    def done(self) -> bool:
+        return self.ended is not None
+
+
+class Executor:
+    """Submits and follows jobs; subclasses submit, refresh and cancel, wait() is shared."""
+
+    name = "base"
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        self.env = env
+        self.events: list[dict[str, object]] = []
+
+    def _event(self, handle: Handle, what: str) -> None:
+        self.events.append({"t": time.time(), "job": handle.job_id, "event": what,
+                            "state": handle.state})
+
+    def _run(self, *argv: str, timeout: float = 60, stdin: Path | None = None
+             ) -> subprocess.CompletedProcess[str]:
+        """Run one scheduler command (no shell; stdin from a file or nothing), with the
+        executor's environment."""
+        if stdin is None:
+            return subprocess.run(list(argv), capture_output=True, text=True, env=self.env,
+                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        with open(stdin, "rb") as fh:
+            return subprocess.run(list(argv), capture_output=True, text=True, env=self.env,
+                                  timeout=timeout, stdin=fh)
+
+    def _submitted(self, proc: subprocess.CompletedProcess[str], command: str, script: Path
+                   ) -> None:
+        """Raise the scheduler's own words when it refused a submission."""
+        if proc.returncode != 0:
+            raise HpcprovError(f"{command} refused {script.name}: "
+                               f"{(proc.stderr or proc.stdout).strip()}")
+
+    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+        raise NotImplementedError
+
+    def refresh(self, handles: list[Handle]) -> None:
+        raise NotImplementedError
+
+    def cancel(self, handle: Handle) -> None:
+        raise NotImplementedError
+
+    def usable_nodes(self, partition: str) -> list[str] | None:
+        """The partition's nodes that can run jobs now, or None where unknown."""
+        return None
+
+    def wait(self, handles: list[Handle], timeout_s: float, pending_timeout_s: float | None
+             = None) -> None:
+        """Poll until every job ended or the timeout; late jobs are cancelled and marked.
+
+        The delay starts at 20 ms and grows to 0.5 s, so a short job is noticed quickly
+        and a long one costs few scheduler queries."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.02
+        while True:
+            live = [h for h in handles if not h.done]
+            if not live:
+                return
+            self.refresh(live)
+            now = time.monotonic()
+            for h in live:
+                if h.done:
+                    self._event(h, f"ended rc={h.exit_code}")
+                    continue
+                stuck = (pending_timeout_s is not None and h.started is None
+                         and now - h.submitted > pending_timeout_s)
+                if now > deadline or stuck:
+                    self._give_up(h, stuck, timeout_s, pending_timeout_s, now)
+            if all(h.done for h in handles):
+                return
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def _give_up(self, h: Handle, stuck: bool, timeout_s: float,
+                 pending_timeout_s: float | None, now: float) -> None:
+        self.cancel(h)
+        h.state = "PENDING_TIMEOUT" if stuck else "TIMEOUT"
+        h.reason = (f"still pending after {pending_timeout_s:.0f} s" if stuck
+                    else f"not finished after {timeout_s:.0f} s")
+        h.exit_code, h.ended = None, now
+        self._event(h, "cancelled: " + h.reason)
+
+
+def read_exit(path: Path) -> int | None:
+    """The exit status the job script's EXIT trap wrote (first field), or None."""
+    try:
+        return int(path.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def final_state(code: int | None) -> str:
+    """The state of an ended job from its exit status; no status learned is UNKNOWN."""
+    return "UNKNOWN" if code is None else ("COMPLETED" if code == 0 else "FAILED")
+
+
+def read_run_seconds(path: Path) -> float | None:
+    """The job's own run time, from the start and end the EXIT trap wrote, or None."""
+    try:
+        _, start, end = path.read_text().split()[:3]
+        return max(0.0, float(end) - float(start))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,66 @@
+"""No scheduler (``scheduler: none``): one machine, jobs are local ``bash`` processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from hpcprov.findings import Finding
+from hpcprov.job import JobRequest
+from hpcprov.schedulers.base import Backend, Executor, Handle, final_state
+
+
+class Local(Backend):
+    name = "none"
+    title = "no scheduler"
+    max_nodes = 1
+
+    def lint(self, req: JobRequest) -> list[Finding]:
+        if req.nodes > 1:
+            return [Finding("error", "nodes-local",
+                            f"site {req.site.name} has no scheduler: one node", "use --nodes 1")]
+        return []
+
+    def executor(self, env: dict[str, str] | None = None) -> Executor:
+        return LocalExecutor(env)
+
+
+BACKEND = Local()
+
+
+class LocalExecutor(Executor):
+    """Jobs as local processes in their own session (killed as a group on cancel)."""
+
+    name = "local"
+
+    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+        env = dict(self.env or os.environ)
+        if os.geteuid() == 0:  # Open MPI refuses root unless told (mpirun launchers)
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+            env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+        with open(output, "wb") as out:
+            proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, start_new_session=True, env=env,
+                                    cwd=script.parent)
+        h = Handle(str(proc.pid), script, output, exit_file, time.monotonic(), "RUNNING",
+                   nodes=os.uname().nodename, proc=proc)
+        h.started = h.submitted
+        self._event(h, "started")
+        return h
+
+    def refresh(self, handles: list[Handle]) -> None:
+        for h in handles:
+            rc = h.proc.poll() if h.proc is not None else None
+            if rc is not None:
+                h.exit_code, h.ended = rc, time.monotonic()
+                h.state = final_state(rc)
+
+    def cancel(self, handle: Handle) -> None:
+        if handle.proc is not None and handle.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(handle.proc.pid, signal.SIGKILL)
+            handle.proc.wait()

@@ -1,0 +1,236 @@
+"""IBM Spectrum LSF: ``#BSUB`` directives, ``bsub -Is``, ``$LSB_DJOB_HOSTFILE``, and
+bsub/bjobs/bkill.
+
+Generated from IBM's LSF 10.1 command reference (bsub, bjobs -o, bkill, blaunch) and
+verified against tests/lsf_emulator.py, not against a real LSF cluster (none can run here).
+
+* Job options use hpcprov's generic (Slurm-style) names; those with an LSF spelling are
+  translated (``job-name`` -J, ``account`` -P, ``partition``/``queue`` -q, ``time`` -W in
+  minutes, ``ntasks`` -n, ``nodes`` -nnodes, ``resource`` -R, ``exclusive`` -x ...); any
+  other name is passed as ``-NAME VALUE`` (e.g. ``-o alloc_flags=smt4``).
+* ``task_request: slots`` asks for ``-n TOTAL -R "span[ptile=PER_NODE]"``; ``nnodes``
+  asks for whole nodes (``-nnodes N``) as IBM CSM/jsrun systems want.
+* ``$LSB_DJOB_HOSTFILE`` lists one line per slot. On CSM systems its first line is the
+  launch (batch) node, which runs no ranks: ``launch_node_in_hostfile: true`` skips it.
+* A job script is submitted as ``bsub < SCRIPT``: bsub reads ``#BSUB`` lines from stdin.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from pathlib import Path
+from typing import Literal
+
+from hpcprov.errors import HpcprovError, UsageError
+from hpcprov.job import JobRequest
+from hpcprov.options import Option, override, required_options
+from hpcprov.schedulers.base import (
+    Backend,
+    Executor,
+    Handle,
+    PerNode,
+    Setting,
+    final_state,
+    read_exit,
+    slots_list,
+)
+from hpcprov.shell import Raw, Template
+from hpcprov.walltime import walltime_seconds
+
+FLAGS = {
+    "job-name": "-J", "account": "-P", "project": "-P", "partition": "-q", "queue": "-q",
+    "output": "-o", "error": "-e", "time": "-W", "ntasks": "-n", "nodes": "-nnodes",
+    "resource": "-R", "gpu": "-gpu", "exclusive": "-x", "mail-user": "-u",
+}
+_SAFE = re.compile(r"^[A-Za-z0-9_.,:=%+@/*-]+$")
+_FINISHED = {"DONE", "EXIT"}
+_RUNNING = {"RUN", "USUSP", "SSUSP"}
+
+
+def minutes(walltime: str) -> str:
+    """A [D-]HH:MM:SS limit as LSF's ``-W [HOURS:]MINUTES`` (rounded up to a minute)."""
+    seconds = walltime_seconds(walltime)
+    if seconds is None:
+        raise UsageError(f"--time {walltime!r}: use HH:MM:SS or D-HH:MM:SS")
+    total = math.ceil(seconds / 60)
+    return f"{total // 60}:{total % 60:02d}"
+
+
+def directive(name: str, value: str | None) -> str:
+    """The text after ``#BSUB `` for one generic option (values with brackets or spaces,
+    such as ``span[ptile=4]``, in double quotes as LSF's documentation writes them)."""
+    flag = FLAGS.get(name, f"-{name}")
+    if value is None:
+        return flag
+    if name == "time":
+        value = minutes(value)
+    if _SAFE.match(value):
+        return f"{flag} {value}"
+    if re.search(r'["$`\\]', value):
+        raise UsageError(f"option {name}={value!r}: quotes, $, ` and \\ cannot be written "
+                         "in a #BSUB line")
+    return f'{flag} "{value}"'
+
+
+def argv_words(name: str, value: str | None) -> list[str]:
+    """One option as bsub command-line words (for ``bsub -Is``)."""
+    flag = FLAGS.get(name, f"-{name}")
+    if value is None:
+        return [flag]
+    return [flag, minutes(value) if name == "time" else value]
+
+
+class Lsf(Backend):
+    name = "lsf"
+    title = "LSF"
+    settings = {
+        "task_request": Setting(Literal["slots", "nnodes"], "slots",
+                                'slots: -n TOTAL -R "span[ptile=N]"; nnodes: -nnodes N '
+                                "(IBM CSM/jsrun systems)"),
+        "gpu_request": Setting(Literal["gpu", "none"], "gpu",
+                               '-gpu "num=N" per host (LSF 10.1), or no GPU request'),
+        "output": Setting(str, "%J.out", "-o path of batch jobs (%J: the job id)"),
+        "error": Setting(str | None, "%J.err", "-e path (null: with the output)"),
+        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
+        "launch_node_in_hostfile": Setting(
+            bool, False, "the first line of $LSB_DJOB_HOSTFILE is the launch node (CSM "
+            "systems): it runs no ranks"),
+    }
+    variable = re.compile(r"\$\{?LSB_[A-Z_]+")
+    variable_example = "$LSB_DJOB_HOSTFILE"
+    monitor = "bjobs"
+
+    def _tasks(self, req: JobRequest) -> list[Option]:
+        if self.section(req.site).task_request == "nnodes":
+            return [("nodes", str(req.nodes))]
+        per_node = req.scheduler_tasks_per_node
+        return [("ntasks", str(per_node * req.nodes)), ("resource", f"span[ptile={per_node}]")]
+
+    def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
+        conf = self.section(req.site)
+        opts: list[Option] = [("job-name", req.job_name or ("hpcprov" if batch else
+                                                             "interactive"))]
+        if req.walltime:
+            opts.append(("time", req.walltime))
+        opts += required_options(req)
+        opts.append(("queue", req.partition_name))
+        opts += self._tasks(req)
+        if req.gpus > 0 and conf.gpu_request == "gpu":
+            opts.append(("gpu", f"num={req.gpus}"))
+        if batch:
+            opts.append(("output", conf.output))
+            if conf.error:
+                opts.append(("error", conf.error))
+        opts += list(req.part.options.items())
+        return override(opts, req.options)
+
+    def directives(self, req: JobRequest) -> list[str]:
+        return ["#BSUB " + directive(n, v) for n, v in self.options(req, batch=True)]
+
+    def shell(self, req: JobRequest) -> str:
+        return str(self.section(req.site).shell)
+
+    def prolog(self, req: JobRequest) -> list[str]:
+        return ['cd "$LS_SUBCWD"']
+
+    def submit_argv(self, script: str) -> list[str]:
+        return ["bsub", Raw("<"), script]
+
+    def allocate_argv(self, req: JobRequest) -> list[str]:
+        words = [w for n, v in self.options(req, batch=False) for w in argv_words(n, v)]
+        return ["bsub", "-Is", *words, self.shell(req)]
+
+    def _hosts(self, req: JobRequest) -> str:
+        """Shell text printing the job's hosts once each, in order."""
+        skip = "NR > 1 && " if self.section(req.site).launch_node_in_hostfile else ""
+        return f"awk '{skip}!seen[$0]++' \"$LSB_DJOB_HOSTFILE\""
+
+    def first_node(self, req: JobRequest) -> str:
+        """awk stops at the node itself (no pipe that a long host file could break)."""
+        skip = "NR > 1 " if self.section(req.site).launch_node_in_hostfile else ""
+        return Raw(f"\"$(awk '{skip}{{print; exit}}' \"$LSB_DJOB_HOSTFILE\")\"")
+
+    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
+        if horovodrun or self.section(req.site).launch_node_in_hostfile:
+            return ["-H", slots_list(self._hosts(req), slots)]
+        return ["--hostfile", Template("$LSB_DJOB_HOSTFILE")]
+
+    def job_id(self) -> str | None:
+        return Raw('"$LSB_JOBID"')
+
+    def per_node(self, req: JobRequest) -> PerNode:
+        """``blaunch -u FILE`` runs the command once per line of FILE: the job's hosts."""
+        setup = ['hpcprov_hosts="$(mktemp)"', f'{self._hosts(req)} > "$hpcprov_hosts"']
+        return PerNode(["blaunch", "-u", Raw('"$hpcprov_hosts"')], setup)
+
+    def pin(self, nodes: str) -> dict[str, str] | None:
+        return {"m": " ".join(nodes.split(","))}
+
+    def executor(self, env: dict[str, str] | None = None) -> Executor:
+        return LsfExecutor(env)
+
+
+BACKEND = Lsf()
+
+
+def job_fields(line: str) -> dict[str, str]:
+    """One ``bjobs -noheader -o "jobid stat exit_code exec_host delimiter='|'"`` line."""
+    keys = ("jobid", "stat", "exit_code", "exec_host")
+    values = line.strip().split("|")
+    return dict(zip(keys, values, strict=True)) if len(values) == len(keys) else {}
+
+
+def exec_hosts(text: str) -> str:
+    """``4*hostA:4*hostB`` (bjobs EXEC_HOST) as ``hostA,hostB``."""
+    hosts = [part.split("*", 1)[-1] for part in text.split(":") if part and part != "-"]
+    return ",".join(dict.fromkeys(hosts))
+
+
+class LsfExecutor(Executor):
+    """bsub < SCRIPT, then ``bjobs -o``; the status file answers once LSF has cleaned the
+    job from its memory (CLEAN_PERIOD, one hour by default)."""
+
+    name = "lsf"
+    FORMAT = "jobid stat exit_code exec_host delimiter='|'"
+
+    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+        proc = self._run("bsub", "-o", str(output), "-e", str(output), stdin=script)
+        self._submitted(proc, "bsub", script)
+        m = re.search(r"Job <(\d+)>", proc.stdout)
+        if not m:
+            raise HpcprovError(f"bsub gave no job id for {script.name}: {proc.stdout.strip()}")
+        h = Handle(m.group(1), script, output, exit_file, time.monotonic())
+        self._event(h, "submitted")
+        return h
+
+    def refresh(self, handles: list[Handle]) -> None:
+        for h in handles:
+            proc = self._run("bjobs", "-noheader", "-o", self.FORMAT, h.job_id)
+            info = job_fields(proc.stdout) if proc.returncode == 0 else {}
+            state = info.get("stat", "")
+            if info.get("exec_host", "-") not in ("", "-"):
+                h.nodes = exec_hosts(info["exec_host"])
+            if not info or state in _FINISHED:
+                self._ended(h, info)
+            elif state in _RUNNING and h.started is None:
+                h.started, h.state = time.monotonic(), "RUNNING"
+                self._event(h, "state")
+
+    def _ended(self, h: Handle, info: dict[str, str]) -> None:
+        code: int | None = None
+        if info.get("stat") == "DONE":
+            code = 0
+        elif info.get("exit_code", "-").isdigit():
+            code = int(info["exit_code"])
+        if code is None:
+            code = read_exit(h.exit_file)
+        h.exit_code, h.ended = code, time.monotonic()
+        h.state = final_state(code)
+        h.reason = "" if code is not None else ("LSF no longer knows the job and it left no "
+                                                "status file")
+        self._event(h, "state")
+
+    def cancel(self, handle: Handle) -> None:
+        self._run("bkill", handle.job_id)

@@ -1,0 +1,208 @@
+"""PBS Pro / OpenPBS: ``#PBS`` directives, ``qsub -I``, ``$PBS_NODEFILE``, qsub/qstat/qdel.
+
+A job's exit status comes from ``qstat -x -f`` (``-x`` includes finished jobs) while the
+server keeps job history, else from the status file the job script's EXIT trap wrote.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from hpcprov.errors import UsageError
+from hpcprov.findings import Finding
+from hpcprov.job import JobRequest
+from hpcprov.kinds import LauncherKind
+from hpcprov.options import Option, override, required_options
+from hpcprov.schedulers.base import (
+    Backend,
+    Executor,
+    Handle,
+    Setting,
+    final_state,
+    read_exit,
+    slots_list,
+    unique_hosts,
+)
+from hpcprov.shell import Raw, Template
+
+# PBS spellings of the generic (Slurm-style) option names; the rest become -l name=value.
+FLAGS = {
+    "job-name": "-N",
+    "account": "-A",
+    "partition": "-q",
+    "queue": "-q",
+    "output": "-o",
+    "error": "-e",
+    "mail-user": "-M",
+    "mail-type": "-m",
+    "join": "-j",
+}
+_DONE = {"F", "X"}          # finished; a finished subjob
+_RUNNING = {"R", "E", "B"}  # running; exiting; an array job with subjobs running
+
+
+def directive(name: str, value: str | None) -> str:
+    """The text after ``#PBS `` for one generic option."""
+    if value is not None and re.search(r"\s", value):
+        raise UsageError(f"option {name}={value!r}: PBS reads whitespace in a #PBS line as the "
+                         "start of another option; give the value without spaces")
+    if name in FLAGS:
+        flag = FLAGS[name]
+        return flag if value is None else f"{flag} {value}"
+    return f"-l {name}" if value is None else f"-l {name}={value}"
+
+
+class Pbs(Backend):
+    name = "pbs"
+    title = "PBS"
+    settings = {
+        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
+        "select_format": Setting(str, "{nodes}:ncpus={ncpus}:ngpus={gpus}",
+                                 "value of -l select=; fields {nodes} {ncpus} {gpus} "
+                                 "{mpiprocs}"),
+        "output": Setting(str | None, None, "-o path of batch jobs"),
+        "error": Setting(str | None, None, "-e path of batch jobs"),
+        "join_output": Setting(bool, False, "-j oe: the error stream into the output"),
+    }
+    variable = re.compile(r"\$\{?PBS_[A-Z_]+")
+    variable_example = "$PBS_NODEFILE"
+    monitor = "qstat -u $USER"
+
+    def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
+        conf = self.section(req.site)
+        opts: list[Option] = [("job-name", req.job_name or "hpcprov")]
+        opts += required_options(req)
+        cpt = req.job_cpus_per_task or 1
+        select = conf.select_format.format(
+            nodes=req.nodes, ncpus=cpt * req.scheduler_tasks_per_node, gpus=req.gpus,
+            mpiprocs=req.scheduler_tasks_per_node)
+        opts.append(("select", select))
+        if req.walltime:
+            opts.append(("walltime", req.walltime))
+        if conf.output:
+            opts.append(("output", conf.output))
+        if conf.error:
+            opts.append(("error", conf.error))
+        if conf.join_output:
+            opts.append(("join", "oe"))
+        opts += list(req.part.options.items())
+        return override(opts, req.options)
+
+    def directives(self, req: JobRequest) -> list[str]:
+        return ["#PBS " + directive(n, v) for n, v in self.options(req, batch=True)]
+
+    def shell(self, req: JobRequest) -> str:
+        return str(self.section(req.site).shell)
+
+    def prolog(self, req: JobRequest) -> list[str]:
+        return ['cd "$PBS_O_WORKDIR"']
+
+    def submit_argv(self, script: str) -> list[str]:
+        return ["qsub", script]
+
+    def allocate_argv(self, req: JobRequest) -> list[str]:
+        argv = ["qsub", "-I"]
+        for name, value in self.options(req, batch=False):
+            argv += directive(name, value).split(" ", 1)
+        return argv
+
+    def first_node(self, req: JobRequest) -> str:
+        return Raw('"$(head -n 1 "$PBS_NODEFILE")"')
+
+    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
+        """mpirun reads ``$PBS_NODEFILE`` as it is (one line per slot); horovodrun cannot
+        (its host files need ``host slots=N``), so it gets ``-H`` built from the file."""
+        if horovodrun:
+            return ["-H", slots_list(unique_hosts("PBS_NODEFILE"), slots)]
+        return ["--hostfile", Template("$PBS_NODEFILE")]
+
+    def job_id(self) -> str | None:
+        return Raw('"$PBS_JOBID"')
+
+    def lint(self, req: JobRequest) -> list[Finding]:
+        if (req.launch.kind == LauncherKind.mpirun and not req.hosts
+                and not req.launch.oversubscribe):
+            return [Finding("error", "pbs-slots",
+                            "$PBS_NODEFILE lists one line per slot, so mpirun refuses to "
+                            f"place {req.ranks_per_node} ranks per node",
+                            f"set 'oversubscribe: true' on launcher {req.launcher_name}")]
+        return []
+
+    def executor(self, env: dict[str, str] | None = None) -> Executor:
+        return PbsExecutor(env)
+
+
+BACKEND = Pbs()
+
+
+def fields(text: str) -> dict[str, str]:
+    """The attributes of one job in `qstat -f` output (`    name = value`; long values
+    continue on lines that start with a tab)."""
+    out: dict[str, str] = {}
+    last = None
+    for line in text.splitlines():
+        if line.startswith("\t") and last:
+            out[last] += line.strip()
+        elif " = " in line and line.startswith("    "):
+            last, _, value = line.strip().partition(" = ")
+            out[last] = value
+    return out
+
+
+def exit_status(value: str | None) -> tuple[int | None, str]:
+    """A PBS `Exit_status` as a shell-style status, and why when PBS itself failed it:
+    >= 0 the script's status, > 256 killed by signal (value - 256), < 0 PBS could not run
+    the job (JOB_EXEC_* codes)."""
+    try:
+        code = int(value or "")
+    except ValueError:
+        return None, ""
+    if code < 0:
+        return code, f"PBS could not run the job (Exit_status {code})"
+    return (128 + code - 256 if code > 256 else code), ""
+
+
+class PbsExecutor(Executor):
+    """qsub, then `qstat -x -f` (PBS Pro / OpenPBS: -x includes finished jobs); the status
+    file gives the exit code once the server has forgotten the job (job history off)."""
+
+    name = "pbs"
+
+    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+        proc = self._run("qsub", "-o", str(output), "-j", "oe", str(script))
+        self._submitted(proc, "qsub", script)
+        h = Handle(proc.stdout.strip(), script, output, exit_file, time.monotonic())
+        self._event(h, "submitted")
+        return h
+
+    def refresh(self, handles: list[Handle]) -> None:
+        for h in handles:
+            proc = self._run("qstat", "-x", "-f", h.job_id)
+            info = fields(proc.stdout) if proc.returncode == 0 else {}
+            state = info.get("job_state", "")
+            if info.get("exec_host"):
+                h.nodes = ",".join(dict.fromkeys(
+                    part.split("/")[0] for part in info["exec_host"].split("+")))
+            if not info or state in _DONE:
+                self._ended(h, info)
+            elif state in _RUNNING:
+                if h.started is None:
+                    h.started, h.state = time.monotonic(), "RUNNING"
+                    self._event(h, "state")
+            else:  # Q, H, W, T, S, U, M: not running (yet)
+                h.reason = info.get("comment", "")
+
+    def _ended(self, h: Handle, info: dict[str, str]) -> None:
+        code, why = exit_status(info.get("Exit_status"))
+        if code is None:
+            code = read_exit(h.exit_file)
+        h.exit_code, h.ended = code, time.monotonic()
+        h.state = final_state(code)
+        h.reason = why or ("the server no longer knows the job and it left no status file"
+                           if code is None else "")
+        self._event(h, "state")
+
+    def cancel(self, handle: Handle) -> None:
+        self._run("qdel", handle.job_id)

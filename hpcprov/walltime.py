@@ -1,0 +1,25 @@
+"""Wall-clock limits as schedulers write them ([D-]HH:MM:SS and shorter forms)."""
+
+from __future__ import annotations
+
+import re
+
+_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+
+
+def walltime_seconds(text: str) -> int | None:
+    """Seconds in a Slurm/PBS time string (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]])."""
+    m = _TIME.match(text.strip())
+    if not m:
+        return None
+    days, a, b, c = m.groups()
+    nums = [int(x) for x in (a, b, c) if x is not None]
+    if days is not None:
+        hours, minutes, seconds = (nums + [0, 0])[:3]
+    elif len(nums) == 3:
+        hours, minutes, seconds = nums
+    elif len(nums) == 2:
+        hours, minutes, seconds = 0, nums[0], nums[1]
+    else:
+        hours, minutes, seconds = 0, nums[0], 0
+    return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds

@@ -1,0 +1,37 @@
+"""Lint a setup plan before it runs: steps that need the internet where there is none, and
+the Horovod x framework combinations the compatibility table knows to be bad or risky."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpcprov.findings import Finding
+from hpcprov.provision.compat import for_site
+
+if TYPE_CHECKING:
+    from hpcprov.model import Site
+    from hpcprov.provision.plan import Plan
+
+
+def lint_plan(plan: Plan, site: Site) -> list[Finding]:
+    """Problems of a setup plan: steps that need the internet where there is none, and the
+    Horovod x framework combinations the compatibility table knows to be bad (errors) or
+    to have caveats (warnings)."""
+    findings = []
+    for match in for_site(site):
+        if match.rule.verdict == "bad":
+            findings.append(Finding("error", f"compat-{match.rule.id}", match.message(),
+                                    "change horovod.version or the framework versions in "
+                                    "the profile (see docs/compatibility.md)"))
+        elif match.rule.verdict == "caveat":
+            findings.append(Finding("warning", f"compat-{match.rule.id}", match.message(),
+                                    "see docs/compatibility.md"))
+    if plan.runs_on != "compute" or site.policies.compute_internet:
+        return findings
+    return findings + [
+        Finding("error", "no-internet",
+                f"step {step.id} needs the internet, but compute nodes of {site.name} have none",
+                "run setup on a login node (--on login), or point the profile at a local "
+                "installer/wheelhouse")
+        for step in plan.steps if step.needs_network
+    ]

@@ -1,0 +1,143 @@
+#!/usr/bin/env python3
+"""bsub, bjobs and bkill as IBM Spectrum LSF 10.1 answers them, for the tests of hpcprov's
+LSF backend: no LSF cluster can run on this machine, so this is the boundary its tests reach.
+
+Symlink this file as `bsub`, `bjobs` and `bkill` into a folder on PATH; state lives in
+$LSF_EMULATOR_DIR. What it reproduces of LSF (IBM's command reference), because hpcprov
+depends on it:
+- `bsub [-o F] [-e F] < SCRIPT` reads the job script from stdin and prints
+  `Job <N> is submitted to default queue <normal>.`; the job runs at once as a local
+  `bash` process with LSB_JOBID, LSB_DJOB_HOSTFILE (one line per slot, from the `#BSUB -n`
+  and `span[ptile=]` lines) and LS_SUBCWD set, unless $LSF_EMULATOR_HOLD is set (PEND
+  until bkill);
+- `bjobs -noheader -o "jobid stat exit_code exec_host delimiter='|'" ID` prints one line:
+  stat PEND/RUN/DONE/EXIT, exit_code `-` unless the job exited non-zero, exec_host as
+  `N*host`; with $LSF_EMULATOR_CLEAN=1 a finished job has been cleaned (CLEAN_PERIOD over):
+  `Job <N> is not found` on stderr, exit 255;
+- `bkill ID` kills a running job (EXIT, exit_code 130, as LSF reports its SIGINT first)
+  and removes a pending one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def _state() -> Path:
+    d = Path(os.environ["LSF_EMULATOR_DIR"])
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def _load(job: str) -> dict | None:  # type: ignore[type-arg]
+    path = _state() / f"{job}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _save(job: dict) -> None:  # type: ignore[type-arg]
+    (_state() / f"{job['id']}.json").write_text(json.dumps(job))
+
+
+def _slots(script: str) -> int:
+    """Slots on this (only) host: ptile when given, else -n, else 1."""
+    ptile = re.search(r"^#BSUB -R \"?span\[ptile=(\d+)\]", script, re.M)
+    total = re.search(r"^#BSUB -n (\d+)", script, re.M)
+    return int(ptile.group(1)) if ptile else int(total.group(1)) if total else 1
+
+
+def bsub(argv: list[str]) -> int:
+    out = err = None
+    it = iter(argv)
+    for a in it:
+        if a == "-o":
+            out = next(it)
+        elif a == "-e":
+            err = next(it)
+    text = sys.stdin.read()
+    if not text.strip():
+        print("No command is specified. Job not submitted.", file=sys.stderr)
+        return 255
+    counter = _state() / "counter"
+    n = int(counter.read_text()) + 1 if counter.exists() else 1
+    counter.write_text(str(n))
+    script = _state() / f"{n}.sh"
+    script.write_text(text)
+    job = {"id": str(n), "script": str(script), "state": "PEND", "pid": None,
+           "slots": _slots(text)}
+    if not os.environ.get("LSF_EMULATOR_HOLD"):
+        _start(job, out, err)
+    _save(job)
+    print(f"Job <{n}> is submitted to default queue <normal>.")
+    return 0
+
+
+def _start(job: dict, out: str | None, err: str | None) -> None:  # type: ignore[type-arg]
+    hostfile = _state() / f"{job['id']}.hosts"
+    hostfile.write_text((socket.gethostname() + "\n") * job["slots"])
+    env = {**os.environ, "LSB_JOBID": job["id"], "LSB_DJOB_HOSTFILE": str(hostfile),
+           "LS_SUBCWD": os.getcwd()}
+    status = _state() / f"{job['id']}.status"
+    with open(out or os.devnull, "ab") as fh:
+        errs = open(err, "ab") if err and err != out else fh  # noqa: SIM115
+        proc = subprocess.Popen(
+            ["bash", "-c", 'bash "$1"; echo $? > "$2"', "lsf-job", job["script"],
+             str(status)], stdout=fh, stderr=errs, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True)
+    job.update(state="RUN", pid=proc.pid)
+
+
+def _finish(job: dict) -> dict:  # type: ignore[type-arg]
+    """Mark a running job finished once its script has ended."""
+    status = _state() / f"{job['id']}.status"
+    if job["state"] == "RUN" and status.exists() and status.read_text().strip():
+        code = int(status.read_text())
+        job.update(state="DONE" if code == 0 else "EXIT", exit=code)
+        _save(job)
+    return job
+
+
+def bjobs(argv: list[str]) -> int:
+    ids = [a for a in argv if re.fullmatch(r"\d+", a)]
+    for jid in ids:
+        job = _load(jid)
+        if job is not None:
+            job = _finish(job)
+        cleaned = job is not None and job["state"] in ("DONE", "EXIT") and \
+            os.environ.get("LSF_EMULATOR_CLEAN") == "1"
+        if job is None or cleaned:
+            print(f"Job <{jid}> is not found", file=sys.stderr)
+            return 255
+        code = str(job["exit"]) if job["state"] == "EXIT" else "-"
+        host = f"{job['slots']}*{socket.gethostname()}" if job["state"] != "PEND" else "-"
+        print("|".join([jid, job["state"], code, host]))
+    return 0
+
+
+def bkill(argv: list[str]) -> int:
+    for jid in (a for a in argv if re.fullmatch(r"\d+", a)):
+        job = _load(jid)
+        if job is None:
+            print(f"Job <{jid}>: No matching job found", file=sys.stderr)
+            return 255
+        if _finish(job)["state"] == "RUN":
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(job["pid"], signal.SIGKILL)
+            job.update(state="EXIT", exit=130)
+            _save(job)
+        elif job["state"] == "PEND":
+            (_state() / f"{jid}.json").unlink()
+        print(f"Job <{jid}> is being terminated")
+    return 0
+
+
+if __name__ == "__main__":
+    tool = Path(sys.argv[0]).name
+    sys.exit({"bsub": bsub, "bjobs": bjobs, "bkill": bkill}[tool](sys.argv[1:]))

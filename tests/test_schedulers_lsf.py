@@ -1,0 +1,234 @@
+"""The LSF backend up to the boundary: #BSUB directives and launch lines from the bundled
+example profile, and submit/poll/cancel against tests/lsf_emulator.py, which answers as
+LSF 10.1's bsub, bjobs and bkill do (no LSF cluster can run here)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hpcprov.schedulers.lsf import LsfExecutor, directive, exec_hosts, job_fields, minutes
+from hpcprov.validate.judge import JobResult, judge
+from hpcprov.validate.plan import Options, job_script, plan_jobs
+from hpcprov_tests import cli, hpcprov_argv, write_profile
+
+from hpcprov.errors import UsageError
+from hpcprov.profiles import load_site
+
+EMULATOR = Path(__file__).with_name("lsf_emulator.py")
+
+
+@pytest.mark.parametrize(("walltime", "want"), [
+    ("01:00:00", "1:00"), ("90", "1:30"), ("00:00:30", "0:01"), ("1-02:03:04", "26:04"),
+    ("45:00", "0:45")])
+def test_walltime_becomes_lsf_hours_and_minutes_rounded_up(walltime: str, want: str) -> None:
+    assert minutes(walltime) == want
+
+
+def test_directive_values_are_quoted_or_refused() -> None:
+    assert directive("resource", "span[ptile=4]") == '-R "span[ptile=4]"'
+    assert directive("job-name", "train") == "-J train"
+    assert directive("exclusive", None) == "-x"
+    assert directive("alloc_flags", "smt4") == "-alloc_flags smt4"  # any LSF option
+    with pytest.raises(UsageError, match="cannot be written"):
+        directive("job-name", 'x" -q other "y')
+
+
+def test_jobscript_has_bsub_directives_and_reads_the_lsf_host_file(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    res = cli(capsys, "jobscript", "--site", "lsf-example", "-N", "2", "-t", "02:00:00",
+              "-o", "account=proj1", "--", "python", "train.py")
+    assert res.rc == 0, res.err
+    lines = res.out.splitlines()
+    bsub = [ln for ln in lines if ln.startswith("#BSUB ")]
+    assert bsub[:7] == ["#BSUB -J hpcprov", "#BSUB -W 2:00", "#BSUB -q gpuv100",
+                        "#BSUB -n 4", '#BSUB -R "span[ptile=2]"', "#BSUB -gpu num=2",
+                        "#BSUB -o %J.out"]
+    assert "#BSUB -P proj1" in bsub
+    assert 'cd "$LS_SUBCWD"' in lines
+    assert not [ln for ln in lines if "SLURM_" in ln or "PBS_" in ln]
+    launch = lines[-1]
+    assert launch.startswith('mpirun -np 4 --hostfile "${LSB_DJOB_HOSTFILE}"')
+
+
+def test_torchrun_starts_once_per_host_with_blaunch(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    res = cli(capsys, "jobscript", "--site", "lsf-example", "-N", "2", "-l", "torchrun",
+              "--no-activate", "--", "python", "train.py")
+    assert res.rc == 0, res.err
+    launch = res.out.rstrip().split("\n\n")[-1]  # the host file lines and the launch
+    # run the launch with blaunch and torchrun replaced by printers, on a host file with
+    # one line per slot as LSF writes it
+    (tmp_path / "bin").mkdir()
+    for tool in ("blaunch", "torchrun"):
+        exe = tmp_path / "bin" / tool
+        exe.write_text(f'#!/bin/bash\necho {tool} "$@"\n' + (
+            'cat "$2"; shift 2; exec "$@"\n' if tool == "blaunch" else ""))
+        exe.chmod(0o755)
+    hosts = tmp_path / "hosts"
+    hosts.write_text("n1\nn1\nn2\nn2\n")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}",
+           "LSB_DJOB_HOSTFILE": str(hosts), "LSB_JOBID": "77", "LS_SUBCWD": str(tmp_path)}
+    proc = subprocess.run(["bash", "-c", "set -eo pipefail\n" + launch],
+                          capture_output=True, text=True, env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout.splitlines()
+    assert out[1:3] == ["n1", "n2"]  # blaunch's host file: each host once
+    assert "--rdzv_id=77" in out[3] and "--rdzv_endpoint=n1:29500" in out[3]
+    assert "--nnodes=2" in out[3] and "--nproc_per_node=2" in out[3]
+
+
+def test_interactive_allocation_is_bsub_is(capsys: pytest.CaptureFixture[str]) -> None:
+    res = cli(capsys, "launch", "--site", "lsf-example", "-N", "2", "--allocate", "--",
+              "python", "x.py")
+    assert res.rc == 0, res.err
+    assert res.out.splitlines()[0] == ("bsub -Is -J interactive -W 1:00 -q gpuv100 -n 4 "
+                                       "-R 'span[ptile=2]' -gpu num=2 /bin/bash")
+
+
+def test_a_launch_node_in_the_host_file_runs_no_ranks(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    sites = tmp_path / "sites"
+    write_profile(sites, "csm", "extends: lsf-example\nname: csm\n"
+                  "lsf: {task_request: nnodes, launch_node_in_hostfile: true}\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
+    res = cli(capsys, "jobscript", "--site", "csm", "-N", "2", "--no-activate", "--",
+              "python", "t.py")
+    assert res.rc == 0, res.err
+    assert "#BSUB -nnodes 2" in res.out and "#BSUB -n " not in res.out
+    hosts = tmp_path / "hosts"
+    hosts.write_text("batch1\nh1\nh1\nh2\nh2\n")
+    line = res.out.rstrip().splitlines()[-1]
+    echo = subprocess.run(["bash", "-c", "printf '%s\\n' " + line.split(" ", 1)[1]],
+                          capture_output=True, text=True, timeout=30,
+                          env={**os.environ, "LSB_DJOB_HOSTFILE": str(hosts)})
+    words = echo.stdout.split()
+    assert words[words.index("-H") + 1] == "h1:2,h2:2"
+    assert "MASTER_ADDR=h1" in words
+
+
+def test_bjobs_output_is_read() -> None:
+    assert job_fields("12|EXIT|3|4*n1:4*n2\n") == {"jobid": "12", "stat": "EXIT",
+                                                   "exit_code": "3", "exec_host": "4*n1:4*n2"}
+    assert job_fields("Job <12> is not found") == {}
+    assert exec_hosts("4*n1:4*n2") == "n1,n2" and exec_hosts("n3") == "n3"
+
+
+@pytest.fixture
+def lsf(tmp_path: Path) -> dict[str, str]:
+    """PATH with bsub, bjobs and bkill from the emulator; its state in tmp_path."""
+    bindir = tmp_path / "lsf-bin"
+    bindir.mkdir()
+    for tool in ("bsub", "bjobs", "bkill"):
+        (bindir / tool).symlink_to(EMULATOR)
+    return {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+            "LSF_EMULATOR_DIR": str(tmp_path / "lsf-state")}
+
+
+def _scripts(work: Path, bodies: dict[str, str]) -> dict[str, Path]:
+    """validate's own job scripts for the LSF example site, each running one body."""
+    o = Options(load_site("lsf-example"), "gpuv100", 1, ("env",))
+    env_job = plan_jobs(o)[0]
+    out = {}
+    for name, body in bodies.items():
+        script = work / f"{name}.sh"
+        text = job_script(replace(env_job, id=name), o, None, str(work), ("bash", "-c", body))
+        head = [ln for ln in text.splitlines() if ln.startswith("#") or "hpcprov_t0" in ln
+                or ln.startswith("trap ")]
+        script.write_text("\n".join([*head, body]) + "\n")
+        out[name] = script
+    return out
+
+
+def test_exit_codes_come_from_bjobs_and_nodes_from_exec_host(lsf: dict[str, str],
+                                                             tmp_path: Path) -> None:
+    work = tmp_path / "run"
+    work.mkdir()
+    scripts = _scripts(work, {"ok": "echo fine", "bad": "exit 3", "killed": "kill -KILL $$"})
+    assert "#BSUB -n 1" in scripts["ok"].read_text()
+    ex = LsfExecutor(lsf)
+    handles = [ex.submit(p, work / f"{n}.out", work / f"{n}.exit") for n, p in scripts.items()]
+    assert [h.job_id for h in handles] == ["1", "2", "3"]
+    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
+    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
+    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 3), "killed": ("FAILED", 137)}
+    assert all(h.nodes == os.uname().nodename for h in handles)
+    assert (work / "ok.out").read_text().strip() == "fine"
+
+
+def test_a_cleaned_job_is_answered_by_its_status_file_and_none_is_an_error(
+        lsf: dict[str, str], tmp_path: Path) -> None:
+    work = tmp_path / "run"
+    work.mkdir()
+    scripts = _scripts(work, {"ok": "true", "bad": "exit 5", "lost": "true"})
+    ex = LsfExecutor({**lsf, "LSF_EMULATOR_CLEAN": "1"})
+    handles = [ex.submit(p, work / f"{n}.out", work / f"{n}.exit") for n, p in scripts.items()]
+    lost = next(h for h in handles if h.script.stem == "lost")
+    lost.exit_file = work / "never-written.exit"
+    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
+    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
+    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 5), "lost": ("UNKNOWN", None)}
+    assert "no longer knows the job" in lost.reason
+    result = JobResult("lost", "env", "", 1, lost.state, lost.exit_code, "", [], [], 1.0,
+                       reason=lost.reason)
+    (outcome,) = judge([result], {})
+    assert outcome.status == "error"
+
+
+def test_pending_and_running_jobs_are_killed_at_their_timeouts(lsf: dict[str, str],
+                                                                tmp_path: Path) -> None:
+    work = tmp_path / "run"
+    work.mkdir()
+    (held,) = _scripts(work, {"held": "true"}).values()
+    ex = LsfExecutor({**lsf, "LSF_EMULATOR_HOLD": "1"})
+    h = ex.submit(held, work / "held.out", work / "held.exit")
+    ex.wait([h], timeout_s=60, pending_timeout_s=1)
+    assert h.state == "PENDING_TIMEOUT" and "still pending after 1 s" in h.reason
+    gone = subprocess.run(["bjobs", h.job_id], capture_output=True, text=True, env=lsf,
+                          timeout=30)
+    assert gone.returncode == 255  # bkill removed it
+    (long,) = _scripts(work, {"long": "sleep 600"}).values()
+    ex = LsfExecutor(lsf)
+    h = ex.submit(long, work / "long.out", work / "long.exit")
+    ex.wait([h], timeout_s=1)
+    assert (h.state, h.reason) == ("TIMEOUT", "not finished after 1 s")
+    again = replace(h, state="RUNNING", ended=None, reason="")
+    ex.refresh([again])
+    assert (again.state, again.exit_code) == ("FAILED", 130)
+
+
+def test_a_refused_submission_is_an_error_with_lsf_s_words(lsf: dict[str, str],
+                                                           tmp_path: Path) -> None:
+    from hpcprov.errors import HpcprovError
+
+    empty = tmp_path / "empty.sh"
+    empty.write_text("")
+    with pytest.raises(HpcprovError, match="bsub refused empty.sh: No command is specified"):
+        LsfExecutor(lsf).submit(empty, tmp_path / "o", tmp_path / "e")
+
+
+@pytest.mark.slow
+def test_validate_runs_its_jobs_through_bsub_and_bjobs(lsf: dict[str, str], tmp_path: Path,
+                                                      local_prefix: Path) -> None:
+    """The whole command on an LSF site whose node is this machine."""
+    sites = tmp_path / "sites"
+    write_profile(sites, "local-lsf", "extends: local\nname: local-lsf\nscheduler: lsf\n")
+    env = {**lsf, "HPCPROV_SITES_PATH": str(sites), "HPCPROV_HISTORY": str(tmp_path / "h"),
+           "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    proc = subprocess.run(
+        [*hpcprov_argv(), "validate", "--site", "local-lsf", "--nodes", "1", "--checks",
+         "allreduce", "--env", str(local_prefix), "--max-bytes", "65536", "--iters", "3",
+         "--workdir", str(tmp_path / "run"), "--json"],
+        capture_output=True, text=True, env=env, timeout=600)
+    data = json.loads(proc.stdout or "{}")
+    assert proc.returncode == 0, (proc.stderr, data.get("outcomes"))
+    assert data["scheduler"] == "lsf" and data["ok"]
+    assert all(j["state"] == "COMPLETED" and j["exit_code"] == 0 for j in data["jobs"])
+    submitted = sorted((tmp_path / "lsf-state").glob("*.sh"))
+    assert len(submitted) == len(data["jobs"]) >= 1
+    assert "#BSUB -n " in submitted[0].read_text()
