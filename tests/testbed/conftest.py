@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from hpcprov.testbed.cluster import Testbed, TestbedError
 
 REQUIRE = os.environ.get("HPCPROV_REQUIRE_TESTBED") == "1"

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
 import pytest
+
 from hpcprov.testbed import __main__ as cli
-from hpcprov.testbed import cluster
-from hpcprov.testbed.cluster import Testbed, TestbedError, hostlist, node_layout
+from hpcprov.testbed.cluster import Testbed, TestbedError, node_layout
+from hpcprov.testbed.daemons import daemon_died
 
 
 def test_node_layout_mirrors_neuron():
@@ -21,14 +23,16 @@ def test_node_layout_mirrors_neuron():
         ("gpu04", "10.251.0.14", "cas_v100_4", 4),
     ]
     assert Testbed(nodes=2).partitions == {"amd_a100nv_8": ["gpu01", "gpu02"]}
-    assert hostlist(["gpu01", "gpu02"]) == "gpu[01-02]"
-    assert hostlist(["gpu03"]) == "gpu03"
+    assert [p["nodes"] for p in Testbed(nodes=4).describe()["partitions"]] == [
+        "gpu[01-02]", "gpu[03-04]"]
+    assert [p["nodes"] for p in Testbed(nodes=3).describe()["partitions"]] == [
+        "gpu[01-02]", "gpu03"]
     with pytest.raises(TestbedError):
         node_layout(5)
 
 
 def test_not_root_is_one_line_error(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(cluster.os, "geteuid", lambda: 1000)
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
     rc = cli.main(["--state-dir", str(tmp_path / "x"), "up"])
     err = capsys.readouterr().err
     assert rc == 1
@@ -37,8 +41,8 @@ def test_not_root_is_one_line_error(monkeypatch, capsys, tmp_path):
 
 
 def test_missing_packages_is_one_line_error(monkeypatch, capsys):
-    monkeypatch.setattr(cluster.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(cluster.shutil, "which", lambda cmd, path=None: None)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    monkeypatch.setattr(shutil, "which", lambda cmd, path=None: None)
     rc = cli.main(["--state-dir", "/var/lib/hpcprov-testbed-nonexistent", "up"])
     err = capsys.readouterr().err
     assert rc == 1
@@ -47,7 +51,7 @@ def test_missing_packages_is_one_line_error(monkeypatch, capsys):
 
 
 def test_state_dir_under_tmp_is_refused(monkeypatch):
-    monkeypatch.setattr(cluster.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     probs = Testbed(state_dir="/tmp/tb").problems()
     assert any("must not be under /tmp" in p for p in probs)
 
@@ -70,15 +74,14 @@ def _dead_pid() -> int:
 def test_a_pid_file_being_written_is_not_a_dead_daemon(tmp_path):
     """Slurm creates its pid file empty and writes the pid a moment later (CI once
     caught slurmctld in between and called it dead)."""
-    tb = Testbed(state_dir=tmp_path / "tb")
     pidfile, log = tmp_path / "slurmctld.pid", tmp_path / "slurmctld.log"
     log.write_text("started\nfatal: something broke\n")
     for being_written in ("", "12"):
         pidfile.write_text(being_written)
-        tb._daemon_died("slurmctld", pidfile, log)  # no raise: still starting
+        daemon_died("slurmctld", pidfile, log)  # no raise: still starting
     pidfile.write_text(f"{os.getpid()}\n")
-    tb._daemon_died("slurmctld", pidfile, log)  # alive
+    daemon_died("slurmctld", pidfile, log)  # alive
     pidfile.write_text(f"{_dead_pid()}\n")
     with pytest.raises(TestbedError, match=r"slurmctld died during start-up .*"
                                            r"its log ends: started \| fatal: something broke"):
-        tb._daemon_died("slurmctld", pidfile, log)
+        daemon_died("slurmctld", pidfile, log)

@@ -10,6 +10,7 @@ import sys
 import time
 
 import pytest
+
 from hpcprov.testbed.cluster import BRIDGE, Testbed
 
 pytestmark = pytest.mark.testbed

@@ -12,8 +12,9 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from hpcprov.testbed.cluster import Testbed
 from hpcprov_tests import hpcprov_argv
+
+from hpcprov.testbed.cluster import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
@@ -237,12 +238,11 @@ def test_a_job_the_controller_forgot_gets_its_status_from_the_file_or_is_an_erro
     trap wrote; a job without one is UNKNOWN, which the judgement makes an error."""
     from dataclasses import replace
 
+    from hpcprov.profiles import load_site
     from hpcprov.schedulers.base import Handle
     from hpcprov.schedulers.slurm import SlurmExecutor
     from hpcprov.validate.judge import JobResult, judge
     from hpcprov.validate.plan import Options, job_script, plan_jobs
-
-    from hpcprov.profiles import load_site
 
     work = no_accounting.scratch / "pytest-validate" / tmp_path.name
     shutil.rmtree(work, ignore_errors=True)
