@@ -26,20 +26,11 @@ def _print_error(message: str) -> None:
         click.echo(f"hpcprov: error: {line}", err=True)
 
 
-def _load(site: str | None):  # noqa: ANN202 - returns hpcprov.model.Site
-    from hpcprov.profiles import load_site
+def _load(site: str | None) -> Any:
+    """The site a command works on (hpcprov.profiles.load)."""
+    from hpcprov.profiles import load
 
-    return load_site(site or default_site())
-
-
-def default_site() -> str:
-    """HPCPROV_SITE, else the site whose login hosts match this machine, else local."""
-    if os.environ.get("HPCPROV_SITE"):
-        return os.environ["HPCPROV_SITE"]
-    from hpcprov.detect import detect
-
-    found = detect()
-    return found[0] if found else "local"
+    return load(site)
 
 
 def _site_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
@@ -299,46 +290,27 @@ def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_o
     Runs the plan that --dry-run prints, step by step, with a journal: running it again
     after success does nothing, after a failure or Ctrl-C it resumes at the failed step.
     """
-    if prefix and "$" not in prefix:
-        prefix = os.path.abspath(os.path.expanduser(prefix))
-    ref = site or os.environ.get("HPCPROV_SITE")
-    quick_key = None
-    if not dry_run and not redo and until is None and ref:
-        from hpcprov.provision.quick import ready_prefix, request_key
+    from hpcprov.provision.api import SetupOptions, already_ready, plan_setup
 
-        quick_key = request_key(ref, {"prefix": prefix, "env": env_name, "on": runs_on,
-                                      "container": container})
-        ready = ready_prefix(quick_key) if quick_key else None
-        if ready is not None:
-            _nothing_to_do(ready, ref, as_json)
-            return
-
-    from hpcprov.findings import LintFailed
-    from hpcprov.provision.plan_lint import lint_plan
-    from hpcprov.provision.plan import build_plan, render_script
-
-    s = _with_container(_with_env_name(_load(site), env_name), container)
-    plan = build_plan(s, prefix=prefix, runs_on=runs_on)  # type: ignore[arg-type]
-    findings = lint_plan(plan, s)
-    if any(f.level == "error" for f in findings):
-        raise LintFailed(findings)
-    warnings = [f for f in findings if f.level != "error"]
-    if until is not None and until not in [st.id for st in plan.steps]:
-        _fail(f"--until {until!r}: no such step (steps: "
-              f"{' '.join(st.id for st in plan.steps)})")
-    if dry_run:
-        if as_json:
-            _emit_json({"plan": plan.to_json(), "script": render_script(plan),
-                        "warnings": [f.to_json() for f in warnings]})
-        else:
-            for f in warnings:
-                click.echo(f"hpcprov: warning: {f}", err=True)
-            click.echo(render_script(plan), nl=False)
+    opts = SetupOptions(site=site, prefix=prefix, env_name=env_name,
+                        runs_on=runs_on, until=until, redo=redo,  # type: ignore[arg-type]
+                        container=container)
+    ready = None if dry_run else already_ready(opts)
+    if ready is not None:
+        _nothing_to_do(ready, site or os.environ.get("HPCPROV_SITE", ""), as_json)
+        return
+    planned = plan_setup(opts)
+    if as_json and dry_run:
+        _emit_json({"plan": planned.plan.to_json(), "script": planned.script,
+                    "warnings": [f.to_json() for f in planned.warnings]})
         return
     if not as_json:
-        for f in warnings:
+        for f in planned.warnings:
             click.echo(f"hpcprov: warning: {f}", err=True)
-    _execute_setup(s, site, plan, until, redo, verbose, as_json, quick_key)
+    if dry_run:
+        click.echo(planned.script, nl=False)
+        return
+    _run_setup(planned, verbose, as_json)
 
 
 def _nothing_to_do(prefix: Any, site: str, as_json: bool, steps: int | None = None) -> None:
@@ -351,95 +323,29 @@ def _nothing_to_do(prefix: Any, site: str, as_json: bool, steps: int | None = No
                f"Activate with: source {prefix / 'activate'}")
 
 
-def _with_container(s: Any, image: str | None) -> Any:
-    """The site, provisioned through its container image IMAGE (Neuron's .sif files)."""
-    if not image:
-        return s
-    from hpcprov.errors import UsageError
-    from hpcprov.model import ContainerSpec
-    from hpcprov.site_view import view
+def _run_setup(planned: Any, verbose: bool, as_json: bool) -> None:
+    from hpcprov.provision.api import run_setup
+    from hpcprov.provision.runner import SetupFailed
 
-    images = s.containers.images
-    if image not in images:
-        raise UsageError(f"--container {image!r}: site {s.name} has "
-                         f"{', '.join(images) or 'no container images'} (containers.images)")
-    spec = view(ContainerSpec(image=image, source=images[image]))
-    python = s.python.model_copy(update={"backend": "container", "container": spec})
-    horovod = s.horovod.model_copy(update={"source": "container"})
-    return s.model_copy(update={"python": python, "horovod": horovod})
-
-
-def _with_env_name(s: Any, env_name: str | None) -> Any:
-    if not env_name:
-        return s
-    from pydantic import ValidationError
-
-    from hpcprov.errors import UsageError
-    from hpcprov.model import PythonStack
-    from hpcprov.site_view import view
-
+    target, until = planned.target, planned.options.until
     try:
-        stack = view(PythonStack.model_validate({**s.python.model_dump(), "env_name": env_name}))
-    except ValidationError:
-        raise UsageError(f"--env {env_name!r}: use letters, digits, '.', '_', '+', '-' "
-                         "(starting with a letter or digit)") from None
-    return s.model_copy(update={"python": stack})
-
-
-def expand_prefix(template: str) -> str:
-    """The prefix as a path here: $VARS and ~ expanded; an unset variable is an error."""
-    from hpcprov.errors import UsageError
-
-    expanded = os.path.expandvars(os.path.expanduser(template))
-    if "$" in expanded:
-        raise UsageError(f"the prefix {template} uses a variable that is not set here; set it "
-                         "or pass --prefix DIR")
-    return os.path.abspath(expanded)
-
-
-def _execute_setup(s: Any, ref: str | None, plan: Any, until: str | None, redo: bool,
-                   verbose: bool, as_json: bool, quick_key: Any) -> None:
-    from pathlib import Path
-
-    from hpcprov.loader import find_profile
-    from hpcprov.provision.manifest import build_manifest, write_manifest
-    from hpcprov.provision.progress import make_reporter
-    from hpcprov.provision.runner import Runner, SetupFailed
-
-    target = Path(expand_prefix(plan.prefix))
-    profile = str(find_profile(ref or default_site()))
-
-    def manifest(prefix: Path, journal: Any) -> None:
-        write_manifest(build_manifest(s, profile, prefix, journal), prefix)
-
-    reporter = make_reporter(verbose=verbose, quiet=as_json)
-    runner = Runner(plan, reporter, manifest_writer=manifest, prefix_path=target)
-    try:
-        result = runner.run(until=until, redo=redo)
+        result = run_setup(planned, verbose=verbose, quiet=as_json)
     except SetupFailed as exc:
-        reporter.close()
         if as_json:
             _emit_json({"status": "failed", "prefix": str(target), "step": exc.step,
                         "log": str(exc.log or ""), "error": str(exc)})
             raise click.exceptions.Exit(exc.exit_code) from None
         raise
-    reporter.close()
-    if quick_key and result.status in ("ready", "nothing-to-do"):
-        from hpcprov.provision.quick import remember
-
-        remember(quick_key, target)
     if as_json:
         _emit_json(result.to_json())
-        return
-    activate = target / "activate"
-    if result.status == "nothing-to-do":
-        _nothing_to_do(target, s.name, False, len(result.skipped))
+    elif result.status == "nothing-to-do":
+        _nothing_to_do(target, planned.site.name, False, len(result.skipped))
     elif result.status == "stopped":
         click.echo(f"hpcprov: stopped after step {until} as asked; {target} is not ready yet "
                    "(run without --until to finish)")
     else:
         click.echo(f"hpcprov: {target} is ready ({len(result.ran)} steps in "
-                   f"{result.seconds:.0f} s). Activate with: source {activate}\n"
+                   f"{result.seconds:.0f} s). Activate with: source {target / 'activate'}\n"
                    f"hpcprov: manifest: {result.manifest}; check it any time with: "
                    f"hpcprov doctor --prefix {target}")
 
@@ -453,36 +359,12 @@ def _execute_setup(s: Any, ref: str | None, plan: Any, until: str | None, redo: 
 def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
                as_json: bool) -> None:
     """Check a provisioned environment against its manifest (exit 1 when a check fails)."""
-    from pathlib import Path
+    from hpcprov.provision.api import doctor
 
-    from hpcprov.provision.doctor import judge, not_ready, probe
-    from hpcprov.provision.journal import Journal
-    from hpcprov.provision.manifest import read_manifest
-
-    if prefix is None:
-        prefix = _load(site).prefix()
-    target = Path(expand_prefix(prefix))
-    manifest = read_manifest(target)
-    rerun = f"hpcprov setup --site {site or default_site()} --prefix {target}"
-    if manifest is None:
-        journal = Journal.load(target / ".hpcprov" / "journal.json")
-        steps = {k: {"status": v.status, "log": v.log} for k, v in journal.steps.items()}
-        checks = [not_ready(target, steps, rerun)]
-    else:
-        rerun = f"hpcprov setup --site {manifest.get('profile') or manifest['site']} " \
-                f"--prefix {target}"
-        partition = partition or os.environ.get("SLURM_JOB_PARTITION")
-        parts = manifest.get("site_profile", {}).get("partitions", {})
-        expected = None
-        if partition:
-            if partition not in parts:
-                _fail(f"--partition {partition!r}: site {manifest['site']} has "
-                      f"{', '.join(parts) or 'no partitions'}")
-            expected = parts[partition].get("gpus", {}).get("count", 0)
-        checks = judge(manifest, probe(manifest, target), expected, rerun)
-    failed = [c for c in checks if c.status == "fail"]
+    report = doctor(site, prefix, partition)
+    checks = report.checks
     if as_json:
-        _emit_json({"prefix": str(target), "ok": not failed,
+        _emit_json({"prefix": str(report.prefix), "ok": report.ok,
                     "checks": [c.to_json() for c in checks]})
     else:
         width = max(len(c.name) for c in checks)
@@ -490,9 +372,10 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
             click.echo(f"{c.status.upper():5} {c.name:{width}}  {c.detail}")
             if c.fix and c.status in ("fail", "warn"):
                 click.echo(f"{'':5} {'':{width}}  fix: {c.fix}")
+        failed = [c for c in checks if c.status == "fail"]
         click.echo(f"hpcprov: {len(failed)} check(s) failed" if failed
-                   else f"hpcprov: {target} is healthy")
-    if failed:
+                   else f"hpcprov: {report.prefix} is healthy")
+    if not report.ok:
         raise click.exceptions.Exit(1)
 
 
@@ -534,74 +417,27 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int, checks: st
                  report: str | None, compare: str | None, no_history: bool,
                  as_json: bool) -> None:
     """Submit multi-node allreduce and training jobs, measure, judge, report (exit 0 = pass)."""
-    from pathlib import Path
+    from hpcprov.validate.api import ValidateOptions, validate
+    from hpcprov.validate.judge import Outcome
+    from hpcprov.validate.report import table
 
-    from hpcprov.errors import UsageError
-    from hpcprov.options import parse_option
-    from hpcprov.provision.manifest import read_manifest
-    from hpcprov.validate import report as rep
-    from hpcprov import schedulers
-    from hpcprov.validate.plan import CHECKS, Options
-    from hpcprov.validate.run import default_rundir, run_validation
-
-    s = _load(site)
     wanted = tuple(c.strip() for c in checks.split(",") if c.strip())
-    bad = [c for c in wanted if c not in CHECKS]
-    if bad or not wanted:
-        raise UsageError(f"--checks {checks!r}: choose from {', '.join(CHECKS)}")
-    try:
-        pname = s.partition(partition)[0]
-    except KeyError:
-        raise UsageError(f"--partition {partition!r}: site {s.name} has "
-                         f"{', '.join(s.partitions)}") from None
-    part = s.partitions[pname]
-    if nodes > part.nodes:
-        raise UsageError(f"--nodes {nodes}: partition {pname} has {part.nodes} node(s)")
-    extra = dict(parse_option(o) for o in options)
-    target = Path(expand_prefix(prefix or s.prefix()))
-    if s.python.backend != "container" and read_manifest(target) is None:
-        raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
-                         f"hpcprov setup --site {s.name} --prefix {target} first, or pass --env")
-    per_node = {"pernode", "links"} & set(wanted)
-    backend = schedulers.of(s)
-    if "links" in wanted and backend.pin("node") is None:
-        raise UsageError(f"--checks links: pairs of nodes must be pinned to their nodes, which "
-                         f"hpcprov cannot do with {backend.title} (site {s.name})")
-    usable = backend.executor().usable_nodes(pname) if per_node else None
-    here = (os.uname().nodename,) if per_node else ()
-    node_names = tuple(usable) if usable is not None else here
-    o = Options(s, pname, nodes, wanted, ranks_per_node, device, max_bytes, 8, iters, steps,
-                node_names, extra, link_bytes=link_bytes)
-    rundir = Path(expand_prefix(workdir or default_rundir(o)))
+    opts = ValidateOptions(
+        site=site, partition=partition, nodes=nodes, checks=wanted, prefix=prefix,
+        ranks_per_node=ranks_per_node, device=device, max_bytes=max_bytes, iters=iters,
+        link_bytes=link_bytes, steps=steps, timeout=timeout, pending_timeout=pending_timeout,
+        workdir=workdir, options=options, junit=junit, report=report, compare=compare,
+        history=not no_history)
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
-    data = run_validation(o, str(target) if s.python.backend != "container" else None, rundir,
-                          backend.executor(), timeout, pending_timeout, say)
-    if compare:
-        baseline = rep.load_baseline(s.name, compare)
-        if baseline is None:
-            raise UsageError(f"--compare {compare}: no stored run for site {s.name}")
-        rows, worse = rep.compare(data, baseline)
-        data["compare"] = rows
-        data["outcomes"] += [w.to_json() for w in worse]
-        data["ok"] = data["ok"] and not worse
-    if not no_history:
-        data["history"] = str(rep.save_history(data))
-    if junit:
-        Path(junit).write_text(rep.junit(data))
-    if report:
-        png = Path(report).with_name(Path(report).stem + "-busbw.png")
-        made = rep.plot_busbw(data, png)
-        Path(report).write_text(rep.markdown(data, png.name if made else None))
+    data = validate(opts, say)
     if as_json:
         _emit_json(data)
     else:
-        from hpcprov.validate.judge import Outcome
-
-        click.echo(rep.table([Outcome(**x) for x in data["outcomes"]]))
+        click.echo(table([Outcome(**x) for x in data["outcomes"]]))
         verdict = "PASS" if data["ok"] else "FAIL"
-        click.echo(f"hpcprov: {verdict}: {s.name}/{pname}, {nodes} node(s), "
-                   f"{data['seconds']:.1f} s (harness overhead {data['overhead_s']:.2f} s); "
-                   f"run directory {rundir}")
+        click.echo(f"hpcprov: {verdict}: {data['site']}/{data['partition']}, "
+                   f"{data['nodes']} node(s), {data['seconds']:.1f} s (harness overhead "
+                   f"{data['overhead_s']:.2f} s); run directory {data['rundir']}")
     if not data["ok"]:
         raise click.exceptions.Exit(1)
 

@@ -44,16 +44,19 @@ def render_guide(site: Site, partition: str | None = None) -> str:
     out = [f"# Distributed training on {site.name}", "", site.description or "", ""]
     out += ["## The cluster", "",
             f"Scheduler: **{schedulers.of(site).name}**. Partitions:", "",
-            "| partition | nodes | cores/node | GPUs/node | GPU | arch | limits |",
-            "|---|---|---|---|---|---|---|"]
+            "| partition | nodes | cores/node | memory/node | GPUs/node | GPU | arch | limits |",
+            "|---|---|---|---|---|---|---|---|"]
     for name, p in site.partitions.items():
         lim = p.limits
         limits = ", ".join(x for x in [
             f"{lim.max_jobs_per_user} jobs/user" if lim.max_jobs_per_user else "",
             f"{lim.max_gpus_per_user} GPUs/user" if lim.max_gpus_per_user else "",
             f"walltime {lim.max_walltime}" if lim.max_walltime else ""] if x)
+        gpu = " ".join(x for x in (p.gpus.model, p.gpus.interconnect and
+                                   f"({p.gpus.interconnect})") if x) or "-"
+        memory = f"{p.memory_gb:g} GB" if p.memory_gb else "-"
         out.append(f"| {name}{' (default)' if p.default else ''} | {p.nodes} | "
-                   f"{p.cores_per_node} | {p.gpus.count} | {p.gpus.model or '-'} | {p.arch} | "
+                   f"{p.cores_per_node} | {memory} | {p.gpus.count} | {gpu} | {p.arch} | "
                    f"{limits or '-'} |")
     out.append("")
     pol = site.policies
@@ -67,6 +70,9 @@ def render_guide(site: Site, partition: str | None = None) -> str:
         rules.append("Conda is not allowed: hpcprov uses a virtualenv.")
     if pol.home_readonly_on_compute:
         rules.append("Home is read-only on compute nodes: write to scratch.")
+    if pol.purge_days:
+        rules.append(f"Scratch files unused for {pol.purge_days} days are deleted: keep "
+                     "results elsewhere.")
     if pol.submit_from:
         rules.append(f"Submit jobs from `{pol.submit_from}`.")
     rules += pol.notes

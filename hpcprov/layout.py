@@ -3,12 +3,42 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from hpcprov.shell import Template, quote
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
+
+
+def expand_prefix(template: str) -> str:
+    """The prefix as a path here: $VARS and ~ expanded; an unset variable is an error."""
+    import os
+
+    from hpcprov.errors import UsageError
+
+    expanded = os.path.expandvars(os.path.expanduser(template))
+    if "$" in expanded:
+        raise UsageError(f"the prefix {template} uses a variable that is not set here; set it "
+                         "or pass --prefix DIR")
+    return os.path.abspath(expanded)
+
+
+def manifest_file(prefix: Path) -> Path:
+    """Where setup records a finished environment; its presence means "ready"."""
+    return prefix / ".hpcprov" / "manifest.json"
+
+
+def read_manifest(prefix: Path) -> dict[str, Any] | None:
+    """The manifest of a provisioned prefix, or None (not provisioned, or unreadable)."""
+    import json
+
+    try:
+        data = json.loads(manifest_file(prefix).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 @dataclass(frozen=True)

@@ -20,10 +20,32 @@ _NETWORK = [
 ]
 
 
+_MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.I)
+_MEM_GB = {"K": 1 / 1024**2, "M": 1 / 1024, "": 1 / 1024, "G": 1.0, "T": 1024.0}
+
+
+def memory_gb(text: str) -> float | None:
+    """GB in a Slurm memory size (``4000`` is MB, as sbatch reads it; ``100G``, ``1T``)."""
+    m = _MEM.match(text.strip())
+    return float(m.group(1)) * _MEM_GB[m.group(2).upper()] if m else None
+
+
+def _memory(req: JobRequest) -> list[Finding]:
+    """A memory request above what a node of the partition has."""
+    have, asked = req.part.memory_gb, req.options.get("mem")
+    want = memory_gb(asked) if asked else None
+    if have is None or want is None or want <= have:
+        return []
+    return [Finding("error", "memory-exceed",
+                    f"--mem={asked} is more than the {have:g} GB of a {req.partition_name} node",
+                    f"ask for {have:g}G or less")]
+
+
 def lint(req: JobRequest) -> list[Finding]:
     """Every problem with a request; errors first."""
     found: list[Finding] = []
     found += _geometry(req)
+    found += _memory(req)
     found += _policies(req)
     found += _variables(req)
     found += _internet(req)

@@ -133,3 +133,20 @@ def load_site(ref: str) -> SiteView:
 
 def site_names() -> list[str]:
     return sorted(available_sites())
+
+
+def default_site() -> str:
+    """HPCPROV_SITE, else the site whose login hosts match this machine, else local."""
+    import os
+
+    if os.environ.get("HPCPROV_SITE"):
+        return os.environ["HPCPROV_SITE"]
+    from hpcprov.detect import detect
+
+    found = detect()
+    return found[0] if found else "local"
+
+
+def load(ref: str | None) -> SiteView:
+    """The site a command works on: ``ref`` (a name or a path), else the default site."""
+    return load_site(ref or default_site())

@@ -32,13 +32,6 @@ class Template(str):
 
     __slots__ = ()
 
-    def variables(self) -> list[str]:
-        """Names of the environment variables the template references."""
-        return [m.group(1) or m.group(2) for m in _VAR.finditer(self)]
-
-
-Word = str  # str | Raw | Template: all are str subclasses
-
 
 def quote(value: str) -> str:
     """Render one argv item as a shell word."""
@@ -86,8 +79,3 @@ def export_lines(env: Mapping[str, str]) -> list[str]:
 def env_prefix(env: Mapping[str, str]) -> str:
     """``A=1 B=2 `` prefix for a single command (empty when env is empty)."""
     return "".join(assign(k, v) + " " for k, v in env.items())
-
-
-def is_identifier(name: str) -> bool:
-    """True when ``name`` is a valid shell variable name."""
-    return bool(_NAME.match(name))

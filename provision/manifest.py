@@ -17,6 +17,7 @@ from hpcprov.checkbuild import expected_check_build, parse_check_build
 from hpcprov.provision.journal import Journal
 
 from hpcprov import __version__, fsutil
+from hpcprov.layout import manifest_file
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
@@ -97,13 +98,7 @@ def build_manifest(site: Site, profile: str, prefix: Path, journal: Journal) -> 
 
 
 def write_manifest(data: dict[str, object], prefix: Path) -> Path:
-    path = prefix / ".hpcprov" / "manifest.json"
+    path = manifest_file(prefix)
     fsutil.atomic_write(path, json.dumps(data, indent=2) + "\n", private=False)
     return path
 
-
-def read_manifest(prefix: Path) -> dict[str, object] | None:
-    try:
-        return json.loads((prefix / ".hpcprov" / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None

@@ -305,3 +305,24 @@ def test_host_list_must_match_the_node_count(launcher: str) -> None:
     ranks = int(argv[argv.index("-np") + 1])
     slots = sum(int(h.rsplit(":", 1)[1]) for h in argv[argv.index("-H") + 1].split(","))
     assert ranks <= slots or "error" in {f.level for f in lint(r)}
+
+
+@pytest.mark.parametrize(("text", "gb"), [("4000", 4000 / 1024), ("100G", 100.0), ("1T", 1024.0),
+                                         ("512M", 0.5), ("2gb", 2.0), ("lots", None)])
+def test_memory_sizes_are_read_as_sbatch_reads_them(text: str, gb: float | None) -> None:
+    from hpcprov.lint import memory_gb
+
+    assert memory_gb(text) == gb
+
+
+def test_memory_above_a_node_is_an_error_with_the_node_size() -> None:
+    s = site("testbed")
+    pname, part = s.partition()
+    assert part.memory_gb is not None
+    ok = JobRequest(site=s, nodes=1, command=("python", "x.py"),
+                    options={"mem": f"{int(part.memory_gb)}G"})
+    assert "memory-exceed" not in codes(lint(ok), "error")
+    big = JobRequest(site=s, nodes=1, command=("python", "x.py"),
+                     options={"mem": f"{int(part.memory_gb) + 1}G"})
+    (finding,) = [f for f in lint(big) if f.code == "memory-exceed"]
+    assert f"{part.memory_gb:g} GB of a {pname} node" in finding.message

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from hpcprov.cli import _with_container, _with_env_name
+from hpcprov.provision.api import _with_container, _with_env_name
 from hpcprov.kinds import Scheduler
 from hpcprov.loader import bundled_site_dir
 from hpcprov.model import PythonStack

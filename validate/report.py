@@ -50,6 +50,13 @@ def junit(data: dict) -> str:  # type: ignore[type-arg]
     return ET.tostring(suite, encoding="unicode", xml_declaration=True) + "\n"
 
 
+def can_plot() -> bool:
+    """True when matplotlib (the ``report`` extra) is installed."""
+    from importlib.util import find_spec
+
+    return find_spec("matplotlib") is not None
+
+
 def plot_busbw(data: dict, path: Path) -> bool:  # type: ignore[type-arg]
     """busbw against message size, one line per implementation (matplotlib, if present)."""
     series = {}

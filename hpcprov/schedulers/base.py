@@ -17,7 +17,10 @@ Launchers, job scripts, lint, the guide and the validation suite ask the backend
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
+import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -31,6 +34,36 @@ if TYPE_CHECKING:
     from hpcprov.findings import Finding
     from hpcprov.job import JobRequest
     from hpcprov.options import Option
+
+
+class Completed(NamedTuple):
+    """What a scheduler command answered."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def run_command(argv: list[str], env: dict[str, str] | None, timeout: float,
+                stdin: Path | None = None) -> Completed:
+    """Run a command found on ``env``'s PATH; its status and output, or why it did not run."""
+    import sh  # ~0.1 s to import: only where jobs are submitted
+
+    env = dict(os.environ) if env is None else env
+    exe = shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if exe is None:
+        return Completed(127, "", f"{argv[0]}: command not found on PATH")
+    try:
+        with open(stdin, "rb") if stdin is not None else contextlib.nullcontext() as fh:
+            proc = sh.Command(exe)(*argv[1:], _env=env, _timeout=timeout, _in=fh,
+                                   _ok_code=range(256), _return_cmd=True)
+    except sh.TimeoutException:
+        return Completed(124, "", f"{argv[0]} did not answer within {timeout:.0f} s "
+                                  f"(command: {' '.join(argv)})")
+    except sh.SignalException as exc:
+        return Completed(128 + abs(exc.exit_code), "", f"{argv[0]} was killed by a signal")
+    out, err = proc.stdout, proc.stderr
+    return Completed(proc.exit_code, out.decode(errors="replace"), err.decode(errors="replace"))
 
 
 class Setting(NamedTuple):
@@ -164,19 +197,13 @@ class Executor:
         self.events.append({"t": time.time(), "job": handle.job_id, "event": what,
                             "state": handle.state})
 
-    def _run(self, *argv: str, timeout: float = 60, stdin: Path | None = None
-             ) -> subprocess.CompletedProcess[str]:
-        """Run one scheduler command (no shell; stdin from a file or nothing), with the
-        executor's environment."""
-        if stdin is None:
-            return subprocess.run(list(argv), capture_output=True, text=True, env=self.env,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
-        with open(stdin, "rb") as fh:
-            return subprocess.run(list(argv), capture_output=True, text=True, env=self.env,
-                                  timeout=timeout, stdin=fh)
+    def _run(self, *argv: str, timeout: float = 60, stdin: Path | None = None) -> Completed:
+        """Run one scheduler command with the executor's environment (through ``sh``): no
+        shell, stdin from a file or nothing; a command that is missing, hangs past
+        ``timeout`` or dies of a signal is a failed result that says so, never an exception."""
+        return run_command(list(argv), self.env, timeout, stdin)
 
-    def _submitted(self, proc: subprocess.CompletedProcess[str], command: str, script: Path
-                   ) -> None:
+    def _submitted(self, proc: Completed, command: str, script: Path) -> None:
         """Raise the scheduler's own words when it refused a submission."""
         if proc.returncode != 0:
             raise HpcprovError(f"{command} refused {script.name}: "

@@ -1,0 +1,204 @@
+"""`hpcprov setup` and `hpcprov doctor` as Python functions, with typed options.
+
+    from hpcprov.provision.api import SetupOptions, plan_setup, run_setup
+    planned = plan_setup(SetupOptions(site="neuron", prefix="/scratch/me/hvd"))
+    print(planned.script)                    # exactly what run_setup executes
+    result = run_setup(planned)              # resumable; raises SetupFailed with the step
+
+The CLI only parses flags into these objects and prints what comes back.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from hpcprov.errors import UsageError
+from hpcprov.findings import Finding, LintFailed
+from hpcprov.layout import expand_prefix, read_manifest
+from hpcprov.loader import find_profile
+from hpcprov.profiles import default_site, load
+from hpcprov.provision.plan import Plan, build_plan, render_script
+from hpcprov.provision.plan_lint import lint_plan
+
+if TYPE_CHECKING:
+    from hpcprov.provision.doctor import Check
+    from hpcprov.provision.progress import Reporter
+    from hpcprov.provision.quick import Request
+    from hpcprov.provision.runner import RunResult
+
+
+@dataclass(frozen=True)
+class SetupOptions:
+    """Everything `hpcprov setup` takes (the CLI's flags, by name)."""
+
+    site: str | None = None
+    prefix: str | None = None
+    env_name: str | None = None
+    runs_on: Literal["login", "compute"] = "login"
+    until: str | None = None
+    redo: bool = False
+    container: str | None = None
+
+
+@dataclass(frozen=True)
+class PlannedSetup:
+    """A setup planned and linted: the site it is for, its plan, the script, the warnings."""
+
+    options: SetupOptions
+    site: Any
+    plan: Plan
+    warnings: list[Finding] = field(default_factory=list)
+
+    @property
+    def script(self) -> str:
+        return render_script(self.plan)
+
+    @property
+    def target(self) -> Path:
+        return Path(expand_prefix(self.plan.prefix))
+
+
+def _absolute(prefix: str | None) -> str | None:
+    if prefix and "$" not in prefix:
+        return os.path.abspath(os.path.expanduser(prefix))
+    return prefix
+
+
+def quick_request(o: SetupOptions) -> Request | None:
+    """The "already set up?" key of a request (None where the fast answer cannot apply)."""
+    ref = o.site or os.environ.get("HPCPROV_SITE")
+    if o.redo or o.until is not None or not ref:
+        return None
+    from hpcprov.provision.quick import request_key
+
+    return request_key(ref, {"prefix": _absolute(o.prefix), "env": o.env_name,
+                             "on": o.runs_on, "container": o.container})
+
+
+def already_ready(o: SetupOptions) -> Path | None:
+    """The prefix when this exact request finished before (no model, no plan needed)."""
+    from hpcprov.provision.quick import ready_prefix
+
+    request = quick_request(o)
+    return ready_prefix(request) if request else None
+
+
+def plan_setup(o: SetupOptions) -> PlannedSetup:
+    """Load the site, apply --env/--container, plan and lint; errors raise (one line)."""
+    site = _with_container(_with_env_name(load(o.site), o.env_name), o.container)
+    plan = build_plan(site, prefix=_absolute(o.prefix), runs_on=o.runs_on)
+    findings = lint_plan(plan, site)
+    if any(f.level == "error" for f in findings):
+        raise LintFailed(findings)
+    if o.until is not None and o.until not in [st.id for st in plan.steps]:
+        raise UsageError(f"--until {o.until!r}: no such step (steps: "
+                         f"{' '.join(st.id for st in plan.steps)})")
+    return PlannedSetup(o, site, plan, [f for f in findings if f.level != "error"])
+
+
+def run_setup(planned: PlannedSetup, reporter: Reporter | None = None,
+              verbose: bool = False, quiet: bool = True) -> RunResult:
+    """Run the plan step by step (journal, lock, resume), write the manifest, and remember
+    a finished request for the fast "nothing to do" answer. Raises SetupFailed."""
+    from hpcprov.provision.manifest import build_manifest, write_manifest
+    from hpcprov.provision.progress import make_reporter
+    from hpcprov.provision.quick import remember
+    from hpcprov.provision.runner import Runner
+
+    o, site = planned.options, planned.site
+    profile = str(find_profile(o.site or default_site()))
+
+    def manifest(prefix: Path, journal: Any) -> None:
+        write_manifest(build_manifest(site, profile, prefix, journal), prefix)
+
+    reporter = reporter or make_reporter(verbose=verbose, quiet=quiet)
+    runner = Runner(planned.plan, reporter, manifest_writer=manifest,
+                    prefix_path=planned.target)
+    try:
+        result = runner.run(until=o.until, redo=o.redo)
+    finally:
+        reporter.close()
+    request = quick_request(o)
+    if request and result.status in ("ready", "nothing-to-do"):
+        remember(request, planned.target)
+    return result
+
+
+def _with_container(s: Any, image: str | None) -> Any:
+    """The site, provisioned through its container image IMAGE (Neuron's .sif files)."""
+    if not image:
+        return s
+    from hpcprov.model import ContainerSpec
+    from hpcprov.site_view import view
+
+    images = s.containers.images
+    if image not in images:
+        raise UsageError(f"--container {image!r}: site {s.name} has "
+                         f"{', '.join(images) or 'no container images'} (containers.images)")
+    spec = view(ContainerSpec(image=image, source=images[image]))
+    python = s.python.model_copy(update={"backend": "container", "container": spec})
+    horovod = s.horovod.model_copy(update={"source": "container"})
+    return s.model_copy(update={"python": python, "horovod": horovod})
+
+
+def _with_env_name(s: Any, env_name: str | None) -> Any:
+    if not env_name:
+        return s
+    from pydantic import ValidationError
+
+    from hpcprov.model import PythonStack
+    from hpcprov.site_view import view
+
+    try:
+        stack = view(PythonStack.model_validate({**s.python.model_dump(), "env_name": env_name}))
+    except ValidationError:
+        raise UsageError(f"--env {env_name!r}: use letters, digits, '.', '_', '+', '-' "
+                         "(starting with a letter or digit)") from None
+    return s.model_copy(update={"python": stack})
+
+
+@dataclass(frozen=True)
+class DoctorReport:
+    """What `hpcprov doctor` found for a prefix."""
+
+    prefix: Path
+    checks: list[Check]
+
+    @property
+    def ok(self) -> bool:
+        return not [c for c in self.checks if c.status == "fail"]
+
+
+def doctor(site: str | None = None, prefix: str | None = None,
+           partition: str | None = None) -> DoctorReport:
+    """Check a provisioned environment against its manifest (or say why it is not ready)."""
+    from hpcprov.provision.doctor import judge, not_ready, probe
+    from hpcprov.provision.journal import Journal
+
+    target = Path(expand_prefix(prefix if prefix is not None else load(site).prefix()))
+    manifest = read_manifest(target)
+    if manifest is None:
+        rerun = f"hpcprov setup --site {site or default_site()} --prefix {target}"
+        journal = Journal.load(target / ".hpcprov" / "journal.json")
+        steps = {k: {"status": v.status, "log": v.log} for k, v in journal.steps.items()}
+        return DoctorReport(target, [not_ready(target, steps, rerun)])
+    rerun = f"hpcprov setup --site {manifest.get('profile') or manifest['site']} " \
+            f"--prefix {target}"
+    return DoctorReport(target, judge(manifest, probe(manifest, target),
+                                      _gpus_expected(manifest, partition), rerun))
+
+
+def _gpus_expected(manifest: dict[str, Any], partition: str | None) -> int | None:
+    """GPUs a node of the partition should show (inside a job: its partition)."""
+    partition = partition or os.environ.get("SLURM_JOB_PARTITION")
+    if not partition:
+        return None
+    parts = manifest.get("site_profile", {}).get("partitions", {})
+    if partition not in parts:
+        raise UsageError(f"--partition {partition!r}: site {manifest['site']} has "
+                         f"{', '.join(parts) or 'no partitions'}")
+    count = parts[partition].get("gpus", {}).get("count", 0)
+    return int(count)

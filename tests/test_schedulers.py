@@ -1,0 +1,73 @@
+"""The scheduler backends as units: the registry, what every backend answers, the command
+runner they share, and lint across schedulers."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcprov import schedulers
+from hpcprov.job import JobRequest
+from hpcprov.kinds import SCHEDULER_BACKENDS, Scheduler
+from hpcprov.lint import lint
+from hpcprov.model import SCHEDULER_SECTIONS, Site
+from hpcprov.profiles import load_site
+from hpcprov.schedulers.base import Backend, Executor, run_command
+
+
+def test_every_registered_scheduler_is_a_backend_with_its_profile_section() -> None:
+    assert [s.value for s in Scheduler] == list(SCHEDULER_BACKENDS)
+    for name in SCHEDULER_BACKENDS:
+        backend = schedulers.backend(name)
+        assert isinstance(backend, Backend) and backend.name == name
+        assert isinstance(backend.executor(), Executor)
+        if backend.settings:
+            section = SCHEDULER_SECTIONS[name]
+            assert set(section.model_fields) == set(backend.settings)
+            assert name in Site.model_fields
+
+
+@pytest.mark.parametrize("site_name", ["neuron", "sockeye", "lsf-example", "local"])
+def test_each_backend_plans_a_job_without_asking_which_scheduler_it_is(site_name: str) -> None:
+    site = load_site(site_name)
+    backend = schedulers.of(site)
+    req = JobRequest(site=site, nodes=1, command=("python", "x.py"),
+                     options={n: "x" for n in site.policies.required_options})
+    lines = backend.directives(req)
+    assert all(line.startswith("#") for line in lines)
+    assert bool(lines) == (backend.name != "none")
+    assert backend.submit_argv("job.sh")[-1] == "job.sh"
+    assert (backend.job_id() is None) == (backend.max_nodes == 1)
+
+
+def test_another_schedulers_variable_is_refused_naming_both() -> None:
+    site = load_site("neuron")
+    req = JobRequest(site=site, nodes=1, command=("python", "x.py", "$LSB_DJOB_HOSTFILE"),
+                     options={"comment": "pytorch"})
+    (finding,) = [f for f in lint(req) if f.code == "lsf-variable"]
+    assert "LSF variable" in finding.message and "runs Slurm" in finding.message
+    assert "$SLURM_JOB_NODELIST" in finding.fix
+
+
+def test_a_missing_command_is_a_result_not_an_exception(tmp_path: Path) -> None:
+    got = run_command(["no-such-scheduler-cmd"], {"PATH": str(tmp_path)}, 5)
+    assert got.returncode == 127 and "not found on PATH" in got.stderr
+
+
+def test_a_hung_command_is_stopped_and_named() -> None:
+    start = time.monotonic()
+    got = run_command([sys.executable, "-c", "import time; time.sleep(30)"], None, 1)
+    assert got.returncode == 124 and "did not answer within 1 s" in got.stderr
+    assert time.monotonic() - start < 20
+
+
+def test_output_status_and_stdin_come_back(tmp_path: Path) -> None:
+    script = tmp_path / "in.txt"
+    script.write_text("hello\n")
+    got = run_command([sys.executable, "-c",
+                       "import sys; print(sys.stdin.read().upper(), end=''); "
+                       "print('warn', file=sys.stderr); sys.exit(3)"], None, 30, stdin=script)
+    assert got == (3, "HELLO\n", "warn\n")

@@ -1,0 +1,149 @@
+"""`hpcprov validate` as a Python function: what to check, where, and with which knobs, in
+one typed object; the run, its comparison with a stored run, its history and reports.
+
+Sites that script their after-maintenance checks call :func:`validate` directly::
+
+    from hpcprov.validate.api import ValidateOptions, validate
+    data = validate(ValidateOptions(site="testbed", nodes=2))
+    assert data["ok"]
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hpcprov import schedulers
+from hpcprov.errors import UsageError
+from hpcprov.layout import expand_prefix, read_manifest
+from hpcprov.options import parse_option
+from hpcprov.profiles import load
+from hpcprov.validate import report as rep
+from hpcprov.validate.plan import CHECKS, DEFAULT_CHECKS, Options
+from hpcprov.validate.run import default_rundir, run_validation
+
+
+@dataclass(frozen=True)
+class ValidateOptions:
+    """Everything `hpcprov validate` takes (the CLI's flags, by name)."""
+
+    site: str | None = None
+    partition: str | None = None
+    nodes: int = 2
+    checks: tuple[str, ...] = DEFAULT_CHECKS
+    prefix: str | None = None
+    ranks_per_node: int | None = None
+    device: str = "cpu"
+    max_bytes: int = 256 * 1024 * 1024
+    iters: int = 20
+    link_bytes: int = 64 * 1024 * 1024
+    steps: int = 30
+    timeout: float = 1800
+    pending_timeout: float = 600
+    workdir: str | None = None
+    options: tuple[str, ...] = ()       # NAME=VALUE scheduler options for every job
+    junit: str | None = None
+    report: str | None = None
+    compare: str | None = None           # "latest" or a stored run's file
+    history: bool = True
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validation resolved against its site: the plan's options, prefix and run folder."""
+
+    options: Options
+    prefix: Path | None
+    rundir: Path
+
+
+def _checked(o: ValidateOptions) -> tuple[str, ...]:
+    bad = [c for c in o.checks if c not in CHECKS]
+    if bad or not o.checks:
+        raise UsageError(f"--checks {','.join(o.checks)!r}: choose from {', '.join(CHECKS)}")
+    return o.checks
+
+
+def prepare(o: ValidateOptions) -> Prepared:
+    """Resolve the options against the site; every mistake is a one-line UsageError."""
+    s = load(o.site)
+    wanted = _checked(o)
+    try:
+        pname = s.partition(o.partition)[0]
+    except KeyError:
+        raise UsageError(f"--partition {o.partition!r}: site {s.name} has "
+                         f"{', '.join(s.partitions)}") from None
+    if o.nodes > s.partitions[pname].nodes:
+        raise UsageError(f"--nodes {o.nodes}: partition {pname} has "
+                         f"{s.partitions[pname].nodes} node(s)")
+    extra = {**dict(parse_option(x) for x in o.options), **o.extra}
+    backend = schedulers.of(s)
+    per_node = {"pernode", "links"} & set(wanted)
+    if "links" in wanted and backend.pin("node") is None:
+        raise UsageError(f"--checks links: pairs of nodes must be pinned to their nodes, which "
+                         f"hpcprov cannot do with {backend.title} (site {s.name})")
+    usable = backend.executor().usable_nodes(pname) if per_node else None
+    here = (os.uname().nodename,) if per_node else ()
+    opts = Options(s, pname, o.nodes, wanted, ranks_per_node=o.ranks_per_node,
+                   device=o.device, max_bytes=o.max_bytes, iters=o.iters,
+                   train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,
+                   extra=extra, link_bytes=o.link_bytes)
+    rundir = Path(expand_prefix(o.workdir or default_rundir(opts)))
+    return Prepared(opts, _ready(s, o.prefix), rundir)
+
+
+def _ready(site: Any, prefix: str | None) -> Path | None:
+    """The provisioned prefix the jobs run in (None for a container site)."""
+    if site.python.backend == "container":
+        return None
+    target = Path(expand_prefix(prefix or site.prefix()))
+    if read_manifest(target) is None:
+        raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
+                         f"hpcprov setup --site {site.name} --prefix {target} first, or pass "
+                         "--env")
+    return target
+
+
+def _compare(data: dict[str, Any], site: str, against: str) -> None:
+    """Add the comparison with a stored run; a regression fails the run."""
+    baseline = rep.load_baseline(site, against)
+    if baseline is None:
+        raise UsageError(f"--compare {against}: no stored run for site {site}")
+    rows, worse = rep.compare(data, baseline)
+    data["compare"] = rows
+    data["outcomes"] += [w.to_json() for w in worse]
+    data["ok"] = data["ok"] and not worse
+
+
+def _write_reports(data: dict[str, Any], o: ValidateOptions, say: Callable[[str], None]
+                   ) -> None:
+    if o.junit:
+        Path(o.junit).write_text(rep.junit(data))
+    if o.report:
+        png = Path(o.report).with_name(Path(o.report).stem + "-busbw.png")
+        if not rep.can_plot():
+            say("warning: --report without its busbw plot: matplotlib is not installed "
+                "(pip install 'hpcprov[report]')")
+        made = rep.plot_busbw(data, png)
+        Path(o.report).write_text(rep.markdown(data, png.name if made else None))
+
+
+def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
+             ) -> dict[str, Any]:
+    """Run a validation: submit, poll, judge, compare, store, report. The result is the
+    JSON document `hpcprov validate --json` prints; ``data["ok"]`` is the verdict."""
+    ready = prepare(o)
+    site = ready.options.site
+    data = run_validation(ready.options, str(ready.prefix) if ready.prefix else None,
+                          ready.rundir, schedulers.of(site).executor(), o.timeout,
+                          o.pending_timeout, say)
+    if o.compare:
+        _compare(data, site.name, o.compare)
+    if o.history:
+        data["history"] = str(rep.save_history(data))
+    _write_reports(data, o, say)
+    return data
