@@ -3,14 +3,98 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
-_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+# `hpcprov: pip settings: KEY='VALUE' ...` (plan.PIP_SETTINGS_FUNCTION): KEY is a
+# `pip config list` name (global.constraint, :env:.find-links) or argument.NAME for an
+# argument of hpcprov's pip command line.
+_SETTINGS = re.compile(r"^hpcprov: pip settings:(.*)$", re.M)
+_SETTING = re.compile(r"""([^\s=]+)\.([a-z-]+)=(?:'([^']*)'|"([^"]*)")""")
+_WHAT = {"constraint": "constraints", "index-url": "index URL",
+         "extra-index-url": "extra index URLs", "find-links": "find-links",
+         "no-index": "no index"}
+
+
+def _sources(scopes: list[str], key: str) -> str:
+    """Where a pip setting came from, named the way a user would change it."""
+    config = [f"{scope}.{key}" for scope in scopes if scope not in (":env:", "argument")]
+    named = [f"hpcprov's --{key}" for scope in scopes if scope == "argument"]
+    named += ["PIP_" + key.upper().replace("-", "_") for scope in scopes if scope == ":env:"]
+    if config:
+        named.append(", ".join(config) + " in pip's configuration")
+    return "; ".join(named)
+
+
+def _settings(line: str) -> dict[str, dict[str, list[str]]]:
+    """{key: {value: [scope...]}} of one settings line, empty values left out."""
+    latest: dict[tuple[str, str], list[str]] = {}
+    for scope, key, single, double in _SETTING.findall(line):
+        # hpcprov's arguments add up; pip may list a key once per file: the last one wins
+        kept = latest.get((scope, key), []) if scope == "argument" else []
+        latest[(scope, key)] = [*kept, single or double]
+    given: dict[str, dict[str, list[str]]] = {}
+    for (scope, key), values in latest.items():
+        for value in values:
+            off = key == "no-index" and value.lower() in ("0", "false", "no", "off")
+            if value and key in _WHAT and not off:
+                shown = " ".join(value.split()) if key != "no-index" else ""
+                given.setdefault(key, {}).setdefault(shown, []).append(scope)
+    return given
+
+
+def pip_given(log: str) -> str:
+    """What pip was given to find packages: from the last settings line hpcprov logged, else
+    from pip's own 'Looking in' lines; empty when the log has neither."""
+    found = _SETTINGS.findall(log)
+    if not found:
+        looked = re.findall(r"^Looking in (indexes|links): (.+)$", log, flags=re.M)
+        return "; ".join(f"pip looked in the {what} {where.strip()}" for what, where in looked)
+    given = _settings(found[-1])
+    parts = [_WHAT[key] + " " + ", ".join(
+                 f"{value} ({_sources(scopes, key)})".lstrip() for value, scopes in
+                 given[key].items())
+             for key in _WHAT if key in given]
+    return ("pip was given: " + "; ".join(parts) if parts
+            else "pip was given no constraints, index URLs or find-links")
+
+
+def _with_given(text: str, log: str) -> str:
+    given = pip_given(log)
+    return f"{text} [{given}]" if given else text
+
+
+def _no_distribution(match: re.Match[str], log: str) -> str:
+    return _with_given(f"pip found no {match[1]} for this Python and platform: check that "
+                       "version in the profile (pip index versions NAME lists what exists)",
+                       log)
+
+
+def _conflict(match: re.Match[str], log: str) -> str:
+    """pip's ResolutionImpossible: the requirement, and the constraint it conflicts with."""
+    wanted = (match[1] or "the requested packages").strip()
+    block = re.search(r"The conflict is caused by:\n((?:[ \t]+\S.*\n?)+)", log)
+    causes = [c.strip() for c in block[1].splitlines()] if block else []
+    constraints = [c.split("(constraint) ", 1)[1] for c in causes if "(constraint) " in c]
+    others = [c for c in causes if "(constraint) " not in c]
+    if constraints:
+        text = (f"pip cannot install {wanted}: it conflicts with the constraint "
+                f"{' and '.join(constraints)}: ask for a version the constraint allows, or "
+                "change the constraint file pip was given")
+    else:
+        clash = "; ".join(others) or "see the log"
+        text = (f"pip cannot install {wanted}: the requirements conflict ({clash}): make the "
+                "versions in the profile agree")
+    return _with_given(text, log)
+
+
+_Explain = Callable[[re.Match[str], str], str]
+_RULES: tuple[tuple[re.Pattern[str], str | _Explain], ...] = (
     (re.compile(r"No space left on device|ENOSPC|Disk quota exceeded"),
      "the disk under the prefix is full (or over quota): free space or choose another "
      "--prefix, then run the same command again to resume"),
-    (re.compile(r"No matching distribution found for (\S+)"),
-     "pip found no {0} for this Python and platform: check that version in the profile "
-     "(pip index versions NAME lists what exists)"),
+    (re.compile(r"Cannot install (.+?) because these package versions have conflicting "
+                r"dependencies|ResolutionImpossible"), _conflict),
+    (re.compile(r"No matching distribution found for (\S+)"), _no_distribution),
     (re.compile(r"module\(s\) are unknown: (.+)|Unable to locate a modulefile for (.+)"),
      "a module is missing here: {0} (modules in the profile; see 'module avail')"),
     (re.compile(r"Could not resolve host|Temporary failure in name resolution|"
@@ -37,6 +121,8 @@ def diagnose(log: str) -> str | None:
         return errors[-1].strip()
     for pattern, text in _RULES:
         match = pattern.search(log)
+        if match and callable(text):
+            return text(match, log)
         if match:
             groups = [g for g in match.groups() if g] or [""]
             return text.format(groups[0].strip().strip('"'))

@@ -33,6 +33,12 @@ def _pip_idx(site: Site) -> list[str]:
     return pip_index_args(site)
 
 
+def _pip_settings(site: Site) -> str:
+    from hpcprov.provision.plan import pip_settings_line
+
+    return pip_settings_line(site)
+
+
 def builds_horovod(site: Site) -> bool:
     return site.horovod.source == "pip" and site.python.backend != "container"
 
@@ -177,6 +183,7 @@ def build_lines(site: Site) -> list[str]:
     env = build_env(hvd)
     build = '"$PREFIX/build/horovod"'
     lines = [
+        _pip_settings(site),
         join(["python", "-m", "pip", "install", "--no-compile", *idx, *BUILD_REQUIREMENTS]),
         'WHEELHOUSE="${HPCPROV_WHEELHOUSE:-$WHEELHOUSE}"',
         'hpcprov_horovod_key > "$STATE/horovod-key.txt"',

@@ -90,6 +90,31 @@ def pip_index_args(site: Site) -> list[str]:
     return args
 
 
+# The pip settings that decide what pip can find, as `pip config list` names them.
+PIP_SETTING_KEYS = ("constraint", "index-url", "extra-index-url", "find-links", "no-index")
+
+# `hpcprov_pip_settings [KEY=VALUE...]`: one log line with the profile's pip arguments and
+# pip's own configuration (files and PIP_* variables), so that a failed install can name the
+# constraints and indexes pip was given (pip never prints its constraint files); credentials
+# in URLs are masked.
+PIP_SETTINGS_FUNCTION = (
+    'local a line="hpcprov: pip settings:"',
+    'for a; do line+=" argument.${a%%=*}=\'${a#*=}\'"; done',
+    'line+=" $(python -m pip config list 2>/dev/null | grep -E '
+    + quote("^[^=]*[.](" + "|".join(PIP_SETTING_KEYS) + ")=")
+    + " | tr '\\n' ' ' || true)\"",
+    "printf '%s\\n' \"$line\" | sed -E 's#://[^/@ ]+@#://****@#g'",
+)
+
+
+def pip_settings_line(site: Site) -> str:
+    """The call of hpcprov_pip_settings with the profile's pip index arguments."""
+    venv = site.python.venv
+    given = ["no-index=true"] if venv.no_index else []
+    given += [Template("find-links=" + location) for location in venv.wheelhouse]
+    return join(["hpcprov_pip_settings", *given])
+
+
 def _pip(site: Site, *specs: str, extra: tuple[str, ...] = ()) -> str:
     return join(["python", "-m", "pip", "install", *extra, *pip_index_args(site), *specs])
 
@@ -115,6 +140,7 @@ def _framework_steps(site: Site) -> list[Step]:
             pip_specs += specs
     pip_specs += py.packages
     if pip_specs:
+        lines.append(pip_settings_line(site))
         lines.append(_pip(site, *pip_specs, extra=("--no-compile",)))
         network = network or not site.python.venv.no_index
     if not lines:
@@ -137,7 +163,8 @@ def _horovod_steps(site: Site) -> list[Step]:
         offline = site.python.venv.no_index and site.python.backend == "venv"
         cmd = _pip(site, pip_spec(hvd), extra=tuple(hvd.pip_args))
         install = Step("install-horovod", "Install Horovod from the site's wheelhouse",
-                       (cmd,), needs_network=not offline, modules="build", in_env=True)
+                       (pip_settings_line(site), cmd), needs_network=not offline,
+                       modules="build", in_env=True)
         return [install, check, prove]
     offline = site.python.venv.no_index and site.python.backend == "venv"
     build = Step("build-horovod", "Build Horovod against the site's modules (or reuse the "
@@ -310,6 +337,8 @@ def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") 
                                     *export_lines(site.env)),
         "hpcprov_activate_env": tuple(Layout.of(site, "$PREFIX").python_activation()),
     }
+    if backend != "container":
+        functions["hpcprov_pip_settings"] = PIP_SETTINGS_FUNCTION
     if hs.builds_horovod(site):
         functions["hpcprov_horovod_key"] = hs.key_function(site)
     if site.horovod.source not in ("none", "container"):

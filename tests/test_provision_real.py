@@ -253,19 +253,61 @@ def test_a_full_disk_is_named_before_and_during_the_install(small_disk: Path,
     assert not (prefix / ".hpcprov" / "manifest.json").exists()
 
 
-def test_an_unknown_framework_version_fails_with_the_reason(tmp_path: Path, wheelhouse: Path,
-                                                            monkeypatch: pytest.MonkeyPatch
-                                                            ) -> None:
+# what decides where pip looks and what it may pick (pip's `config list` names)
+PIP_FINDING = ("no-index", "index-url", "extra-index-url", "find-links", "constraint")
+
+
+def own_pip_env(tmp_path: Path, wheelhouse: Path, constraint: Path | None = None
+                ) -> tuple[dict[str, str], Path]:
+    """run_env with a pip configuration of the test's own instead of the machine's: no PIP_*
+    variable, PIP_CONFIG_FILE naming a file that sets every PIP_FINDING key (for [global]
+    and [install], over the machine's files): no index, an empty find-links folder, the
+    given constraint file or none. Returns the env and the find-links folder."""
+    links = tmp_path / "links"
+    links.mkdir()
+    values = {"no-index": "true", "index-url": "", "extra-index-url": "",
+              "find-links": str(links), "constraint": str(constraint or "")}
+    body = "".join(f"{k} = {values[k]}\n" for k in PIP_FINDING)
+    conf = tmp_path / "pip.conf"
+    conf.write_text(f"[global]\n{body}[install]\n{body}", encoding="utf-8")
+    env = {k: v for k, v in run_env(wheelhouse).items() if not k.startswith("PIP_")}
+    return {**env, "PIP_CONFIG_FILE": str(conf)}, links
+
+
+def failed_setup_of_torch_999(tmp_path: Path, env: dict[str, str]) -> str:
+    """`hpcprov setup` of a profile asking for torch==9.9.9: its one-line diagnosis."""
     sites = tmp_path / "sites"
     write_profile(sites, "nosuch", "extends: local\nname: nosuch\npython:\n  frameworks:\n"
                   "    pytorch: {version: '9.9.9', packages: ['torch==9.9.9']}\n")
-    monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
     prefix = tmp_path / "p"
-    proc = hpcprov("setup", "--site", "nosuch", "--prefix", str(prefix), env=run_env(wheelhouse))
-    assert proc.returncode == 1
-    assert "step install-frameworks failed" in proc.stderr
-    assert "pip found no torch==9.9.9" in proc.stderr
+    proc = hpcprov("setup", "--site", "nosuch", "--prefix", str(prefix),
+                   env={**env, "HPCPROV_SITES_PATH": str(sites)})
+    assert proc.returncode == 1, proc.stderr
     assert f"log: {prefix}/.hpcprov/logs/04-install-frameworks.log" in proc.stderr
+    (line,) = [ln for ln in proc.stderr.splitlines() if "step install-frameworks failed" in ln]
+    assert "Traceback" not in proc.stderr
+    return line
+
+
+def test_an_unknown_framework_version_fails_with_the_reason(tmp_path: Path, wheelhouse: Path
+                                                            ) -> None:
+    env, links = own_pip_env(tmp_path, wheelhouse)
+    why = failed_setup_of_torch_999(tmp_path, env)
+    assert "pip found no torch==9.9.9" in why
+    assert f"pip was given: find-links {links} (global.find-links, install.find-links" in why
+    assert "constraint" not in why  # the machine's constraint files did not reach pip
+
+
+def test_a_version_outside_a_pip_constraint_names_the_constraint_and_its_file(
+        tmp_path: Path, wheelhouse: Path) -> None:
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("torch<=2.14.1\n", encoding="utf-8")
+    env, _ = own_pip_env(tmp_path, wheelhouse, constraint=constraints)
+    why = failed_setup_of_torch_999(tmp_path, env)
+    assert "pip cannot install torch==9.9.9: it conflicts with the constraint torch<=2.14.1" \
+        in why
+    assert f"constraints {constraints} (global.constraint, install.constraint in pip's " \
+        "configuration)" in why
 
 
 # ------------------------------------------------------------- conda, up to the boundary

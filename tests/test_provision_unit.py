@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -107,8 +108,70 @@ def test_journal_pending_resumes_at_the_first_step_not_done(tmp_path: Path) -> N
     assert Journal.load(tmp_path / "broken.json").steps == {}
 
 
+# pip's answer to `pip install torch==9.9.9` under a constraint file holding torch<=2.14.1,
+# as pip 23.2 and pip 26.3 print it (pip 26 adds the "Additionally" paragraph).
+PIP23_CONFLICT = """\
+ERROR: Cannot install torch==9.9.9 because these package versions have conflicting dependencies.
+
+The conflict is caused by:
+    The user requested torch==9.9.9
+    The user requested (constraint) torch<=2.14.1
+
+To fix this you could try to:
+1. loosen the range of package versions you've specified
+2. remove package versions to allow pip attempt to solve the dependency conflict
+
+ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/#dealing-with-dependency-conflicts
+"""
+PIP26_CONFLICT = PIP23_CONFLICT.replace(
+    "\n\nTo fix", "\n\nAdditionally, some packages in these conflicts have no matching "
+    "distributions available for your environment:\n    torch\n\nTo fix",
+).replace("allow pip attempt", "allow pip to attempt")
+DEPENDENCY_CONFLICT = "ERROR: Cannot install foo==1.0 and torch==2.13.0 because these " + """\
+package versions have conflicting dependencies.
+
+The conflict is caused by:
+    The user requested torch==2.13.0
+    foo 1.0 depends on torch==2.0.1
+
+ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/en/latest/topics/dependency-resolution/#dealing-with-dependency-conflicts
+"""
+# what hpcprov_pip_settings logs on this machine (pip 26 lists a key once per file)
+SETTINGS = ("hpcprov: pip settings: argument.find-links='/site/wheels' "
+            "global.constraint='/etc/xdg/pip/constraints.txt' "
+            "global.extra-index-url='file:///opt/pypi/simple file:///opt/pypi-more/simple' "
+            "global.find-links='/opt/wheels' :env:.find-links='/opt/wheels' "
+            ":env:.index-url='https://****@mirror.example/simple' :env:.no-index='0'\n")
+NO_MATCH = ("ERROR: Could not find a version that satisfies the requirement torch==9.9.9\n"
+            "ERROR: No matching distribution found for torch==9.9.9")
+
+
 @pytest.mark.parametrize(("log", "needle"), [
     ("x\nhpcprov: error: module(s) not available here: cuda/99\n", "cuda/99"),
+    pytest.param(PIP23_CONFLICT, "pip cannot install torch==9.9.9: it conflicts with the "
+                 "constraint torch<=2.14.1", id="pip23-constraint"),
+    pytest.param(PIP26_CONFLICT, "pip cannot install torch==9.9.9: it conflicts with the "
+                 "constraint torch<=2.14.1", id="pip26-constraint"),
+    pytest.param(DEPENDENCY_CONFLICT, "pip cannot install foo==1.0 and torch==2.13.0: the "
+                 "requirements conflict (The user requested torch==2.13.0; foo 1.0 depends "
+                 "on torch==2.0.1)", id="dependency-conflict"),
+    pytest.param("ERROR: ResolutionImpossible: for help visit https://pip.pypa.io/",
+                 "pip cannot install the requested packages", id="resolution-impossible"),
+    pytest.param(SETTINGS + PIP26_CONFLICT, "constraints /etc/xdg/pip/constraints.txt "
+                 "(global.constraint in pip's configuration)", id="settings-constraint-file"),
+    pytest.param(SETTINGS + PIP23_CONFLICT, "extra index URLs file:///opt/pypi/simple "
+                 "file:///opt/pypi-more/simple (global.extra-index-url", id="settings-extra"),
+    pytest.param(SETTINGS + NO_MATCH, "pip found no torch==9.9.9", id="settings-no-match"),
+    pytest.param(SETTINGS + NO_MATCH, "find-links /site/wheels (hpcprov's --find-links), "
+                 "/opt/wheels (PIP_FIND_LINKS; global.find-links in pip's configuration)",
+                 id="settings-find-links"),
+    pytest.param(SETTINGS + NO_MATCH, "index URL https://****@mirror.example/simple "
+                 "(PIP_INDEX_URL)", id="settings-index-url"),
+    pytest.param("hpcprov: pip settings: \n" + NO_MATCH,
+                 "pip was given no constraints, index URLs or find-links", id="settings-none"),
+    pytest.param("Looking in indexes: https://pypi.org/simple, file:///opt/pypi/simple\n"
+                 "Looking in links: /opt/wheels\n" + NO_MATCH,
+                 "pip looked in the links /opt/wheels", id="pip-looking-in"),
     ("OSError: [Errno 28] No space left on device: '/p/venv'", "disk under the prefix is full"),
     ("ERROR: Could not find a version that satisfies the requirement torch==9.9.9\n"
      "ERROR: No matching distribution found for torch==9.9.9", "pip found no torch==9.9.9"),
@@ -124,6 +187,91 @@ def test_diagnosis_names_the_cause(log: str, needle: str) -> None:
 
 def test_unknown_failures_are_not_given_a_made_up_cause() -> None:
     assert diagnose("something odd happened\n") is None
+
+
+def test_the_latest_pip_settings_line_counts_and_a_setting_listed_twice_keeps_its_last_value(
+        ) -> None:
+    older = "hpcprov: pip settings: global.constraint='/old/c.txt'\n"
+    twice = ("hpcprov: pip settings: global.constraint='/etc/xdg/pip/constraints.txt' "
+             "global.constraint=''\n")
+    why = diagnose(older + twice + NO_MATCH) or ""
+    assert "pip was given no constraints, index URLs or find-links" in why
+    assert "constraints.txt" not in why and "/old/c.txt" not in why
+    assert "no index" not in (diagnose(SETTINGS + NO_MATCH) or "")  # PIP_NO_INDEX=0 is off
+
+
+FAKE_PIP = r"""#!/bin/bash
+# stands in for `python -m pip config list` (pip 26's spelling, a key once per file)
+[ "$*" = "-m pip config list" ] || exit 9
+[ -n "${PIP_BROKEN:-}" ] && exit 1
+cat <<'END'
+global.cert='/etc/ssl/certs/ca-certificates.crt'
+global.constraint='/etc/xdg/pip/constraints.txt'
+global.extra-index-url='https://user:secret@mirror.example/simple'
+:env:.default-timeout='180'
+:env:.find-links='/opt/wheels'
+END
+"""
+
+
+def _settings_output(tmp_path: Path, profile: str, **env: str) -> str:
+    """What the setup script's hpcprov_pip_settings prints for a profile, with FAKE_PIP as
+    python, under the script's own `set -eo pipefail`."""
+    write_profile(tmp_path / "sites", "wh", profile)
+    script = render_script(build_plan(load_site(str(tmp_path / "sites" / "wh.yaml")), "/p"))
+    calls = {ln.strip() for ln in script.splitlines()
+             if ln.strip().startswith("hpcprov_pip_settings") and "()" not in ln}
+    assert len(calls) == 1, calls  # the same call in every step that runs pip install
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "python").write_text(FAKE_PIP)
+    (tmp_path / "bin" / "python").chmod(0o755)
+    head = script.split("\nHPCPROV_STEPS=(")[0]
+    (tmp_path / "run.sh").write_text(head + "\n" + calls.pop() + "\necho after\n")
+    proc = subprocess.run(["bash", str(tmp_path / "run.sh")], capture_output=True, text=True,
+                          env={"PATH": f"{tmp_path / 'bin'}:/usr/bin:/bin", "HOME": "/h",
+                               **env}, cwd=tmp_path, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "after"  # a failing pip does not stop the step
+    return proc.stdout
+
+
+WHEELHOUSE_PROFILE = ("extends: local\nname: wh\npython:\n  venv:\n    no_index: true\n"
+                      "    wheelhouse: ['$HOME/wh one', '/w$(touch PWNED1)']\n")
+
+
+def test_the_setup_script_logs_pip_settings_that_diagnose_reads(tmp_path: Path) -> None:
+    out = _settings_output(tmp_path, WHEELHOUSE_PROFILE)
+    (line,) = [ln for ln in out.splitlines() if ln.startswith("hpcprov: pip settings:")]
+    assert "secret" not in line and "https://****@mirror.example/simple" in line
+    assert "cert" not in line and "timeout" not in line  # only what decides what pip finds
+    why = diagnose(out + PIP23_CONFLICT) or ""
+    assert "it conflicts with the constraint torch<=2.14.1" in why
+    assert ("constraints /etc/xdg/pip/constraints.txt (global.constraint in pip's "
+            "configuration)") in why
+    assert ("find-links /h/wh one (hpcprov's --find-links), /w$(touch PWNED1) (hpcprov's "
+            "--find-links), /opt/wheels (PIP_FIND_LINKS)") in why
+    assert "no index (hpcprov's --no-index)" in why
+    assert not list(tmp_path.rglob("PWNED*"))
+
+
+def test_pip_settings_still_name_the_profile_when_pip_config_list_fails(tmp_path: Path
+                                                                         ) -> None:
+    out = _settings_output(tmp_path, WHEELHOUSE_PROFILE, PIP_BROKEN="1")
+    why = diagnose(out + NO_MATCH) or ""
+    assert "pip found no torch==9.9.9" in why
+    assert "no index (hpcprov's --no-index)" in why and "/etc/xdg" not in why
+
+
+@pytest.mark.parametrize("site", ["local", "cc", "neuron"])
+def test_every_pip_install_step_logs_the_pip_settings_first(site: str) -> None:
+    plan = build_plan(load_site(site), "/p")
+    steps = [s for s in plan.steps if s.id != "create-env"
+             and any("pip install" in ln for ln in s.lines)]
+    assert steps
+    for step in steps:
+        first_pip = min(i for i, ln in enumerate(step.lines) if "pip install" in ln)
+        assert step.lines[first_pip - 1].startswith("hpcprov_pip_settings"), step.id
+    assert "hpcprov_pip_settings" in plan.functions
 
 
 CB = """Horovod v0.28.1:
