@@ -11,7 +11,8 @@ import hashlib
 from typing import TYPE_CHECKING
 
 from hpcprov.provision.compat import patches_for
-from hpcprov.provision.horovod import CB_SECTIONS, build_env, expected_check_build, pip_spec
+from hpcprov.checkbuild import CB_SECTIONS, expected_check_build
+from hpcprov.provision.horovod import build_env, pip_spec
 from hpcprov.provision.proof import ABI_FACTS, PROGRAMS
 
 from hpcprov.kinds import ModuleSystem

@@ -10,7 +10,7 @@ import pytest
 from hpcprov.provision.compat import evaluate, for_site, patches_for
 from hpcprov.provision.diagnose import diagnose
 from hpcprov.provision.doctor import judge, not_ready
-from hpcprov.provision.horovod import expected_check_build, parse_check_build
+from hpcprov.checkbuild import expected_check_build, parse_check_build
 from hpcprov.provision.journal import Journal, StepRecord
 from hpcprov.provision.plan import build_plan, fingerprints, render_script
 from hpcprov_tests import assert_one_line_error, cli, write_profile
