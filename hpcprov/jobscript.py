@@ -1,7 +1,16 @@
 """Batch job scripts: the scheduler backend's interpreter, directives and prolog, then the
-environment (modules, Python, site variables) and the launch line."""
+environment (modules, Python, site variables) and the launch line.
+
+A caller may add lines of its own at two places, without editing the finished text: the
+``prolog`` runs after ``set -eo pipefail`` and the scheduler's prolog, before the
+environment; the ``epilog`` runs after the launch line (only when it succeeded: the script
+stops at the first failing command). They are shell text already, built by the caller
+through :mod:`hpcprov.shell`.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from hpcprov import schedulers
 from hpcprov.job import JobRequest
@@ -31,8 +40,10 @@ def environment_lines(req: JobRequest) -> list[str]:
     return lines
 
 
-def build_jobscript(req: JobRequest) -> str:
-    """The complete job script text for a request (lint it first)."""
+def build_jobscript(req: JobRequest, prolog: Sequence[str] = (),
+                    epilog: Sequence[str] = ()) -> str:
+    """The complete job script text for a request (lint it first). ``prolog`` and
+    ``epilog``: shell lines of the caller's, placed as the module docstring says."""
     backend = schedulers.of(req.site)
     launch = build_launch(req, context="batch")
     lines = [f"#!{backend.shell(req)}", *backend.directives(req)]
@@ -42,11 +53,12 @@ def build_jobscript(req: JobRequest) -> str:
         f"{req.nodes} node(s) x {req.ranks_per_node} rank(s), launcher {req.launcher_name}.",
         "set -eo pipefail",
         *backend.prolog(req),
+        *prolog,
     ]
     env = environment_lines(req)
     if env:
         lines += ["", *env]
-    lines += ["", *launch.setup, launch.line, ""]
+    lines += ["", *launch.setup, launch.line, *epilog, ""]
     return "\n".join(lines)
 
 

@@ -26,7 +26,11 @@ from types import ModuleType
 import pytest
 from hpcprov_tests import REPO
 
+from hpcprov.validate.judge import parse_records
+from hpcprov.validate.run import copy_programs
+
 PROGRAMS = ("allreduce.py", "train.py", "envcheck.py")
+RUNTIME = "runtime.py"  # beside the programs in every job: rank discovery, the records
 FRAMEWORKS = {"torch", "tensorflow", "horovod", "numpy"}
 LINE = re.compile(r"(HPCPROV_[A-Z]+) (\{.*\})\s*$")
 # launcher variables that must not leak into the runs from the environment of the tests
@@ -46,8 +50,7 @@ def programs(tmp_path: Path) -> Path:
     """The programs copied into a job directory, as the validation suite does."""
     job = tmp_path / "job"
     job.mkdir()
-    for name in PROGRAMS:
-        (job / name).write_text(source(name))
+    copy_programs(job)
     return job
 
 
@@ -140,10 +143,11 @@ def needs_tensorflow() -> None:
 # ------------------------------------------------------------------ standalone files
 
 
-@pytest.mark.parametrize("name", PROGRAMS)
+@pytest.mark.parametrize("name", [*PROGRAMS, RUNTIME])
 def test_programs_are_standalone_package_data(name: str) -> None:
-    """Shipped in the package, and runnable without hpcprov: the standard library at the top,
-    the frameworks imported lazily inside functions, nothing newer than Python 3.8."""
+    """Shipped in the package, and runnable without hpcprov: the standard library (and, for
+    the programs, runtime.py beside them) at the top, the frameworks imported lazily inside
+    functions, nothing newer than Python 3.8."""
     text = source(name)
     assert text.startswith("#!/usr/bin/env python3\n")
     tree = ast.parse(text, feature_version=(3, 8))
@@ -158,8 +162,9 @@ def test_programs_are_standalone_package_data(name: str) -> None:
 
     top = set().union(*(roots(node) for node in tree.body))
     everywhere = set().union(*(roots(node) for node in ast.walk(tree)))
-    assert top <= set(sys.stdlib_module_names), top - set(sys.stdlib_module_names)
-    assert everywhere <= set(sys.stdlib_module_names) | FRAMEWORKS
+    sibling = set() if name == RUNTIME else {"runtime"}
+    assert top <= set(sys.stdlib_module_names) | sibling, top - set(sys.stdlib_module_names)
+    assert everywhere <= set(sys.stdlib_module_names) | FRAMEWORKS | sibling
     assert "hpcprov" not in everywhere
 
 
@@ -172,21 +177,91 @@ def test_sizes_bandwidth_and_rank_discovery() -> None:
     algbw, busbw = allreduce.bandwidth(10**9, 0.5, 8)
     assert (algbw, busbw) == (2.0, 2.0 * 2 * 7 / 8)
     assert allreduce.bandwidth(4096, 1e-3, 1)[1] == 0.0  # one rank moves nothing
-    for module in (allreduce, load("train.py")):
-        discover = module.discover_ranks
-        assert discover({}) == (0, 1, 0, "single")
-        slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}
-        assert discover(slurm) == (5, 8, 1, "slurm")
-        # mpirun inside a batch script: the batch step's SLURM_PROCID=0 must not win
-        ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
-                "OMPI_COMM_WORLD_LOCAL_RANK": "3"}
-        assert discover({**slurm, "SLURM_PROCID": "0", **ompi}) == (3, 8, 3, "openmpi")
-        assert discover({"PMI_RANK": "2", "PMI_SIZE": "4", **slurm}) == (2, 4, 0, "pmi")
-        torchrun_env = {"RANK": "7", "WORLD_SIZE": "8", "LOCAL_RANK": "3"}
-        assert discover({**slurm, **ompi, **torchrun_env}) == (7, 8, 3, "torchrun")
+    runtime = load(RUNTIME)
+    discover = runtime.discover_ranks
+    assert discover({}) == (0, 1, 0, "single")
+    slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}
+    assert discover(slurm) == (5, 8, 1, "slurm")
+    # mpirun inside a batch script: the batch step's SLURM_PROCID=0 must not win
+    ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "3"}
+    assert discover({**slurm, "SLURM_PROCID": "0", **ompi}) == (3, 8, 3, "openmpi")
+    assert discover({"PMI_RANK": "2", "PMI_SIZE": "4", **slurm}) == (2, 4, 0, "pmi")
+    torchrun_env = {"RANK": "7", "WORLD_SIZE": "8", "LOCAL_RANK": "3"}
+    assert discover({**slurm, **ompi, **torchrun_env}) == (7, 8, 3, "torchrun")
+    assert discover({"RANK": "1", "WORLD_SIZE": ""}) == (0, 1, 0, "single")  # both, or none
     train = load("train.py")
     assert train.in_sync(0.0, 5.0) and train.in_sync(5.9e-6, 5.0)
     assert not train.in_sync(6.1e-6, 5.0)
+
+
+def test_every_launchers_variables_come_before_slurms() -> None:
+    """Whichever launcher started the ranks inside a Slurm batch script (which leaves
+    SLURM_PROCID=0 in every rank's environment), its own variables decide."""
+    runtime = load(RUNTIME)
+    batch = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"}
+    sources = [source for source, *_ in runtime.RANK_ENV]
+    assert sources[-1] == "slurm"
+    assert {"torchrun", "horovod", "openmpi", "pmi", "jsrun"} <= set(sources)
+    for source, rank, size, local in runtime.RANK_ENV[:-1]:
+        env = {**batch, rank: "3", size: "4", local: "2"}
+        assert runtime.discover_ranks(env) == (3, 4, 2, source)
+    jsrun = {"JSM_NAMESPACE_RANK": "5", "JSM_NAMESPACE_SIZE": "6",
+             "JSM_NAMESPACE_LOCAL_RANK": "1"}
+    assert runtime.discover_ranks({**batch, **jsrun}) == (5, 6, 1, "jsrun")
+
+
+def test_the_programs_share_one_runtime_and_define_no_protocol_of_their_own() -> None:
+    for name in PROGRAMS:
+        module = load(name)
+        assert module.emit.__module__ == "runtime"
+        assert Path(sys.modules["runtime"].__file__) == REPO / "validate" / "programs" / RUNTIME
+        tree = ast.parse(source(name))
+        defined = {node.name for node in ast.walk(tree) if isinstance(node, ast.FunctionDef)}
+        assigned = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
+                    for target in node.targets if isinstance(target, ast.Name)}
+        assert not defined & {"emit", "discover_ranks", "discover_rank"}, name
+        assert "RANK_ENV" not in assigned, name
+
+
+def test_a_record_the_programs_emit_is_what_the_judge_reads(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """One definition: the runtime.py the programs import prints, hpcprov's judge (which
+    imports the same file as a package module) parses, behind launcher prefixes too."""
+    from hpcprov.validate.judge import JobResult, judge, parse_records
+    from hpcprov.validate.programs import runtime as judged
+
+    runtime = load(RUNTIME)  # as a program imports it: the file, not the package module
+    assert Path(judged.__file__) == Path(runtime.__file__)
+    record = {"check": "allreduce", "size_bytes": 1048576, "busbw_GBps": 1.5, "correct": True,
+              "ranks": 2, "hosts": ["n1"], "note": "a } and a \" inside"}
+    assert runtime.announce(1, 1, "torchrun") == socket.gethostname()
+    runtime.emit(runtime.RESULT, record)
+    runtime.emit(runtime.DONE, {"check": "allreduce", "ok": True})
+    out = capsys.readouterr().out
+    assert out.endswith("\n") and len(out.splitlines()) == 3
+    prefixed = "".join(f"[{i}]<stdout>:{line}\n" for i, line in enumerate(out.splitlines()))
+    assert parse_records(out) == parse_records(prefixed) == [record]
+    assert [tag for tag, _ in judged.parse_output(prefixed)] == [judged.RANK, judged.RESULT,
+                                                                  judged.DONE]
+    (outcome, info) = judge([JobResult("a", "allreduce", "torch-gloo", 1, "COMPLETED", 0, "n1",
+                                       parse_records(out), [], 1.0)], {})
+    assert (outcome.name, outcome.status, info.measured) == ("a correctness", "pass", 1.5)
+    # what is not a record: mixed lines, other tags, no JSON object
+    for line in ('HPCPROV_RESULT {"check": "allreduce", "size', "HPCPROV_CB [X] NCCL",
+                 judged.CHILD + ' {"version": "1"}', 'HPCPROV_RESULT ["a"]', "plain"):
+        assert judged.parse_line(line) is None, line
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="python -P is new in 3.11")
+def test_the_programs_find_runtime_beside_them_even_under_python_safe_path(
+        programs: Path, tmp_path: Path) -> None:
+    """python -P (or PYTHONSAFEPATH) leaves the script's directory off sys.path: the
+    programs put it there themselves, so runtime.py beside them still imports."""
+    for name in PROGRAMS:
+        result = run([sys.executable, "-P", str(programs / name), "--no-such-option"],
+                     tmp_path)
+        assert result.rc == 2 and "unrecognized arguments" in result.err, result
 
 
 @pytest.mark.parametrize(("program", "args", "message"), [
@@ -228,6 +303,7 @@ def check_allreduce(result: Run, impl: str, sizes: list[int], iters: int = 3,
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * 2 * (ranks - 1) / ranks,
                                                 rel=1e-12)
     assert result.done == {"check": "allreduce", "ok": True}
+    assert parse_records(result.out) == records  # the judge reads what the test reads
 
 
 SIZES_8_TO_1M = [8 * 4**i for i in range(9)] + [1048576]  # 8, 32, ..., 524288, 1 MiB
@@ -310,6 +386,7 @@ def check_train(result: Run, framework: str, api: str, synced: bool) -> dict:
     assert r["in_sync"] is synced, r
     assert r["in_sync"] == (r["max_param_spread"] <= 1e-6 * (1 + r["max_abs_param"]))
     assert result.done == {"check": "train", "ok": synced}
+    assert parse_records(result.out) == [r]
     assert (result.rc == 0) is synced, result
     return r
 
@@ -365,7 +442,7 @@ def test_envcheck(programs: Path) -> None:
     (r,) = result.results
     torch = importlib.import_module("torch") if importable("torch") else None
     assert r["check"] == "env" and r["host"] == socket.gethostname()
-    assert (r["rank"], r["local_rank"]) == (1, 1)
+    assert (r["rank"], r["local_rank"], r["rank_source"]) == (1, 1, "torchrun")
     assert r["python"] == sys.version.split()[0] and r["executable"] == sys.executable
     assert r["modules"] == ["gcc/12.2.0", "openmpi/4.1.5"]
     assert r["import_ok"] == {"torch": torch is not None, "json": True,
@@ -386,7 +463,7 @@ def test_envcheck_require_in_process(programs: Path) -> None:
                   "--imports", "json", "--require", "hpcprov_no_such_module"], programs, env)
     assert result.rc == 1, result
     (r,) = result.results
-    assert r["rank"] == 0 and r["modules"] == []
+    assert r["rank"] == 0 and r["rank_source"] == "single" and r["modules"] == []
     assert r["import_ok"] == {"json": True, "hpcprov_no_such_module": False}
     assert r["cuda_visible_devices"] == ""
 

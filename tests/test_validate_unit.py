@@ -3,15 +3,33 @@
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 import xml.etree.ElementTree as ET
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
-from hpcprov.validate.judge import JobResult, judge, parse_records, size_label
-from hpcprov.validate.plan import Options, job_script, plan_jobs
-from hpcprov.validate.report import compare, junit, markdown, table
 
+from hpcprov.jobscript import build_jobscript
 from hpcprov.model import Reference
 from hpcprov.profiles import load_site
+from hpcprov.shell import quote
+from hpcprov.validate.judge import JUDGES, JobResult, judge, parse_records, size_label
+from hpcprov.validate.plan import (
+    CHECKS,
+    DEFAULT_CHECKS,
+    REGISTRY,
+    Options,
+    job_request,
+    job_rounds,
+    job_script,
+    plan_jobs,
+    status_trap,
+)
+from hpcprov.validate.programs.runtime import CHECK_BUILD
+from hpcprov.validate.report import compare, junit, markdown, table
+from hpcprov.validate.run import command_for, copy_programs
 
 
 def test_testbed_plan_has_every_implementation_and_a_1_node_baseline() -> None:
@@ -26,13 +44,94 @@ def test_testbed_plan_has_every_implementation_and_a_1_node_baseline() -> None:
     assert "#SBATCH --nodelist=gpu02" in script
     assert ("trap 'printf '\"'\"'%s %s %s\\n'\"'\"' \"$?\" \"$hpcprov_t0\" \"$(date +%s.%N)\" > "
             "/run/pernode-gpu02.exit' EXIT") in script
-    assert script.index("hpcprov_t0=") < script.index("trap ") < script.index("set -eo pipefail")
+    # the job script's prolog: after `set -eo pipefail`, before the environment and launch
+    assert script.index("set -eo pipefail") < script.index("hpcprov_t0=") \
+        < script.index("trap ") < script.index("\nsrun ")
+
+
+@pytest.mark.parametrize(("site_name", "partition", "scheduler_prolog"), [
+    ("testbed", "amd_a100nv_8", None),
+    ("sockeye", "gpu", 'cd "$PBS_O_WORKDIR"'),
+    ("lsf-example", None, 'cd "$LS_SUBCWD"'),
+])
+def test_the_status_trap_is_the_job_scripts_prolog_and_the_script_parses(
+        site_name: str, partition: str | None, scheduler_prolog: str | None,
+        tmp_path: Path) -> None:
+    """The trap goes in through build_jobscript's prolog (no splicing): after `set -eo
+    pipefail` and the scheduler's own prolog, before the environment and the launch; the
+    rest of the script is the generated one, line for line."""
+    site = load_site(site_name)
+    o = Options(site, partition or next(iter(site.partitions)), 1, ("allreduce",))
+    job = plan_jobs(o)[0]
+    rundir = str(tmp_path / "run dir")  # a space: quoted by hpcprov.shell
+    script = job_script(job, o, None, rundir, ("python", f"{rundir}/allreduce.py"))
+    lines = script.splitlines()
+    at = lines.index("set -eo pipefail")
+    if scheduler_prolog:
+        assert lines[at + 1] == scheduler_prolog
+        at += 1
+    assert lines[at + 1:at + 3] == status_trap(f"{rundir}/{job.id}.exit")
+    assert f"> {quote(f'{rundir}/{job.id}.exit')}" in shlex.split(lines[at + 2])[1]
+    plain = build_jobscript(replace(job_request(job, o, None, f"hpcprov-{job.id}"),
+                                    command=("python", f"{rundir}/allreduce.py")))
+    assert [ln for ln in lines if ln not in lines[at + 1:at + 3]] == plain.splitlines()
+    assert script.endswith("\n") and not script.endswith("\n\n")
+    path = tmp_path / "job.sh"
+    path.write_text(script)
+    check = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stderr
+
+
+def test_build_jobscript_places_prolog_and_epilog_and_leaves_the_rest_alone() -> None:
+    o = Options(load_site("sockeye"), "gpu", 1, ("allreduce",))
+    req = replace(job_request(plan_jobs(o)[0], o, None, "j"), command=("python", "x.py"))
+    plain = build_jobscript(req)
+    assert build_jobscript(req, prolog=(), epilog=()) == plain
+    lines = build_jobscript(req, prolog=["echo first"], epilog=["echo last"]).splitlines()
+    assert lines[lines.index('cd "$PBS_O_WORKDIR"') + 1] == "echo first"
+    launch = plain.splitlines()[-1]
+    assert lines[-2:] == [launch, "echo last"]
+    assert [ln for ln in lines if not ln.startswith("echo ")] == plain.splitlines()
+
+
+def test_the_checks_are_one_registry_of_planners_and_judges() -> None:
+    assert CHECKS == ("env", "allreduce", "train", "pernode", "links")
+    assert DEFAULT_CHECKS == ("env", "allreduce", "train") == Options.__dataclass_fields__[
+        "checks"].default
+    # every judge the judgement dispatches to is its check's in the registry
+    assert {n: c.judge for n, c in REGISTRY.items() if c.judge is not None} == JUDGES
+    site = load_site("testbed")
+    o = Options(site, "amd_a100nv_8", 2, CHECKS, node_names=("gpu01", "gpu02"))
+    jobs = plan_jobs(o)
+    assert all(REGISTRY[j.check].plan is not None for j in jobs)
+    assert [j.check for j in jobs] == sorted((j.check for j in jobs), key=CHECKS.index)
+    assert not [j for j in jobs if j.check == "links"]  # planned round by round
+    rounds = job_rounds(jobs)
+    assert rounds[-1] == [j for j in jobs if j.check == "pernode"]
+    assert all(len(r) == 1 for r in rounds[:-1]) and sum(map(len, rounds)) == len(jobs)
+    with pytest.raises(ValueError, match="unknown checks nccl"):
+        plan_jobs(replace(o, checks=("env", "nccl")))
+    with pytest.raises(ValueError, match="no judge for check 'links'"):
+        judge([job("l", "links", [])], {})
+
+
+def test_every_program_and_their_runtime_are_copied_and_the_cb_tag_is_quoted(
+        tmp_path: Path) -> None:
+    copy_programs(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["allreduce.py", "envcheck.py",
+                                                          "runtime.py", "train.py"]
+    o = Options(load_site("testbed"), "amd_a100nv_8", 1, ("env",))
+    (env,) = plan_jobs(o)
+    bash, flag, run = command_for(env, o, tmp_path)
+    assert (bash, flag) == ("bash", "-c")
+    assert f"| sed 's/^/{CHECK_BUILD} /'; python " in run
 
 
 def test_the_status_file_gives_exit_status_and_the_jobs_own_run_time(tmp_path) -> None:  # noqa: ANN001
     import subprocess
 
-    from hpcprov.schedulers.base import read_exit as _read_exit, read_run_seconds
+    from hpcprov.schedulers.base import read_exit as _read_exit
+    from hpcprov.schedulers.base import read_run_seconds
 
     site = load_site("local")
     o = Options(site, "local", 1, ("allreduce",))

@@ -1,19 +1,25 @@
 """Judge a validation run: results against correctness, the references of the partition,
-and each other (pernode). Pure: job outcomes and parsed results in, outcomes out."""
+and each other (pernode). Pure: job outcomes and parsed results in, outcomes out.
+
+Every check has one judge (:data:`JUDGES`, which validate/plan.py's check registry names
+beside the check's planner): it takes the results of all the check's jobs and returns
+their outcomes. The records come from the programs' output, read with the programs' own
+protocol module (validate/programs/runtime.py)."""
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
+
+from hpcprov.validate.programs.runtime import CHECK_BUILD, RESULT, parse_output
 
 if TYPE_CHECKING:
     from hpcprov.model import Reference
 
-RESULT = re.compile(r"HPCPROV_RESULT (\{.*\})")
-CB_LINE = re.compile(r"HPCPROV_CB (.*)$")
+CB_LINE = re.compile(re.escape(CHECK_BUILD) + r" (.*)$")
 
 
 @dataclass
@@ -52,16 +58,24 @@ class JobResult:
     run_s: float | None = None  # the job's own run time (its script's start to end)
 
 
+@dataclass(frozen=True)
+class Context:
+    """What judging needs besides the results: the partition's references, what
+    ``horovodrun -cb`` must list (None: not checked), the GPUs every node must see (0: not
+    checked)."""
+
+    refs: dict[str, Reference]
+    expected_cb: dict[str, list[str]] | None = None
+    gpus_expected: int = 0
+
+
+# a check's judge: the results of all its jobs in, their outcomes out
+Judge = Callable[[list[JobResult], Context], list[Outcome]]
+
+
 def parse_records(output: str) -> list[dict]:  # type: ignore[type-arg]
-    out = []
-    for line in output.splitlines():
-        m = RESULT.search(line)
-        if m:
-            try:
-                out.append(json.loads(m.group(1)))
-            except ValueError:
-                continue
-    return out
+    """The HPCPROV_RESULT records of a job's output, in order."""
+    return [record for tag, record in parse_output(output) if tag == RESULT]
 
 
 def size_label(n: int) -> str:
@@ -94,65 +108,102 @@ def _job_error(j: JobResult) -> Outcome:
 def judge(jobs: list[JobResult], refs: dict[str, Reference],
           expected_cb: dict[str, list[str]] | None = None,
           gpus_expected: int = 0) -> list[Outcome]:
-    out: list[Outcome] = []
-    base = {j.impl: j for j in jobs if j.baseline}
-    pernode = [j for j in jobs if j.check == "pernode"]
+    """Every job's outcomes, each check's jobs judged together by the check's judge, the
+    checks in the order their first job comes."""
+    ctx = Context(refs, expected_cb, gpus_expected)
+    by_check: dict[str, list[JobResult]] = {}
     for j in jobs:
-        if j.check == "pernode":
-            continue
+        by_check.setdefault(j.check, []).append(j)
+    out: list[Outcome] = []
+    for check, results in by_check.items():
+        if check not in JUDGES:
+            raise ValueError(f"no judge for check {check!r} (judges: {', '.join(JUDGES)})")
+        out += JUDGES[check](results, ctx)
+    return out
+
+
+def _each(results: list[JobResult], judge_one: Callable[[JobResult], list[Outcome]]
+          ) -> list[Outcome]:
+    """Judge job by job: a job that failed without a record is an error; one that failed
+    with records is judged, and an error too unless its outcomes explain the failure."""
+    out: list[Outcome] = []
+    for j in results:
         if j.exit_code != 0 and not j.records:
             out.append(_job_error(j))
             continue
-        if j.check == "env":
-            out += _env(j, expected_cb, gpus_expected)
-        elif j.check == "allreduce":
-            out += _allreduce(j, refs)
-        elif j.check == "train" and not j.baseline:
-            out += _train(j, refs, base.get(j.impl))
-        if j.exit_code != 0 and not any(o.status in ("fail", "error") and o.name.startswith(j.id)
-                                        for o in out):
+        mine = judge_one(j)
+        out += mine
+        if j.exit_code != 0 and not any(o.status in ("fail", "error") for o in mine):
             out.append(_job_error(j))
-    if pernode:
-        out += _pernode(pernode, refs)
     return out
+
+
+def judge_env(results: list[JobResult], ctx: Context) -> list[Outcome]:
+    """env: every node's imports and GPUs, that every node answered, ``horovodrun -cb``."""
+    return _each(results, lambda j: _env(j, ctx.expected_cb, ctx.gpus_expected))
+
+
+def judge_allreduce(results: list[JobResult], ctx: Context) -> list[Outcome]:
+    """allreduce: correct sums, busbw against the references."""
+    return _each(results, lambda j: _allreduce(j, ctx.refs))
+
+
+def judge_train(results: list[JobResult], ctx: Context) -> list[Outcome]:
+    """train: in sync, throughput, and scaling efficiency against the 1-node baseline of
+    the same implementation (the baselines themselves are only checked for errors)."""
+    base = {j.impl: j for j in results if j.baseline}
+    return _each(results, lambda j: [] if j.baseline else _train(j, ctx.refs,
+                                                                  base.get(j.impl)))
+
+
+def judge_pernode(results: list[JobResult], ctx: Context) -> list[Outcome]:
+    """pernode: every node alone, against the others' median and the references."""
+    return _pernode(results, ctx.refs)
 
 
 def _env(j: JobResult, expected_cb: dict[str, list[str]] | None,
          gpus_expected: int) -> list[Outcome]:
-    out = []
-    for rec in j.records:
-        host = rec.get("host", "?")
-        oks = rec.get("import_ok") or {k: not str(v).startswith("error")
-                                       for k, v in rec.get("imports", {}).items()}
-        bad = {k: rec.get("imports", {}).get(k, "failed") for k, ok in oks.items() if not ok}
-        if bad:
-            out.append(Outcome("env", f"{j.id} imports", "fail", nodes=host,
-                               detail="; ".join(f"{k}: {v}" for k, v in bad.items())))
-        else:
-            out.append(Outcome("env", f"{j.id} imports", "pass", nodes=host,
-                               detail=", ".join(f"{k} {v}" for k, v in
-                                                rec.get("imports", {}).items())))
-        want = gpus_expected
-        if want:
-            seen = int(rec.get("gpus_visible", 0))
-            out.append(Outcome("env", f"{j.id} gpus", "pass" if seen >= want else "fail",
-                               seen, f">= {want}", "GPUs", host))
+    out = [o for rec in j.records for o in _env_record(j, rec, gpus_expected)]
     hosts = {r.get("host") for r in j.records}
     if len(hosts) < j.nodes:
         out.append(Outcome("env", f"{j.id} nodes", "fail", len(hosts), f"{j.nodes}", "nodes",
                            j.node_list, "fewer nodes answered than were allocated"))
     if expected_cb:
-        from hpcprov.checkbuild import parse_check_build
-
-        text = "\n".join(m.group(1) for ln in j.tail for m in [CB_LINE.search(ln)] if m)
-        found = parse_check_build(text)
-        missing = [f"{k}:{n}" for k, names in expected_cb.items() for n in names
-                   if n not in found.get(k, [])]  # type: ignore[operator]
-        out.append(Outcome("env", f"{j.id} horovodrun -cb", "fail" if missing else "pass",
-                           expected=" ".join(n for v in expected_cb.values() for n in v),
-                           nodes=j.node_list,
-                           detail=("missing " + ", ".join(missing)) if missing else "as built"))
+        out.append(_check_build(j, expected_cb))
     return out
+
+
+def _env_record(j: JobResult, rec: dict, gpus_expected: int) -> list[Outcome]:  # type: ignore[type-arg]
+    """One node's imports, and its GPUs when they are expected."""
+    host = rec.get("host", "?")
+    imports = rec.get("imports", {})
+    oks = rec.get("import_ok") or {k: not str(v).startswith("error") for k, v in imports.items()}
+    bad = {k: imports.get(k, "failed") for k, ok in oks.items() if not ok}
+    if bad:
+        out = [Outcome("env", f"{j.id} imports", "fail", nodes=host,
+                       detail="; ".join(f"{k}: {v}" for k, v in bad.items()))]
+    else:
+        out = [Outcome("env", f"{j.id} imports", "pass", nodes=host,
+                       detail=", ".join(f"{k} {v}" for k, v in imports.items()))]
+    if gpus_expected:
+        seen = int(rec.get("gpus_visible", 0))
+        out.append(Outcome("env", f"{j.id} gpus", "pass" if seen >= gpus_expected else "fail",
+                           seen, f">= {gpus_expected}", "GPUs", host))
+    return out
+
+
+def _check_build(j: JobResult, expected_cb: dict[str, list[str]]) -> Outcome:
+    """``horovodrun -cb`` (its lines tagged HPCPROV_CB in the output) against the build."""
+    from hpcprov.checkbuild import parse_check_build
+
+    text = "\n".join(m.group(1) for ln in j.tail for m in [CB_LINE.search(ln)] if m)
+    found = parse_check_build(text)
+    missing = [f"{k}:{n}" for k, names in expected_cb.items() for n in names
+               if n not in found.get(k, [])]  # type: ignore[operator]
+    return Outcome("env", f"{j.id} horovodrun -cb", "fail" if missing else "pass",
+                   expected=" ".join(n for v in expected_cb.values() for n in v),
+                   nodes=j.node_list,
+                   detail=("missing " + ", ".join(missing)) if missing else "as built")
 
 
 def _allreduce(j: JobResult, refs: dict[str, Reference]) -> list[Outcome]:
@@ -238,3 +289,11 @@ def _pernode(jobs: list[JobResult], refs: dict[str, Reference]) -> list[Outcome]
             out.append(Outcome("pernode", f"pernode {node} busbw", "fail" if slow else "pass",
                                got, expected, "GB/s", node))
     return out
+
+
+JUDGES: dict[str, Judge] = {
+    "env": judge_env,
+    "allreduce": judge_allreduce,
+    "train": judge_train,
+    "pernode": judge_pernode,
+}

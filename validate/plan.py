@@ -1,26 +1,28 @@
 """What a validation run submits: jobs as pure data, and their job scripts.
 
 A check becomes one or more jobs. Each job runs one of the programs in
-validate/programs/ (copied next to the job scripts) with one launcher of the site, and
-prints HPCPROV_RESULT lines that validate/judge.py reads. Nothing here touches the system.
+validate/programs/ (copied next to the job scripts, with the runtime.py they share) with one
+launcher of the site, and prints HPCPROV_RESULT lines that validate/judge.py reads. The
+checks are a registry (:data:`REGISTRY`): each names its planner (the jobs it submits), its
+judge (validate/judge.py) and how its jobs are grouped into rounds. Nothing here touches the
+system.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from hpcprov import schedulers
 from hpcprov.job import JobRequest
 from hpcprov.jobscript import build_jobscript
 from hpcprov.kinds import LauncherKind
 from hpcprov.shell import quote
+from hpcprov.validate.judge import Judge, judge_allreduce, judge_env, judge_pernode, judge_train
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
-
-CHECKS = ("env", "allreduce", "train", "pernode", "links")
-DEFAULT_CHECKS = ("env", "allreduce", "train")
 
 
 @dataclass(frozen=True)
@@ -38,25 +40,6 @@ class Job:
     node: str | None = None          # pinned to this node (pernode)
     baseline: bool = False           # the 1-node run that scaling efficiency divides by
     timeout_s: float = 900.0
-
-
-@dataclass(frozen=True)
-class Options:
-    """What the user asked for, resolved against the site."""
-
-    site: Site
-    partition: str
-    nodes: int
-    checks: tuple[str, ...] = DEFAULT_CHECKS
-    ranks_per_node: int | None = None
-    device: str = "cpu"
-    max_bytes: int = 256 * 1024 * 1024
-    min_bytes: int = 8
-    iters: int = 20
-    train_steps: int = 30
-    node_names: tuple[str, ...] = ()  # the partition's nodes (pernode), found at run time
-    extra: dict[str, str] = field(default_factory=dict)  # scheduler options (-o)
-    link_bytes: int = 64 * 1024 * 1024  # the message size of the links check's pair jobs
 
 
 def _launchers_by_kind(site: Site) -> dict[LauncherKind, str]:
@@ -121,63 +104,157 @@ def _imports(site: Site) -> str:
     return ",".join(names) or "torch"
 
 
-def plan_jobs(o: Options) -> list[Job]:
-    """The jobs of a validation run, in submission order."""
-    site, rpn = o.site, ranks_per_node(o)
-    torch = torch_launcher(site)
-    hvd = horovod_launchers(site) if has_horovod(site) else {}
-    backend = "nccl" if o.device == "cuda" else "gloo"
-    jobs: list[Job] = []
-    any_launcher = torch or next(iter(site.launchers))
-    if "env" in o.checks:
-        jobs.append(Job("env", "env", "env", o.nodes, 1, any_launcher, "envcheck.py",
-                        ("--imports", _imports(site)), timeout_s=300))
-    if "allreduce" in o.checks:
-        if torch:
-            jobs.append(Job(f"allreduce-torch-{backend}", "allreduce", f"torch-{backend}",
-                            o.nodes, rpn, torch, "allreduce.py",
-                            ("--impl", "torch", "--dist-backend", backend, *_size_args(o))))
-        for impl, launcher in hvd.items():
-            jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, rpn, launcher,
-                            "allreduce.py", ("--impl", "horovod", *_size_args(o))))
-    if "train" in o.checks:
-        runs: list[tuple[str, str, tuple[str, ...]]] = []
-        if torch:
-            runs.append(("torch-ddp", torch, ("--framework", "torch", "--api", "ddp",
-                                              "--dist-backend", backend)))
-        hvd_launcher = hvd.get("horovod-gloo") or hvd.get("horovod-mpi")
-        fws = site.horovod.frameworks if has_horovod(site) else []
-        if hvd_launcher and "pytorch" in fws:
-            runs.append(("horovod-torch", hvd_launcher, ("--framework", "torch", "--api",
-                                                         "horovod")))
-        if hvd_launcher and "tensorflow" in fws:
-            runs.append(("horovod-tf-tape", hvd_launcher, ("--framework", "tensorflow",
-                                                           "--api", "tape")))
-            runs.append(("horovod-tf-keras", hvd_launcher, ("--framework", "tensorflow",
-                                                            "--api", "keras")))
-        common = ("--steps", str(o.train_steps), "--device", o.device)
-        for impl, launcher, args in runs:
-            jobs.append(Job(f"train-{impl}", "train", impl, o.nodes, rpn, launcher,
-                            "train.py", (*args, *common)))
-            if o.nodes > 1:
-                jobs.append(Job(f"train-{impl}-1node", "train", impl, 1, rpn, launcher,
-                                "train.py", (*args, *common), baseline=True))
-    if "pernode" in o.checks:
-        for node in o.node_names:
-            jobs.append(Job(f"pernode-{node}", "pernode", f"torch-{backend}", 1, max(rpn, 2),
-                            torch or any_launcher, "allreduce.py",
-                            ("--impl", "torch", "--dist-backend", backend,
-                             *_size_args(o)), node=node, timeout_s=600))
+def _backend(o: Options) -> str:
+    return "nccl" if o.device == "cuda" else "gloo"
+
+
+def _any_launcher(site: Site) -> str:
+    return torch_launcher(site) or next(iter(site.launchers))
+
+
+def _horovod(site: Site) -> dict[str, str]:
+    return horovod_launchers(site) if has_horovod(site) else {}
+
+
+def plan_env(o: Options) -> list[Job]:
+    """env: one task per node."""
+    return [Job("env", "env", "env", o.nodes, 1, _any_launcher(o.site), "envcheck.py",
+                ("--imports", _imports(o.site)), timeout_s=300)]
+
+
+def plan_allreduce(o: Options) -> list[Job]:
+    """allreduce: torch.distributed, and Horovod through each launcher it has."""
+    rpn, torch, backend = ranks_per_node(o), torch_launcher(o.site), _backend(o)
+    jobs = []
+    if torch:
+        jobs.append(Job(f"allreduce-torch-{backend}", "allreduce", f"torch-{backend}",
+                        o.nodes, rpn, torch, "allreduce.py",
+                        ("--impl", "torch", "--dist-backend", backend, *_size_args(o))))
+    for impl, launcher in _horovod(o.site).items():
+        jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, rpn, launcher,
+                        "allreduce.py", ("--impl", "horovod", *_size_args(o))))
     return jobs
+
+
+def _train_runs(o: Options) -> list[tuple[str, str, tuple[str, ...]]]:
+    """(impl, launcher, train.py's arguments) of every training API the site has."""
+    site, torch = o.site, torch_launcher(o.site)
+    runs: list[tuple[str, str, tuple[str, ...]]] = []
+    if torch:
+        runs.append(("torch-ddp", torch, ("--framework", "torch", "--api", "ddp",
+                                          "--dist-backend", _backend(o))))
+    hvd = _horovod(site)
+    launcher = hvd.get("horovod-gloo") or hvd.get("horovod-mpi")
+    fws = site.horovod.frameworks if has_horovod(site) else []
+    if launcher and "pytorch" in fws:
+        runs.append(("horovod-torch", launcher, ("--framework", "torch", "--api", "horovod")))
+    if launcher and "tensorflow" in fws:
+        runs.append(("horovod-tf-tape", launcher, ("--framework", "tensorflow", "--api",
+                                                    "tape")))
+        runs.append(("horovod-tf-keras", launcher, ("--framework", "tensorflow", "--api",
+                                                     "keras")))
+    return runs
+
+
+def plan_train(o: Options) -> list[Job]:
+    """train: every API on the nodes, and on more than one node a 1-node baseline each."""
+    rpn = ranks_per_node(o)
+    common = ("--steps", str(o.train_steps), "--device", o.device)
+    jobs = []
+    for impl, launcher, args in _train_runs(o):
+        jobs.append(Job(f"train-{impl}", "train", impl, o.nodes, rpn, launcher,
+                        "train.py", (*args, *common)))
+        if o.nodes > 1:
+            jobs.append(Job(f"train-{impl}-1node", "train", impl, 1, rpn, launcher,
+                            "train.py", (*args, *common), baseline=True))
+    return jobs
+
+
+def plan_pernode(o: Options) -> list[Job]:
+    """pernode: the allreduce alone on every node of the partition (at least 2 ranks)."""
+    backend = _backend(o)
+    return [Job(f"pernode-{node}", "pernode", f"torch-{backend}", 1, max(ranks_per_node(o), 2),
+                _any_launcher(o.site), "allreduce.py",
+                ("--impl", "torch", "--dist-backend", backend, *_size_args(o)), node=node,
+                timeout_s=600)
+            for node in o.node_names]
+
+
+def plan_links(o: Options) -> list[Job]:
+    """links: nothing up front; the search plans its pair jobs round by round
+    (:func:`link_job`, validate/links.py)."""
+    return []
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of the suite: the jobs it submits up front, its judge, and its rounds:
+    ``each`` job alone (measurements would disturb each other), all its jobs ``together``,
+    or a ``search`` that plans and judges its own rounds (links, validate/links.py)."""
+
+    plan: Callable[[Options], list[Job]]
+    judge: Judge | None
+    default: bool = False
+    rounds: Literal["each", "together", "search"] = "each"
+
+
+REGISTRY: dict[str, Check] = {
+    "env": Check(plan_env, judge_env, default=True),
+    "allreduce": Check(plan_allreduce, judge_allreduce, default=True),
+    "train": Check(plan_train, judge_train, default=True),
+    "pernode": Check(plan_pernode, judge_pernode, rounds="together"),
+    "links": Check(plan_links, None, rounds="search"),
+}
+CHECKS = tuple(REGISTRY)
+DEFAULT_CHECKS = tuple(name for name, check in REGISTRY.items() if check.default)
+
+
+@dataclass(frozen=True)
+class Options:
+    """What the user asked for, resolved against the site."""
+
+    site: Site
+    partition: str
+    nodes: int
+    checks: tuple[str, ...] = DEFAULT_CHECKS
+    ranks_per_node: int | None = None
+    device: str = "cpu"
+    max_bytes: int = 256 * 1024 * 1024
+    min_bytes: int = 8
+    iters: int = 20
+    train_steps: int = 30
+    node_names: tuple[str, ...] = ()  # the partition's nodes (pernode), found at run time
+    extra: dict[str, str] = field(default_factory=dict)  # scheduler options (-o)
+    link_bytes: int = 64 * 1024 * 1024  # the message size of the links check's pair jobs
+
+
+def plan_jobs(o: Options) -> list[Job]:
+    """The jobs of a validation run, in submission order (the registry's)."""
+    unknown = [name for name in o.checks if name not in REGISTRY]
+    if unknown:
+        raise ValueError(f"unknown checks {', '.join(unknown)} (known: {', '.join(CHECKS)})")
+    return [job for name, check in REGISTRY.items() if name in o.checks
+            for job in check.plan(o)]
+
+
+def job_rounds(jobs: list[Job]) -> list[list[Job]]:
+    """The jobs in rounds, a round's jobs running at the same time: each job of an ``each``
+    check alone, in order, then every ``together`` check's jobs in one round."""
+    out = [[j] for j in jobs if REGISTRY[j.check].rounds == "each"]
+    for name, check in REGISTRY.items():
+        group = [j for j in jobs if j.check == name]
+        if check.rounds == "together" and group:
+            out.append(group)
+    return out
 
 
 def link_job(o: Options, pair: tuple[str, str], rnd: int) -> Job:
     """One pair job of the links check: one rank on each of the two nodes, so the time is
     the link's; one message size (``link_bytes``)."""
-    backend = "nccl" if o.device == "cuda" else "gloo"
+    backend = _backend(o)
     size = str(o.link_bytes)
     return Job(f"links-r{rnd}-{pair[0]}-{pair[1]}", "links", f"torch-{backend}", 2, 1,
-               torch_launcher(o.site) or next(iter(o.site.launchers)), "allreduce.py",
+               _any_launcher(o.site), "allreduce.py",
                ("--impl", "torch", "--dist-backend", backend, "--min-bytes", size,
                 "--max-bytes", size, "--iters", str(o.iters), "--device", o.device),
                node=",".join(pair), timeout_s=600)
@@ -195,16 +272,18 @@ def job_request(job: Job, o: Options, prefix: str | None, job_name: str) -> JobR
                       activate=prefix is not None)
 
 
+def status_trap(path: str) -> list[str]:
+    """Job script lines that record, when the script exits, its exit status and its own
+    start and end (epoch seconds) in ``path``: the harness reads them where the scheduler's
+    accounting is off, and tells its own overhead from the job's run time."""
+    record = "printf '%s %s %s\\n' \"$?\" \"$hpcprov_t0\" \"$(date +%s.%N)\" > " + quote(path)
+    return ["hpcprov_t0=$(date +%s.%N)", f"trap {quote(record)} EXIT"]
+
+
 def job_script(job: Job, o: Options, prefix: str | None, rundir: str, command: tuple[str, ...]
                ) -> str:
-    """The job script: hpcprov's generated script, its launch running `command`, plus a
-    trap that records the exit status in the run directory (read when accounting is off)."""
+    """The job script: hpcprov's generated script, its launch running `command`, with the
+    status trap (:func:`status_trap`) in its prolog."""
     req = job_request(job, o, prefix, f"hpcprov-{job.id}")
-    text = build_jobscript(replace(req, command=command))
-    lines = text.splitlines()
-    at = next(i for i, ln in enumerate(lines) if i > 0 and ln and not ln.startswith("#"))
-    # the status file: exit status, then the job's own start and end (epoch seconds), so the
-    # harness can tell its own overhead from the job's run time
-    trap = "trap " + quote("printf '%s %s %s\\n' \"$?\" \"$hpcprov_t0\" \"$(date +%s.%N)\" > "
-                           + quote(f"{rundir}/{job.id}.exit")) + " EXIT"
-    return "\n".join([*lines[:at], "hpcprov_t0=$(date +%s.%N)", trap, *lines[at:]]) + "\n"
+    return build_jobscript(replace(req, command=command),
+                           prolog=status_trap(f"{rundir}/{job.id}.exit"))

@@ -10,35 +10,47 @@ from importlib import resources
 from pathlib import Path
 
 from hpcprov.checkbuild import expected_check_build
+from hpcprov.errors import HpcprovError
 from hpcprov.schedulers.base import Executor, Handle, read_run_seconds
-from hpcprov.validate.judge import JobResult, judge, parse_records
+from hpcprov.shell import join
+from hpcprov.validate.judge import JobResult, Outcome, judge, parse_records
 from hpcprov.validate.links import LinkSearch, judge_pairs, link_outcomes, pair_busbw
 from hpcprov.validate.plan import (
+    REGISTRY,
     Job,
     Options,
     has_horovod,
+    job_rounds,
     job_script,
     link_job,
     plan_jobs,
 )
-
-from hpcprov.errors import HpcprovError
-from hpcprov.shell import join
+from hpcprov.validate.programs.runtime import CHECK_BUILD
 
 
-def copy_programs(rundir: Path, names: set[str]) -> None:
-    """Put the programs the jobs run into the run directory (the nodes read them there)."""
+def copy_programs(rundir: Path) -> None:
+    """Put every program, and the runtime.py they import, into the run directory (the
+    nodes read them there; the links search decides its jobs as it goes)."""
     folder = resources.files("hpcprov.validate") / "programs"
-    for name in sorted(names):
-        (rundir / name).write_text((folder / name).read_text())
+    for item in sorted(folder.iterdir(), key=lambda f: f.name):
+        if item.name.endswith(".py") and item.name != "__init__.py":
+            (rundir / item.name).write_text(item.read_text())
+
+
+def _checks_horovod_build(o: Options) -> bool:
+    """Whether the env check compares ``horovodrun -cb`` with the profile's build."""
+    return has_horovod(o.site) and o.site.horovod.source != "container"
 
 
 def command_for(job: Job, o: Options, rundir: Path) -> tuple[str, ...]:
+    """The command a job's launch runs: its program, for env after ``horovodrun -cb``
+    with every line of that tagged for the judge."""
     program = str(rundir / job.program)
     if job.check == "env":
         run = join(["python", program, *job.args])
-        if has_horovod(o.site) and o.site.horovod.source != "container":
-            run = f"horovodrun -cb 2>&1 | sed 's/^/HPCPROV_CB /'; {run}"
+        if _checks_horovod_build(o):
+            tag = join(["sed", f"s/^/{CHECK_BUILD} /"])
+            run = f"horovodrun -cb 2>&1 | {tag}; {run}"
         return ("bash", "-c", run)
     return ("python", program, *job.args)
 
@@ -147,31 +159,30 @@ def _search_links(o: Options, rounds: _Rounds) -> tuple[list[JobResult], dict]: 
     return results, {"search": search, "busbw": measured}
 
 
+def _judge(o: Options, results: list[JobResult]) -> list[Outcome]:
+    """The outcomes of the checks that have a judge, against the partition."""
+    part = o.site.partitions[o.partition]
+    cb = expected_check_build(o.site.horovod) if _checks_horovod_build(o) else None
+    return judge(results, part.references, cb,
+                 gpus_expected=part.gpus.count if o.device == "cuda" else 0)
+
+
 def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,
                    timeout_s: float, pending_timeout_s: float | None = None,
                    progress: Callable[[str], None] = lambda s: None) -> dict:  # type: ignore[type-arg]
     """Run every job of the plan; return the run's data (judged, not yet reported)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rundir.mkdir(parents=True, exist_ok=True)
-    jobs = plan_jobs(o)
-    copy_programs(rundir, {j.program for j in jobs} | ({"allreduce.py"} if "links" in o.checks
-                                                       else set()))
-    plan = [[j] for j in jobs if j.check != "pernode"]
-    if any(j.check == "pernode" for j in jobs):
-        plan.append([j for j in jobs if j.check == "pernode"])
+    copy_programs(rundir)
     rounds = _Rounds(o, prefix, rundir, executor, timeout_s, pending_timeout_s, progress)
     results: list[JobResult] = []
-    for rnd in plan:
+    for rnd in job_rounds(plan_jobs(o)):
         results += rounds.run(rnd)
     links: dict | None = None  # type: ignore[type-arg]
-    if "links" in o.checks:
+    if "links" in o.checks:  # the one search check
         found, links = _search_links(o, rounds)
         results += found
-    refs = o.site.partitions[o.partition].references
-    cb = expected_check_build(o.site.horovod) if has_horovod(o.site) and \
-        o.site.horovod.source != "container" else None
-    outcomes = judge([r for r in results if r.check != "links"], refs, cb, gpus_expected=(
-        o.site.partitions[o.partition].gpus.count if o.device == "cuda" else 0))
+    outcomes = _judge(o, [r for r in results if REGISTRY[r.check].judge is not None])
     if links is not None:
         outcomes += link_outcomes(links["search"], links["busbw"],
                                   [r for r in results if r.check == "links"])

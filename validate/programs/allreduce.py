@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Allreduce bandwidth and correctness benchmark of the hpcprov validation suite.
 
-Runs inside a job, in the user's environment: the standard library and torch (and Horovod
-for ``--impl horovod``), nothing of hpcprov. Start one process per GPU (or per slot on CPU)
-with torchrun, srun, mpirun or horovodrun.
+Runs inside a job, in the user's environment: the standard library, runtime.py beside it,
+and torch (and Horovod for ``--impl horovod``), nothing of hpcprov. Start one process per GPU
+(or per slot on CPU) with torchrun, srun, mpirun or horovodrun.
 
 For each message size every rank fills a tensor with ``rank + 1`` and runs ``--warmup``
 allreduces, each refilled and checked (every element must equal ``n (n + 1) / 2``). Then the
@@ -31,55 +31,32 @@ then rank 0 prints one line per size and a final line ::
     HPCPROV_DONE {"check":"allreduce","ok":true}
 
 Ranks for torch.distributed (gloo, nccl; mpi asks MPI) come from the launcher's variables,
-the first set that is present of: RANK/WORLD_SIZE/LOCAL_RANK (torchrun),
-OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (Open MPI), PMI_RANK/PMI_SIZE/MPI_LOCALRANKID (MPICH,
-Intel MPI), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun); MASTER_ADDR and MASTER_PORT
-default to 127.0.0.1 and 29500.
+the first set that is present of runtime.RANK_ENV: RANK/WORLD_SIZE/LOCAL_RANK (torchrun),
+HOROVOD_RANK/SIZE/LOCAL_RANK (horovodrun), OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (Open MPI),
+PMI_RANK/PMI_SIZE/MPI_LOCALRANKID (MPICH, Intel MPI), JSM_NAMESPACE_RANK/SIZE/LOCAL_RANK
+(jsrun), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun), in that order: the launchers' own
+before Slurm's, as mpirun inside a batch script inherits the batch step's SLURM_PROCID=0.
+MASTER_ADDR and MASTER_PORT default to 127.0.0.1 and 29500. The records and rank discovery
+are runtime.py's, which the validation suite copies beside this file.
 
 Exit status: 0 when every size was correct on every rank, 1 otherwise, 2 for bad arguments.
 """
 
 import argparse
-import json
 import os
-import socket
 import statistics
 import sys
 import time
 from collections import namedtuple
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
+from runtime import DONE, RESULT, announce, default_rendezvous, discover_ranks, emit
 
 CHECK = "allreduce"
 ITEMSIZE = {"float32": 4, "float64": 8}
 
 # one size's measurement: the times are the slowest rank's mean, fastest and median call
 Timing = namedtuple("Timing", "iters mean_s min_s median_s failures")
-
-# (source, rank, world size, local rank): the first launcher whose variables are set wins.
-# The launchers' own variables come before Slurm's: mpirun or mpiexec started inside a
-# batch script inherit the batch step's SLURM_PROCID=0, which would make every rank 0.
-RANK_ENV = (
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-)
-
-
-def emit(tag, obj):
-    # one write per line: print() writes the text and the newline separately when Python
-    # runs unbuffered (PYTHONUNBUFFERED, python -u), and the ranks share the launcher's pipe
-    sys.stdout.write(tag + " " + json.dumps(obj, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
-def discover_ranks(env=None):
-    """(rank, world_size, local_rank, source) from the launcher's environment variables."""
-    env = os.environ if env is None else env
-    for source, rank, size, local in RANK_ENV:
-        if env.get(rank, "") != "" and env.get(size, "") != "":
-            return int(env[rank]), int(env[size]), int(env.get(local) or 0), source
-    return 0, 1, 0, "single"
-
 
 def size_list(min_bytes, max_bytes, factor):
     sizes = []
@@ -117,8 +94,7 @@ class TorchComm:
             dist.init_process_group("mpi")
             self.rank_source = "mpi"
         else:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", "29500")
+            default_rendezvous()
             dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size)
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
@@ -340,9 +316,7 @@ def main(argv=None):
     dtype = getattr(torch, args.dtype)
     itemsize = ITEMSIZE[args.dtype]
 
-    host = socket.gethostname()
-    emit("HPCPROV_RANK", {"rank": comm.rank, "host": host, "local_rank": comm.local_rank,
-                          "rank_source": comm.rank_source})
+    host = announce(comm.rank, comm.local_rank, comm.rank_source)
     hosts = sorted(set(comm.allgather_object(host)))
 
     ok = True
@@ -357,14 +331,14 @@ def main(argv=None):
         algbw, busbw = bandwidth(size, t.mean_s, comm.size)
         ok = ok and t.failures == 0
         if comm.rank == 0:
-            emit("HPCPROV_RESULT", {
+            emit(RESULT, {
                 "check": CHECK, "impl": comm.name, "device": args.device, "dtype": args.dtype,
                 "ranks": comm.size, "nodes": len(hosts), "hosts": hosts, "size_bytes": size,
                 "iters": t.iters, "time_s": t.mean_s, "time_min_s": t.min_s,
                 "time_median_s": t.median_s, "algbw_GBps": algbw, "busbw_GBps": busbw,
                 "correct": t.failures == 0})
     if comm.rank == 0:
-        emit("HPCPROV_DONE", {"check": CHECK, "ok": ok})
+        emit(DONE, {"check": CHECK, "ok": ok})
     # a last collective: no rank exits (and has the launcher kill the others) before rank 0
     # has printed everything
     comm.max_(torch.zeros(1, dtype=torch.float64, device=device))

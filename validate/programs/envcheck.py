@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Environment check of the hpcprov validation suite, run on every node (or rank) of a job.
 
-Runs in the user's environment with the standard library only; the frameworks are imported
-each in a child process of this Python (``--in-process``: in this one), so an import that
-crashes the interpreter (an ABI mismatch, a missing library) is reported instead of taking
-the check down with it.
+Runs in the user's environment with the standard library only (and runtime.py beside it,
+for rank discovery and the record); the frameworks are imported each in a child process of
+this Python (``--in-process``: in this one), so an import that crashes the interpreter (an
+ABI mismatch, a missing library) is reported instead of taking the check down with it.
 
 Every process prints one line (compact JSON after the tag)::
 
-    HPCPROV_RESULT {"check":"env","host":"node1","rank":0,"local_rank":0,"python":"3.11.7",
+    HPCPROV_RESULT {"check":"env","host":"node1","rank":0,"local_rank":0,
+                    "rank_source":"slurm","python":"3.11.7",
                     "executable":"/path/bin/python","modules":["gcc/12","openmpi/4.1"],
                     "imports":{"torch":"2.13.0",...},"import_ok":{"torch":true,...},
                     "gpus_visible":0,"gpu_source":"torch","cuda_visible_devices":null}
@@ -30,20 +31,15 @@ import socket
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
+from runtime import CHILD, RESULT, discover_ranks, emit
+
 CHECK = "env"
 DEFAULT_IMPORTS = "torch,tensorflow,horovod,horovod.torch,horovod.tensorflow"
-MARK = "HPCPROV_CHILD "
-
-RANK_ENV = (
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("horovod", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK"),
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-)
+MARK = CHILD + " "
 
 # a child imports one module and prints what describe() below returns
-CHILD = r"""
+CHILD_SOURCE = r"""
 import importlib, json, sys
 name = sys.argv[1]
 module = importlib.import_module(name)
@@ -56,24 +52,8 @@ print(MARK + json.dumps(info))
 """.replace("MARK", repr(MARK))
 
 
-def emit(tag, obj):
-    # one write per line: print() writes the text and the newline separately when Python
-    # runs unbuffered (PYTHONUNBUFFERED, python -u), and the ranks share the launcher's pipe
-    sys.stdout.write(tag + " " + json.dumps(obj, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
-def discover_rank(env=None):
-    """(rank, local_rank) from the launcher's environment variables; (0, 0) without one."""
-    env = os.environ if env is None else env
-    for _source, rank, size, local in RANK_ENV:
-        if env.get(rank, "") != "" and env.get(size, "") != "":
-            return int(env[rank]), int(env.get(local) or 0)
-    return 0, 0
-
-
 def describe(name):
-    """Import ``name``; its version (and torch's CUDA device count), as CHILD does."""
+    """Import ``name``; its version (and torch's CUDA device count), as CHILD_SOURCE does."""
     module = importlib.import_module(name)
     top = sys.modules[name.split(".")[0]]
     version = getattr(module, "__version__", None) or getattr(top, "__version__", None)
@@ -93,7 +73,7 @@ def import_isolated(name, timeout):
     env = dict(os.environ)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
-        proc = subprocess.run([sys.executable, "-c", CHILD, name], capture_output=True,
+        proc = subprocess.run([sys.executable, "-c", CHILD_SOURCE, name], capture_output=True,
                               text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return False, f"error: import timed out after {timeout:g} s"
@@ -169,10 +149,11 @@ def main(argv=None):
     if gpus is None:
         gpus = nvidia_smi_gpus()
         source = "nvidia-smi" if gpus is not None else None
-    rank, local_rank = discover_rank()
-    emit("HPCPROV_RESULT", {
+    rank, _size, local_rank, rank_source = discover_ranks()
+    emit(RESULT, {
         "check": CHECK, "host": socket.gethostname(), "rank": rank, "local_rank": local_rank,
-        "python": sys.version.split()[0], "executable": sys.executable,
+        "rank_source": rank_source, "python": sys.version.split()[0],
+        "executable": sys.executable,
         "modules": names(os.environ.get("LOADEDMODULES", "").replace(":", ",")),
         "imports": {n: (info["version"] if ok else info) for n, (ok, info) in results.items()},
         "import_ok": {n: ok for n, (ok, _info) in results.items()},

@@ -2,8 +2,9 @@
 """Training smoke test of the hpcprov validation suite: is data-parallel training really
 synchronised, and how fast is it?
 
-Runs inside a job, in the user's environment: the standard library and the frameworks
-(torch, or TensorFlow + numpy, and Horovod for the Horovod APIs), nothing of hpcprov.
+Runs inside a job, in the user's environment: the standard library, runtime.py beside it
+(rank discovery and the records, as for allreduce.py) and the frameworks (torch, or
+TensorFlow + numpy, and Horovod for the Horovod APIs), nothing of hpcprov.
 
 Every rank trains the same small MLP (1024 -> 1024 -> 1024 -> 10, same seed everywhere,
 broadcast from rank 0 as the API prescribes) on synthetic data that is DIFFERENT on each
@@ -34,43 +35,17 @@ Exit status: 0 when the ranks' parameters are in sync, 1 when not, 2 for bad arg
 """
 
 import argparse
-import json
 import os
-import socket
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
+from runtime import DONE, RESULT, announce, default_rendezvous, discover_ranks, emit
 
 CHECK = "train"
 FEATURES, HIDDEN, CLASSES = 1024, 1024, 10
 POOL = 16  # synthetic batches per rank, cycled through
 APIS = {"torch": ("ddp", "horovod"), "tensorflow": ("tape", "keras")}
-
-# (source, rank, world size, local rank): the first launcher whose variables are set wins.
-# The launchers' own variables come before Slurm's: mpirun or mpiexec started inside a
-# batch script inherit the batch step's SLURM_PROCID=0, which would make every rank 0.
-RANK_ENV = (
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-)
-
-
-def emit(tag, obj):
-    # one write per line: print() writes the text and the newline separately when Python
-    # runs unbuffered (PYTHONUNBUFFERED, python -u), and the ranks share the launcher's pipe
-    sys.stdout.write(tag + " " + json.dumps(obj, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
-
-
-def discover_ranks(env=None):
-    """(rank, world_size, local_rank, source) from the launcher's environment variables."""
-    env = os.environ if env is None else env
-    for source, rank, size, local in RANK_ENV:
-        if env.get(rank, "") != "" and env.get(size, "") != "":
-            return int(env[rank]), int(env[size]), int(env.get(local) or 0), source
-    return 0, 1, 0, "single"
-
 
 def in_sync(spread, max_abs):
     return spread <= 1e-6 * (1 + max_abs)
@@ -81,9 +56,7 @@ class Report:
 
     def __init__(self, args, rank, size, local_rank, rank_source):
         self.args, self.rank, self.size = args, rank, size
-        self.host = socket.gethostname()
-        emit("HPCPROV_RANK", {"rank": rank, "host": self.host, "local_rank": local_rank,
-                              "rank_source": rank_source})
+        self.host = announce(rank, local_rank, rank_source)
 
     def finish(self, gathered, spread, max_abs, losses, extra=None):
         """``gathered``: every rank's {"host", "samples_per_s", "step_time_s"}."""
@@ -104,8 +77,8 @@ class Report:
                 "loss_last": losses[-1] if losses else None,
             }
             result.update(extra or {})
-            emit("HPCPROV_RESULT", result)
-            emit("HPCPROV_DONE", {"check": CHECK, "ok": ok})
+            emit(RESULT, result)
+            emit(DONE, {"check": CHECK, "ok": ok})
         return 0 if ok else 1
 
 
@@ -137,8 +110,7 @@ def torch_main(args):
             dist.init_process_group("mpi")
             source = "mpi"
         else:
-            os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-            os.environ.setdefault("MASTER_PORT", "29500")
+            default_rendezvous()
             dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size)
         rank, size = dist.get_rank(), dist.get_world_size()
     report = Report(args, rank, size, local_rank, source)
