@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from hpcprov import schedulers
 from hpcprov.errors import HpcprovError
@@ -41,8 +42,36 @@ def _memory(req: JobRequest) -> list[Finding]:
                     f"ask for {have:g}G or less")]
 
 
+_GPU_COUNT = re.compile(r"(?:^|,)gpu(?::[^:,]+)?:(\d+)(?:,|$)")
+
+
+def _int_max(text: str) -> int | None:
+    """``8`` or ``2-8`` (Slurm's min-max node count) as its largest number."""
+    m = re.fullmatch(r"(\d+)(?:-(\d+))?", text.strip())
+    return int(m.group(2) or m.group(1)) if m else None
+
+
+def effective(req: JobRequest) -> JobRequest:
+    """The request as the scheduler will read it: a user option that sets the geometry
+    (``-o nodes=``, ``time=``/``walltime=``, ``gres=gpu:N``, ``gpus-per-node=``) counts as
+    the flag would, so lint cannot be bypassed by spelling a flag as an option."""
+    opts, changes = req.options, {}
+    nodes = _int_max(opts.get("nodes") or "")
+    if nodes is not None:
+        changes["nodes"] = nodes
+    for name in ("time", "walltime"):
+        if opts.get(name):
+            changes["time"] = opts[name]
+    gres = _GPU_COUNT.search(opts.get("gres") or "")
+    per_node = (opts.get("gpus-per-node") or "").rpartition(":")[2]
+    if gres or per_node.isdigit():
+        changes["gpus_per_node"] = int(gres.group(1) if gres else per_node)
+    return replace(req, **changes) if changes else req
+
+
 def lint(req: JobRequest) -> list[Finding]:
-    """Every problem with a request; errors first."""
+    """Every problem with a request (as the scheduler will read it); errors first."""
+    req = effective(req)
     found: list[Finding] = []
     found += _geometry(req)
     found += _memory(req)

@@ -313,8 +313,21 @@ def _scheduler_section(backend: Backend) -> type[Strict]:
         key: (s.annotation, Field(s.default, description=s.description))
         for key, s in backend.settings.items()
     }
+    checks = {f"_check_{key}": field_validator(key)(_checking(s.check))
+              for key, s in backend.settings.items() if s.check is not None}
     return create_model(f"{backend.name.capitalize()}Options", __base__=Strict,
-                        __doc__=f"Settings of {backend.title} jobs.", **fields)
+                        __doc__=f"Settings of {backend.title} jobs.", __validators__=checks,
+                        **fields)
+
+
+def _checking(check: Any) -> Any:
+    """A pydantic validator running a backend's check (which raises ValueError)."""
+
+    def validate(cls: type, value: Any) -> Any:
+        check(value)
+        return value
+
+    return validate
 
 
 SCHEDULER_SECTIONS = {b.name: _scheduler_section(b) for b in all_backends() if b.settings}

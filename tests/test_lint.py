@@ -326,3 +326,15 @@ def test_memory_above_a_node_is_an_error_with_the_node_size() -> None:
                      options={"mem": f"{int(part.memory_gb) + 1}G"})
     (finding,) = [f for f in lint(big) if f.code == "memory-exceed"]
     assert f"{part.memory_gb:g} GB of a {pname} node" in finding.message
+
+
+@pytest.mark.parametrize(("option", "code"), [
+    ("nodes=999", "nodes-exceed"), ("nodes=2-99", "nodes-exceed"),
+    ("gres=gpu:64", "gpus-exceed"), ("gres=gpu:a100:64", "gpus-exceed"),
+    ("gpus-per-node=16", "gpus-exceed"), ("time=999:00:00", "time-limit"),
+    ("walltime=999:00:00", "time-limit")])
+def test_a_flag_spelled_as_an_option_is_linted_as_the_flag(option: str, code: str) -> None:
+    name, _, value = option.partition("=")
+    req = JobRequest(site=site("neuron"), nodes=1, command=("python", "x.py"),
+                     options={"comment": "pytorch", name: value})
+    assert code in codes(lint(req), "error")

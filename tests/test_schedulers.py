@@ -71,3 +71,23 @@ def test_output_status_and_stdin_come_back(tmp_path: Path) -> None:
                        "import sys; print(sys.stdin.read().upper(), end=''); "
                        "print('warn', file=sys.stderr); sys.exit(3)"], None, 30, stdin=script)
     assert got == (3, "HELLO\n", "warn\n")
+
+
+@pytest.mark.parametrize("fmt", ["{bogus}", "{nodes:>900000000}", "{nodes.__class__.__mro__}",
+                                 "{nodes!r}", "{nodes}:ncpus={ncpus", "{}"])
+def test_a_pbs_select_format_is_profile_text_not_a_format_string(tmp_path: Path,
+                                                                 fmt: str) -> None:
+    from hpcprov.profiles import check_file
+
+    path = tmp_path / "sel.yaml"
+    path.write_text(f"extends: sockeye\nname: sel\npbs:\n  select_format: '{fmt}'\n")
+    (error,) = check_file(path)
+    assert error.line == 4 and "pbs.select_format" in error.problem
+
+
+def test_a_pbs_select_format_fills_only_its_fields() -> None:
+    from hpcprov.schedulers.pbs import render_select
+
+    assert render_select("{nodes}:ncpus={ncpus}:mpiprocs={mpiprocs}:ngpus={gpus}",
+                         {"nodes": 2, "ncpus": 8, "mpiprocs": 4, "gpus": 4}) \
+        == "2:ncpus=8:mpiprocs=4:ngpus=4"

@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -67,11 +68,13 @@ def run_command(argv: list[str], env: dict[str, str] | None, timeout: float,
 
 
 class Setting(NamedTuple):
-    """One key of a scheduler's profile section: its type, default and meaning."""
+    """One key of a scheduler's profile section: its type, default and meaning, and an
+    optional check that raises ValueError (with the reason) for a value it refuses."""
 
     annotation: Any
     default: Any
     description: str
+    check: Callable[[Any], None] | None = None
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,27 @@ _DONE = {"F", "X"}          # finished; a finished subjob
 _RUNNING = {"R", "E", "B"}  # running; exiting; an array job with subjobs running
 
 
+SELECT_FIELDS = ("nodes", "ncpus", "gpus", "mpiprocs")
+_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+def check_select(text: str) -> None:
+    """Refuse a select_format with anything in braces but the four field names (it is
+    profile text, never a Python format string: no specs, conversions or attributes)."""
+    for name in _FIELD.findall(text):
+        if name not in SELECT_FIELDS:
+            raise ValueError(f"{{{name}}} is not a field: use {{nodes}}, {{ncpus}}, {{gpus}} "
+                             "or {mpiprocs}")
+    if "{" in _FIELD.sub("", text) or "}" in _FIELD.sub("", text):
+        raise ValueError("unbalanced { or }: fields are {nodes}, {ncpus}, {gpus}, {mpiprocs}")
+
+
+def render_select(text: str, values: dict[str, int]) -> str:
+    """The select value with its fields filled in (checked first)."""
+    check_select(text)
+    return _FIELD.sub(lambda m: str(values[m.group(1)]), text)
+
+
 def directive(name: str, value: str | None) -> str:
     """The text after ``#PBS `` for one generic option."""
     if value is not None and re.search(r"\s", value):
@@ -61,7 +82,8 @@ class Pbs(Backend):
         "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
         "select_format": Setting(str, "{nodes}:ncpus={ncpus}:ngpus={gpus}",
                                  "value of -l select=; fields {nodes} {ncpus} {gpus} "
-                                 "{mpiprocs}"),
+                                 "{mpiprocs} (nothing else in braces)",
+                                 check=lambda text: check_select(text)),
         "output": Setting(str | None, None, "-o path of batch jobs"),
         "error": Setting(str | None, None, "-e path of batch jobs"),
         "join_output": Setting(bool, False, "-j oe: the error stream into the output"),
@@ -75,9 +97,9 @@ class Pbs(Backend):
         opts: list[Option] = [("job-name", req.job_name or "hpcprov")]
         opts += required_options(req)
         cpt = req.job_cpus_per_task or 1
-        select = conf.select_format.format(
-            nodes=req.nodes, ncpus=cpt * req.scheduler_tasks_per_node, gpus=req.gpus,
-            mpiprocs=req.scheduler_tasks_per_node)
+        select = render_select(conf.select_format, {
+            "nodes": req.nodes, "ncpus": cpt * req.scheduler_tasks_per_node, "gpus": req.gpus,
+            "mpiprocs": req.scheduler_tasks_per_node})
         opts.append(("select", select))
         if req.walltime:
             opts.append(("walltime", req.walltime))
