@@ -228,7 +228,21 @@ def test_validate_runs_its_jobs_through_bsub_and_bjobs(lsf: dict[str, str], tmp_
     data = json.loads(proc.stdout or "{}")
     assert proc.returncode == 0, (proc.stderr, data.get("outcomes"))
     assert data["scheduler"] == "lsf" and data["ok"]
+    # horovodrun --gloo fails under LSF (Horovod finds no network interfaces there): the
+    # Horovod allreduce runs through mpirun only
+    assert sorted(j["id"] for j in data["jobs"]) == ["allreduce-horovod-mpi",
+                                                     "allreduce-torch-gloo"]
     assert all(j["state"] == "COMPLETED" and j["exit_code"] == 0 for j in data["jobs"])
     submitted = sorted((tmp_path / "lsf-state").glob("*.sh"))
     assert len(submitted) == len(data["jobs"]) >= 1
     assert "#BSUB -n " in submitted[0].read_text()
+
+
+def test_horovodrun_gloo_is_refused_under_lsf(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    sites = tmp_path / "sites"
+    write_profile(sites, "local-lsf", "extends: local\nname: local-lsf\nscheduler: lsf\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
+    res = cli(capsys, "jobscript", "--site", "local-lsf", "-l", "horovodrun", "--",
+              "python", "t.py")
+    assert res.rc == 2 and "[lsf-horovod-gloo]" in res.err and "drop --gloo" in res.err

@@ -62,9 +62,10 @@ def horovod_launchers(site: Site) -> dict[str, str]:
     """impl -> launcher for Horovod: Gloo through horovodrun --gloo, MPI through mpirun."""
     out = {}
     controllers = site.horovod.controllers
+    gloo_ok = schedulers.of(site).horovodrun_gloo
     for name, launcher in site.launchers.items():
         if launcher.kind == LauncherKind.horovodrun and "--gloo" in launcher.args \
-                and "gloo" in controllers:
+                and "gloo" in controllers and gloo_ok:
             out.setdefault("horovod-gloo", name)
         if launcher.kind == LauncherKind.mpirun and "mpi" in controllers:
             out.setdefault("horovod-mpi", name)

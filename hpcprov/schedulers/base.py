@@ -106,6 +106,7 @@ class Backend:
     monitor = "jobs"                # the command line a user watches their jobs with
     max_nodes: int | None = None    # None: as many as the partition has
     starts_tasks = False            # has an srun-like task starter (srun launchers)
+    horovodrun_gloo = True          # `horovodrun --gloo` works in its jobs
 
     def section(self, site: Any) -> Any:
         """The site's settings for this scheduler (``site.<name>``)."""

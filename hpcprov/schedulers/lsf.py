@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import Literal
 
 from hpcprov.errors import HpcprovError, UsageError
+from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
+from hpcprov.kinds import LauncherKind
 from hpcprov.options import Option, override, required_options
 from hpcprov.schedulers.base import (
     Backend,
@@ -98,6 +100,10 @@ class Lsf(Backend):
             bool, False, "the first line of $LSB_DJOB_HOSTFILE is the launch node (CSM "
             "systems): it runs no ranks"),
     }
+    # Horovod (0.28.1, runner/driver/driver_service.py) skips finding the hosts' network
+    # interfaces when it sees LSF (LSB_JOBID) and its Gloo launcher then fails; under LSF
+    # horovodrun starts ranks with jsrun (CSM systems) or mpirun instead
+    horovodrun_gloo = False
     variable = re.compile(r"\$\{?LSB_[A-Z_]+")
     variable_example = "$LSB_DJOB_HOSTFILE"
     monitor = "bjobs"
@@ -167,6 +173,15 @@ class Lsf(Backend):
 
     def pin(self, nodes: str) -> dict[str, str] | None:
         return {"m": " ".join(nodes.split(","))}
+
+    def lint(self, req: JobRequest) -> list[Finding]:
+        if req.launch.kind == LauncherKind.horovodrun and "--gloo" in req.launch.args:
+            return [Finding("error", "lsf-horovod-gloo",
+                            "horovodrun --gloo fails under LSF: Horovod skips finding the "
+                            "hosts' network interfaces there",
+                            f"drop --gloo from launcher {req.launcher_name} (horovodrun then "
+                            "uses jsrun or mpirun), or use an mpirun launcher")]
+        return []
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return LsfExecutor(env)
