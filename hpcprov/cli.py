@@ -382,7 +382,8 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
 @cli.command("validate")
 @site_option
 @click.option("--partition", "-p", help="partition (default: the site's default)")
-@click.option("--nodes", "-N", type=click.IntRange(1), default=2, show_default=True)
+@click.option("--nodes", "-N", type=click.IntRange(1),
+              help="nodes per job (default: 2, or 1 where the partition has one)")
 @click.option("--checks", default="env,allreduce,train", show_default=True,
               help="comma-separated: env, allreduce, train, pernode, links")
 @click.option("--env", "prefix", help="provisioned prefix to run in (default: the site's)")
@@ -410,7 +411,7 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
               help="compare with a stored run (a regression over 10%% fails)")
 @click.option("--no-history", is_flag=True, help="do not store this run in the history")
 @json_option
-def validate_cmd(site: str | None, partition: str | None, nodes: int, checks: str,
+def validate_cmd(site: str | None, partition: str | None, nodes: int | None, checks: str,
                  prefix: str | None, ranks_per_node: int | None, device: str, max_bytes: int,
                  iters: int, link_bytes: int, steps: int, timeout: float, pending_timeout: float,
                  workdir: str | None, options: tuple[str, ...], junit: str | None,

@@ -245,3 +245,17 @@ def test_junit_and_markdown_and_table() -> None:
     text = table([Outcome(**o) for o in data["outcomes"]])
     assert text.splitlines()[0].startswith("STATUS") and "FAIL" in text
     json.dumps(data)
+
+
+def test_the_default_node_count_fits_the_partition(tmp_path: Path) -> None:
+    """`hpcprov validate --site local` (one node) works without --nodes; 2 elsewhere."""
+    from hpcprov.layout import manifest_file
+    from hpcprov.validate.api import ValidateOptions, prepare
+
+    manifest_file(tmp_path).parent.mkdir(parents=True)
+    manifest_file(tmp_path).write_text("{}")
+    local = prepare(ValidateOptions(site="local", prefix=str(tmp_path), workdir=str(tmp_path)))
+    testbed = prepare(ValidateOptions(site="testbed", prefix=str(tmp_path),
+                                      workdir=str(tmp_path)))
+    assert (local.options.nodes, testbed.options.nodes) == (1, 2)
+    assert local.prefix == tmp_path

@@ -32,7 +32,7 @@ class ValidateOptions:
 
     site: str | None = None
     partition: str | None = None
-    nodes: int = 2
+    nodes: int | None = None           # default: 2, or the partition's 1 node
     checks: tuple[str, ...] = DEFAULT_CHECKS
     prefix: str | None = None
     ranks_per_node: int | None = None
@@ -77,9 +77,10 @@ def prepare(o: ValidateOptions) -> Prepared:
     except KeyError:
         raise UsageError(f"--partition {o.partition!r}: site {s.name} has "
                          f"{', '.join(s.partitions)}") from None
-    if o.nodes > s.partitions[pname].nodes:
-        raise UsageError(f"--nodes {o.nodes}: partition {pname} has "
-                         f"{s.partitions[pname].nodes} node(s)")
+    has = s.partitions[pname].nodes
+    nodes = o.nodes if o.nodes is not None else min(2, has)
+    if nodes > has:
+        raise UsageError(f"--nodes {nodes}: partition {pname} has {has} node(s)")
     extra = {**dict(parse_option(x) for x in o.options), **o.extra}
     backend = schedulers.of(s)
     per_node = {"pernode", "links"} & set(wanted)
@@ -88,7 +89,7 @@ def prepare(o: ValidateOptions) -> Prepared:
                          f"hpcprov cannot do with {backend.title} (site {s.name})")
     usable = backend.executor().usable_nodes(pname) if per_node else None
     here = (os.uname().nodename,) if per_node else ()
-    opts = Options(s, pname, o.nodes, wanted, ranks_per_node=o.ranks_per_node,
+    opts = Options(s, pname, nodes, wanted, ranks_per_node=o.ranks_per_node,
                    device=o.device, max_bytes=o.max_bytes, iters=o.iters,
                    train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,
                    extra=extra, link_bytes=o.link_bytes)
