@@ -389,7 +389,8 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
 @click.option("--env", "prefix", help="provisioned prefix to run in (default: the site's)")
 @click.option("--ranks-per-node", type=click.IntRange(1),
               help="ranks per node (default: one per GPU, 1 without GPUs)")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
+@click.option("--device", type=click.Choice(["cpu", "cuda"]),
+              help="where tensors live (default: cuda where the partition has GPUs, else cpu)")
 @click.option("--max-bytes", type=click.IntRange(8), default=256 * 1024 * 1024,
               show_default=True, help="largest allreduce message")
 @click.option("--iters", type=click.IntRange(1), default=20, show_default=True)
@@ -412,7 +413,8 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
 @click.option("--no-history", is_flag=True, help="do not store this run in the history")
 @json_option
 def validate_cmd(site: str | None, partition: str | None, nodes: int | None, checks: str,
-                 prefix: str | None, ranks_per_node: int | None, device: str, max_bytes: int,
+                 prefix: str | None, ranks_per_node: int | None, device: str | None,
+                 max_bytes: int,
                  iters: int, link_bytes: int, steps: int, timeout: float, pending_timeout: float,
                  workdir: str | None, options: tuple[str, ...], junit: str | None,
                  report: str | None, compare: str | None, no_history: bool,

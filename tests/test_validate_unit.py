@@ -259,3 +259,31 @@ def test_the_default_node_count_fits_the_partition(tmp_path: Path) -> None:
                                       workdir=str(tmp_path)))
     assert (local.options.nodes, testbed.options.nodes) == (1, 2)
     assert local.prefix == tmp_path
+
+
+def test_a_gpu_partition_is_validated_on_its_gpus_by_default(tmp_path: Path) -> None:
+    from hpcprov.layout import manifest_file
+    from hpcprov.validate.api import ValidateOptions, prepare
+
+    manifest_file(tmp_path).parent.mkdir(parents=True)
+    manifest_file(tmp_path).write_text("{}")
+
+    def device(site: str, **kw: str) -> str:
+        return prepare(ValidateOptions(site=site, prefix=str(tmp_path), workdir=str(tmp_path),
+                                       **kw)).options.device
+    assert device("local") == "cpu"          # no GPUs
+    assert device("testbed") == "cuda"       # a GPU partition
+    assert device("testbed", device="cpu") == "cpu"
+
+
+def test_horovod_on_gpus_is_named_by_its_data_path() -> None:
+    from hpcprov.validate.plan import Options, plan_jobs
+
+    site = load_site("neuron")   # Horovod built with NCCL, launched by horovodrun and mpirun
+    gpu = [j.id for j in plan_jobs(Options(site, "amd_a100nv_8", 2, ("allreduce",),
+                                           device="cuda"))]
+    cpu = [j.id for j in plan_jobs(Options(site, "amd_a100nv_8", 2, ("allreduce",)))]
+    assert [i for i in gpu if i.startswith("allreduce-horovod-")] == \
+        ["allreduce-horovod-nccl-via-mpi"]
+    assert "allreduce-torch-nccl" in gpu and "allreduce-torch-gloo" in cpu
+    assert not [i for i in cpu if "nccl" in i]

@@ -36,7 +36,7 @@ class ValidateOptions:
     checks: tuple[str, ...] = DEFAULT_CHECKS
     prefix: str | None = None
     ranks_per_node: int | None = None
-    device: str = "cpu"
+    device: str | None = None          # default: cuda where the partition has GPUs
     max_bytes: int = 256 * 1024 * 1024
     iters: int = 20
     link_bytes: int = 64 * 1024 * 1024
@@ -89,8 +89,9 @@ def prepare(o: ValidateOptions) -> Prepared:
                          f"hpcprov cannot do with {backend.title} (site {s.name})")
     usable = backend.executor().usable_nodes(pname) if per_node else None
     here = (os.uname().nodename,) if per_node else ()
+    device = o.device or ("cuda" if s.partitions[pname].gpus.count else "cpu")
     opts = Options(s, pname, nodes, wanted, ranks_per_node=o.ranks_per_node,
-                   device=o.device, max_bytes=o.max_bytes, iters=o.iters,
+                   device=device, max_bytes=o.max_bytes, iters=o.iters,
                    train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,
                    extra=extra, link_bytes=o.link_bytes)
     rundir = Path(expand_prefix(o.workdir or default_rundir(opts)))

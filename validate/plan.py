@@ -132,9 +132,19 @@ def plan_allreduce(o: Options) -> list[Job]:
                         o.nodes, rpn, torch, "allreduce.py",
                         ("--impl", "torch", "--dist-backend", backend, *_size_args(o))))
     for impl, launcher in _horovod(o.site).items():
+        impl = data_path(o, impl)
         jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, rpn, launcher,
                         "allreduce.py", ("--impl", "horovod", *_size_args(o))))
     return jobs
+
+
+def data_path(o: Options, impl: str) -> str:
+    """A Horovod check named by the path its data takes: on GPUs built with NCCL the
+    tensors go through NCCL whichever controller (Gloo, MPI) started the ranks."""
+    hvd = o.site.horovod
+    if o.device == "cuda" and "nccl" in (hvd.gpu_operations, hvd.gpu_allreduce):
+        return f"horovod-nccl-via-{impl.removeprefix('horovod-')}"
+    return impl
 
 
 def _train_runs(o: Options) -> list[tuple[str, str, tuple[str, ...]]]:

@@ -35,7 +35,8 @@ def validate(testbed, prefix: Path, tmp_path: Path, *args: str  # noqa: ANN001
     env = {**testbed.environ(), "HPCPROV_HISTORY": str(tmp_path / "history")}
     rundir = testbed.scratch / "pytest-validate" / tmp_path.name
     proc = subprocess.run(
-        [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(prefix), "--json",
+        [*hpcprov_argv(), "validate", "--site", "testbed", "--device", "cpu", "--env",
+         str(prefix), "--json",
          "--workdir", str(rundir), "--max-bytes", "4194304", "--iters", "3", "--steps", "8",
          *args], capture_output=True, text=True, env=env, timeout=900)
     return proc, json.loads(proc.stdout or "{}")
@@ -122,7 +123,8 @@ def test_a_node_that_dies_mid_run_is_named_and_the_run_fails_in_time(
     rundir = testbed.scratch / "pytest-validate" / tmp_path.name
     shutil.rmtree(rundir, ignore_errors=True)
     proc = subprocess.Popen(
-        [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(prefix), "--json",
+        [*hpcprov_argv(), "validate", "--site", "testbed", "--device", "cpu", "--env",
+         str(prefix), "--json",
          "--workdir", str(rundir), "--nodes", "2", "--checks", "allreduce",
          "--max-bytes", "4194304", "--iters", "2000", "--timeout", "240",
          "--pending-timeout", "60"],
@@ -193,7 +195,8 @@ def test_a_slow_link_is_found_by_pairs_and_the_report_names_the_node(
     env = {**four_nodes.environ(), "HPCPROV_HISTORY": str(tmp_path / "history")}
     rundir = four_nodes.scratch / "pytest-validate" / tmp_path.name
     proc = subprocess.run(
-        [*hpcprov_argv(), "validate", "--site", "testbed", "--partition", "all", "--env",
+        [*hpcprov_argv(), "validate", "--site", "testbed", "--device", "cpu", "--partition",
+         "all", "--env",
          str(prefix), "--json", "--workdir", str(rundir), "--checks", "links",
          "--link-bytes", "1048576", "--iters", "20", "--report", str(report)],
         capture_output=True, text=True, env=env, timeout=600)
