@@ -179,8 +179,9 @@ def _overhead(ctx: Context, tb, runs: int) -> Result:  # noqa: ANN001
         rundir = tb.scratch / "hpcprov-bench" / f"overhead-{i}"
         t0 = time.perf_counter()
         proc = subprocess.run([*hpcprov, "validate", "--site", "testbed", "-N", "2",
-                               "--checks", "allreduce", "--env", str(prefix), "--max-bytes",
-                               "1048576", "--iters", "3", "--workdir", str(rundir),
+                               "--device", "cpu", "--checks", "allreduce", "--env",
+                               str(prefix), "--max-bytes", "1048576", "--iters", "3",
+                               "--workdir", str(rundir),
                                "--no-history", "--json"], capture_output=True, text=True,
                               env=env, timeout=1800)
         wall = time.perf_counter() - t0
