@@ -1,0 +1,28 @@
+"""The CUDA architectures a Horovod build is given, from the partitions' GPU models."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcprov.profiles import load_site
+from hpcprov.provision.cuda_arch import capability, cc_list
+
+
+@pytest.mark.parametrize(("model", "cc"), [
+    ("V100-SXM2-32GB", "70"), ("Tesla V100-PCIE", "70"), ("A100-SXM4-80GB", "80"),
+    ("NVIDIA A100-PCIE-40GB", "80"), ("H100 80GB HBM3", "90"), ("H200", "90"),
+    ("GH200", "90"), ("A40", "86"), ("RTX A6000", "86"), ("L40S", "89"), ("T4", "75"),
+    ("P100-PCIE-16GB", "60"), ("B200", "100"), ("MI250X", None), ("fake (mknod)", None)])
+def test_a_gpu_model_has_its_compute_capability(model: str, cc: str | None) -> None:
+    assert capability(model) == cc
+
+
+def test_a_site_builds_for_each_of_its_gpu_models_once() -> None:
+    ccs, unknown = cc_list(load_site("neuron"))  # V100, A100, H200, GH200 partitions
+    assert ccs == ["70", "80", "90"] and unknown == []
+    assert cc_list(load_site("local")) == ([], [])
+
+
+def test_unknown_models_are_named_not_guessed() -> None:
+    ccs, unknown = cc_list(load_site("testbed"))
+    assert ccs == [] and unknown == ["fake (mknod /dev/null copies)"]
