@@ -261,9 +261,11 @@ def render(sections: list[dict[str, Any]]) -> str:
             and run["machine"]["cores"] == newest["run"]["machine"]["cores"] \
             else f" on {describe_machine(run['machine'])}"
         quick = " (a `--quick` run)" if run.get("quick") else ""
+        again = f"python -m benchmarks --only {s['name']}" + (" --quick" if run.get("quick")
+                                                               else "")
         out += [f"Measured {run['date']} at commit {run['commit']}{where}{quick}; load average "
-                f"at the start {' / '.join(str(x) for x in run['machine'].get('load') or [])}.",
-                "", s["method"].strip(), ""]
+                f"at the start {' / '.join(str(x) for x in run['machine'].get('load') or [])}. "
+                f"Reproduce with `{again}`.", "", s["method"].strip(), ""]
         out += ["| measurement | median | min – max | runs | target | met? |",
                 "|---|---|---|---|---|---|"]
         results = [Result.from_json(r) for r in s["results"]]
