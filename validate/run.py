@@ -1,6 +1,7 @@
 """One validation run: write the programs and job scripts, submit them round by round,
 collect and judge. Measurement jobs run one at a time (they would disturb each other);
-the pernode jobs run together, one round for the whole partition."""
+the pernode jobs run together, one round for the whole partition; the links check's pair
+jobs run a round at a time, and its confirmations one at a time."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hpcprov.errors import HpcprovError
 from hpcprov.schedulers.base import Executor, Handle, read_run_seconds
 from hpcprov.shell import join
 from hpcprov.validate.judge import JobResult, Outcome, judge, parse_records
-from hpcprov.validate.links import LinkSearch, judge_pairs, link_outcomes, pair_busbw
+from hpcprov.validate.links import LinkSearch, Pair, judge_pairs, link_outcomes, pair_busbw
 from hpcprov.validate.plan import (
     REGISTRY,
     Job,
@@ -140,23 +141,47 @@ class _Rounds:
         return results
 
 
+def _pair_readings(pairs: list[Pair], jobs: list[Job], got: list[JobResult], alone: bool
+                   ) -> dict[Pair, float | None]:
+    """Pair -> the busbw its job measured, for the jobs that count: in a round of pairs every
+    one (a job that did not run reads as failed); alone only one that ran (not running
+    confirms nothing)."""
+    by_id = {r.id: r for r in got}
+    return {p: pair_busbw(by_id[j.id]) for p, j in zip(pairs, jobs, strict=True)
+            if not (alone and by_id[j.id].state == "NOT_RUN")}
+
+
 def _search_links(o: Options, rounds: _Rounds) -> tuple[list[JobResult], dict]:  # type: ignore[type-arg]
-    """The links check: pair jobs, round after round, until the bad link is named."""
+    """The links check: rounds of pair jobs (at the same time), then each suspect's slow
+    pairs again, one job at a time, until the bad link is named and confirmed."""
     search = LinkSearch(list(o.node_names))
+    refs = o.site.partitions[o.partition].references
     results: list[JobResult] = []
-    measured: dict[tuple[str, str], float | None] = {}
-    while pairs := search.next_round():
+    busbw: dict[bool, dict[Pair, float | None]] = {False: {}, True: {}}  # alone? -> readings
+    while (step := search.next_step())[0]:
+        pairs, alone = step
         jobs = [link_job(o, pair, search.rounds + 1) for pair in pairs]
-        got = rounds.run(jobs)
+        got = rounds.run(jobs)  # alone: a round of one job
         results += got
-        by_id = {r.id: r for r in got}
-        for pair, job in zip(pairs, jobs, strict=True):
-            measured[pair] = pair_busbw(by_id[job.id])
-        search.record(judge_pairs(measured, o.site.partitions[o.partition].references,
-                                  pairs))
+        read = _pair_readings(pairs, jobs, got, alone)
+        busbw[alone].update(read)
+        if read:
+            search.record(judge_pairs(busbw[alone], refs, list(read), also=busbw[not alone]),
+                          alone=alone)
         if any(r.state == "NOT_RUN" for r in got):
             break  # out of time or nodes: judge what was measured
-    return results, {"search": search, "busbw": measured}
+    return results, {"search": search, "busbw": busbw[False], "alone": busbw[True]}
+
+
+def _links_data(links: dict) -> dict:  # type: ignore[type-arg]
+    """The search in the run's data: rounds, jobs, verdict and every reading."""
+    s, busbw, again = links["search"], links["busbw"], links["alone"]
+    pairs = [{"pair": list(p), "round": s.round_of[p], "busbw_GBps": busbw.get(p),
+              "fast": fast, "alone": False} for p, fast in s.tried.items()]
+    pairs += [{"pair": list(p), "round": s.alone_round[p], "busbw_GBps": again.get(p),
+               "fast": fast, "alone": True} for p, fast in s.alone.items()]
+    return {"rounds": s.rounds, "jobs": len(pairs), "confirmations": len(s.alone),
+            **s.verdict(), "pairs": sorted(pairs, key=lambda x: x["round"])}
 
 
 def _judge(o: Options, results: list[JobResult]) -> list[Outcome]:
@@ -185,7 +210,7 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
     outcomes = _judge(o, [r for r in results if REGISTRY[r.check].judge is not None])
     if links is not None:
         outcomes += link_outcomes(links["search"], links["busbw"],
-                                  [r for r in results if r.check == "links"])
+                                  [r for r in results if r.check == "links"], links["alone"])
     seconds = time.monotonic() - rounds.t0
     data = {
         "site": o.site.name, "partition": o.partition, "nodes": o.nodes, "started": started,
@@ -202,11 +227,7 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
         "events": executor.events,
     }
     if links is not None:
-        s = links["search"]
-        data["links"] = {"rounds": s.rounds, "jobs": len(s.tried), **s.verdict(),
-                         "pairs": [{"pair": list(p), "round": s.round_of[p],
-                                    "busbw_GBps": links["busbw"].get(p), "fast": fast}
-                                   for p, fast in s.tried.items()]}
+        data["links"] = _links_data(links)
     return data
 
 

@@ -204,12 +204,21 @@ def test_a_slow_link_is_found_by_pairs_and_the_report_names_the_node(
     assert proc.returncode == 1, proc.stderr
     links = data["links"]
     assert links["bad"] == ["gpu03"] and links["unresolved"] == [], links
-    assert links["rounds"] <= 3  # ceil(log2 4) + 1
-    fast = {tuple(p["pair"]): p["fast"] for p in links["pairs"]}
+    # rounds of pairs: ceil(log2 4) + 1, one more if two healthy pairs read slow (the
+    # pair jobs of a round share this machine's CPUs); then the confirmations, alone
+    assert links["rounds"] - links["confirmations"] <= 4, links
+    fast = {tuple(p["pair"]): p["fast"] for p in links["pairs"] if not p["alone"]}
     assert not fast[("gpu03", "gpu04")] and not fast[("gpu01", "gpu03")]
-    (bad,) = [o for o in data["outcomes"] if o["status"] == "fail"]
-    assert bad["name"] == "links gpu03" and bad["nodes"] == "gpu03"
+    again = [p for p in links["pairs"] if p["alone"] and "gpu03" in p["pair"]]
+    assert len(again) == 2 and not any(p["fast"] for p in again), links  # confirmed alone
+    outcomes = {o["name"]: o for o in data["outcomes"]}
+    assert {o["name"] for o in data["outcomes"] if o["status"] == "fail"} == {"links gpu03"}
+    bad = outcomes["links gpu03"]
+    assert bad["nodes"] == "gpu03"
     assert bad["measured"] < 0.05  # 50 Mbit/s is 0.00625 GB/s
+    for p in links["pairs"]:  # a slow reading it did not convict on is still reported
+        if not p["fast"] and not p["alone"] and "gpu03" not in p["pair"]:
+            assert "+".join(p["pair"]) in outcomes["links"]["detail"], outcomes["links"]
     text = report.read_text()
     assert "| fail | links gpu03 |" in text
     assert "| gpu01+gpu03 | 2 |" in text  # the link search's pairs, round by round
