@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+import warnings
 from typing import Any, NoReturn
 
 import click
@@ -21,9 +23,41 @@ def _fail(message: str, code: int = 2) -> NoReturn:
     raise click.exceptions.Exit(code)
 
 
+# C0 (but newline and tab), DEL, C1: what a terminal may take as the start of an escape
+# sequence (an OSC title, a cursor move); printed as \xNN instead
+_TERMINAL_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def safe(text: object, lines: bool = False) -> str:
+    """``text`` for a terminal: every control character escaped as ``\\xNN`` (tabs kept);
+    newlines kept with ``lines``, else escaped too (one line stays one line)."""
+    out = _TERMINAL_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return out if lines else out.replace("\n", "\\n")
+
+
 def _print_error(message: str) -> None:
     for line in str(message).splitlines() or ["error"]:
-        click.echo(f"hpcprov: error: {line}", err=True)
+        click.echo(f"hpcprov: error: {safe(line)}", err=True)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: Any = None, line: str | None = None) -> None:
+    """warnings.showwarning for the CLI: hpcprov's own as one `hpcprov: warning:` line."""
+    from hpcprov.errors import HpcprovWarning
+
+    if issubclass(category, HpcprovWarning):
+        click.echo(f"hpcprov: warning: {safe(message)}", err=True)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _write_file(path: str, text: str) -> None:
+    """Write ``text`` to ``path``; any failure is one error line naming the file."""
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        _fail(f"cannot write {path}: {exc.strerror or exc}")
 
 
 def _load(site: str | None) -> Any:
@@ -84,10 +118,10 @@ def sites_cmd(as_json: bool) -> None:
     if as_json:
         _emit_json(rows)
         return
-    width = max(len(r["name"]) for r in rows) if rows else 4
+    width = max(len(safe(r["name"])) for r in rows) if rows else 4
     for r in rows:
         desc = f"BROKEN: {r['error']}" if r["error"] else r["description"]
-        click.echo(f"{r['name']:<{width}}  {r['scheduler']:<6} {desc}")
+        click.echo(f"{safe(r['name']):<{width}}  {safe(r['scheduler']):<6} {safe(desc)}")
 
 
 @cli.group("site")
@@ -125,9 +159,9 @@ def site_check(files: tuple[str, ...], as_json: bool) -> None:
     else:
         for f, errors in report.items():
             for err in errors:
-                click.echo(err, err=True)
+                click.echo(safe(err), err=True)
             if not errors:
-                click.echo(f"{f}: ok")
+                click.echo(f"{safe(f)}: ok")
     if any(report.values()):
         raise click.exceptions.Exit(2)
 
@@ -147,14 +181,20 @@ def detect_cmd(hostname: str | None, as_json: bool) -> None:
     """Name the site whose login host patterns match this machine."""
     import socket
 
-    from hpcprov.detect import detect
+    from hpcprov.detect import matches, warn_if_ambiguous
+    from hpcprov.errors import warn
 
     host = hostname or socket.getfqdn()
-    found = detect(host)
+    result = matches(host)
+    found = result.sites
+    for name, pattern in result.catch_alls:
+        warn(f"site {name}: login_hosts pattern {pattern!r} matches every host and is not "
+             "used for detection; set HPCPROV_SITE to make it the default")
+    warn_if_ambiguous(result)
     if as_json:
         _emit_json({"hostname": host, "sites": found})
     elif found:
-        click.echo(found[0])
+        click.echo(safe(found[0]))
     if not found:
         if not as_json:
             _print_error(f"no site profile matches host {host!r}; use --site NAME (e.g. local)")
@@ -206,7 +246,7 @@ def _lint(req: Any) -> list[Any]:
 
     warnings = check(req)
     for w in warnings:
-        click.echo(f"hpcprov: warning: {w}", err=True)
+        click.echo(f"hpcprov: warning: {safe(w)}", err=True)
     return warnings
 
 
@@ -257,8 +297,7 @@ def jobscript_cmd(prefix: str | None, no_activate: bool, out_path: str | None,
     warnings = _lint(req)
     text = build_jobscript(req)
     if out_path:
-        with open(out_path, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        _write_file(out_path, text)
     if kw["as_json"]:
         _emit_json({**_geometry(req), "script": text, "path": out_path,
                     "submit": [str(a) for a in submit_argv(req, out_path or "job.sh")],
@@ -306,7 +345,7 @@ def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_o
         return
     if not as_json:
         for f in planned.warnings:
-            click.echo(f"hpcprov: warning: {f}", err=True)
+            click.echo(f"hpcprov: warning: {safe(f)}", err=True)
     if dry_run:
         click.echo(planned.script, nl=False)
         return
@@ -455,7 +494,7 @@ def guide_cmd(site: str | None, partition: str | None) -> None:
     s = _load(site)
     if partition and partition not in s.partitions:
         _fail(f"site {s.name} has no partition {partition!r} ({', '.join(s.partitions)})")
-    click.echo(render_guide(s, partition), nl=False)
+    click.echo(safe(render_guide(s, partition), lines=True), nl=False)
 
 
 @cli.command("completion")
@@ -470,8 +509,48 @@ def completion_cmd(shell: str) -> None:
     click.echo(comp.source())
 
 
+def _stdout_lost() -> None:
+    """After stdout failed (a closed pipe, a full disk): point it at /dev/null, so the
+    interpreter's last flush has nothing left to fail on (no 'Exception ignored')."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (tests capture it)
+        pass
+
+
+def _output_error(exc: OSError) -> int:
+    """An OSError no command handled: writing the output failed (stdout on a full disk),
+    or a file could not be read or written. One error line, exit status 2."""
+    _stdout_lost()
+    what = f"{exc.filename}: " if exc.filename else "cannot write the output: "
+    _print_error(f"{what}{exc.strerror or exc}")
+    return 2
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: errors become one line on stderr and exit status 2."""
+    """Entry point: errors become one line on stderr and exit status 2 (never a traceback),
+    hpcprov's warnings one `hpcprov: warning:` line each. Stdout is flushed here, so a
+    failure to write the output (a full disk) is such an error too."""
+    from hpcprov.errors import HpcprovWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", HpcprovWarning)  # each once per command
+        warnings.showwarning = _show_warning
+        try:
+            rc = _run(argv)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader went away (| head): not an error
+            _stdout_lost()
+            return 0
+        except OSError as exc:
+            return _output_error(exc)
+    return rc
+
+
+def _run(argv: list[str] | None) -> int:
+    """Run the command; its errors as one line each, the exit status returned."""
     from hpcprov.errors import HpcprovError
 
     try:
@@ -492,8 +571,6 @@ def main(argv: list[str] | None = None) -> int:
     except HpcprovError as exc:
         _print_error(str(exc))
         return exc.exit_code
-    except BrokenPipeError:
-        return 0
     return rc if isinstance(rc, int) else 0
 
 

@@ -1,6 +1,9 @@
-"""Errors that the CLI turns into one line and exit status 2 (never a traceback)."""
+"""Errors that the CLI turns into one line and exit status 2 (never a traceback), and the
+warnings it prints as ``hpcprov: warning: ...`` (:func:`warn`)."""
 
 from __future__ import annotations
+
+import warnings
 
 
 class HpcprovError(Exception):
@@ -20,3 +23,14 @@ class ProfileError(HpcprovError):
 
 class UsageError(HpcprovError):
     """A wrong option or combination of options on the command line."""
+
+
+class HpcprovWarning(UserWarning):
+    """Something hpcprov works around but the user should fix (an ignored search-path entry,
+    a host that matches several sites). The CLI prints each as one ``hpcprov: warning:``
+    line, once per command; to library callers it is an ordinary Python warning."""
+
+
+def warn(message: str) -> None:
+    """Issue an :class:`HpcprovWarning` (one line: what is wrong and what to do)."""
+    warnings.warn(message, HpcprovWarning, stacklevel=2)

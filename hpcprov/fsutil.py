@@ -6,6 +6,8 @@
   (not a symlink), owned by this user and writable by nobody else; one somebody else
   created is not used (it could hold planted entries or symlinks).
 * :func:`read_owned`: the bytes of a file of this user's that nobody else can write.
+* :func:`read_regular`: the bytes of a regular file, at most a given size; a FIFO, a device,
+  a socket or a directory is refused without blocking or reading from it.
 * :func:`atomic_write`: write to a new temporary file beside the target (``O_EXCL`` and
   ``O_NOFOLLOW``: a planted symlink is never followed), then rename it over the target
   (the rename replaces a symlink at the target, never the file it points to).
@@ -23,7 +25,11 @@ _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
 
 
 def _xdg(var: str, default: str) -> Path:
-    return Path(os.environ.get(var) or Path.home() / default) / "hpcprov"
+    """``$VAR/hpcprov``, else ``~/DEFAULT/hpcprov``. A relative ``$VAR`` is ignored, as the
+    XDG base directory specification asks: it would depend on the current directory (a
+    folder of profiles there could shadow the user's own)."""
+    value = os.environ.get(var, "")
+    return (Path(value) if os.path.isabs(value) else Path.home() / default) / "hpcprov"
 
 
 def cache_dir(name: str) -> Path:
@@ -76,6 +82,88 @@ def read_owned(path: Path) -> bytes | None:
             return fh.read()
         except OSError:
             return None
+
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+          (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISSOCK, "a socket"))
+
+
+def kind_of(mode: int) -> str:
+    """What a file of this ``st_mode`` is, in words ("a regular file", "a FIFO (named
+    pipe)", "a character device"...)."""
+    for test, words in _KINDS:
+        if test(mode):
+            return words
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+class NotRegularFile(OSError):
+    """The path is something other than a regular file (``kind`` says what, in words)."""
+
+    def __init__(self, path: Path, kind: str) -> None:
+        super().__init__(f"{path} is {kind}, not a regular file")
+        self.path, self.kind = str(path), kind
+
+    def __str__(self) -> str:
+        return f"{self.path} is {self.kind}, not a regular file"
+
+
+class TooLarge(OSError):
+    """The file holds more than the limit (``size``: its size, or more than the limit
+    when it grew while read)."""
+
+    def __init__(self, path: Path, size: int, limit: int) -> None:
+        super().__init__(f"{path} is {size} bytes; the limit is {limit}")
+        self.path, self.size, self.limit = str(path), size, limit
+
+    def __str__(self) -> str:
+        return f"{self.path} is {self.size} bytes; the limit is {self.limit}"
+
+
+def regular_file(path: Path) -> str | None:
+    """None when ``path`` (symlinks followed) is a regular file, else what it is in words
+    ("no such file", "a directory", "a FIFO (named pipe)"...). Never blocks, never
+    raises."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "no such file"
+    except OSError as exc:
+        return f"unreadable ({exc.strerror})"
+    return None if stat.S_ISREG(mode) else kind_of(mode)
+
+
+def read_regular(path: Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path`` (symlinks followed), at most ``limit``.
+
+    Opened without blocking (``O_NONBLOCK``: opening a FIFO would wait for a writer) and
+    without becoming the controlling terminal; anything but a regular file is refused
+    before a byte is read (:class:`NotRegularFile`), and no more than ``limit + 1`` bytes
+    are ever read (:class:`TooLarge`: /dev/zero, or a file that grew). Other problems are
+    the OSError ``open`` or ``read`` raised."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    fd = os.open(path, flags)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise NotRegularFile(path, kind_of(st.st_mode))
+        if st.st_size > limit:
+            raise TooLarge(path, st.st_size, limit)
+    except BaseException:
+        os.close(fd)
+        raise
+    with os.fdopen(fd, "rb", buffering=0) as fh:
+        chunks, total = [], 0
+        while total <= limit:
+            chunk = fh.read(min(1 << 16, limit + 1 - total))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            total += len(chunk)
+    if total > limit:
+        raise TooLarge(path, total, limit)
+    return b"".join(chunks)
 
 
 def _umask() -> int:

@@ -2,7 +2,14 @@
 
 Errors are :class:`ProfileError`, whose ``str()`` is one line naming the file, the line and
 the problem (and a fix where one is known). YAML aliases, python tags, duplicate keys,
-oversized files and runaway nesting are refused before anything is built from the text.
+oversized files and runaway nesting are refused before anything is built from the text;
+anything but a regular file (a FIFO, a device such as /dev/zero, a directory) is refused
+before a byte is read from it, and no more than the size limit is ever read.
+
+The search path (:func:`search_dirs`) is ``$HPCPROV_SITES_PATH`` (absolute entries only: a
+relative one is ignored with a warning, since it would make the profiles a command sees
+depend on the current directory), then ``$XDG_CONFIG_HOME/hpcprov/sites``, then the
+bundled profiles. See docs/security.md, "Profiles and the search path".
 """
 
 from __future__ import annotations
@@ -16,13 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from hpcprov import fsutil
-from hpcprov.errors import ProfileError
+from hpcprov.errors import ProfileError, warn
 
 # PyYAML is imported where a file is parsed (not at import time): a cached profile
 # (hpcprov/profile_cache.py) is used without it.
 
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 40
+MAX_EXTENDS = 32  # profiles in one `extends` chain, the first included
 STD_TAGS = {
     "tag:yaml.org,2002:map",
     "tag:yaml.org,2002:seq",
@@ -48,6 +56,7 @@ class Layer:
     sources: dict[PathKey, str] = field(default_factory=dict)  # scalars as written
     digests: dict[str, str] = field(default_factory=dict)  # file -> sha256 of the bytes read
     links: list[Link] = field(default_factory=list)  # how each `extends` was resolved
+    implied: dict[PathKey, str] = field(default_factory=dict)  # values not written, and why
 
     def where(self, loc: PathKey) -> Origin:
         """The file and line of the deepest known key on ``loc``."""
@@ -147,19 +156,37 @@ def _build(loader: Any, node: Any, path: PathKey, layer: Layer, fname: str) -> A
     return loader.construct_object(node)
 
 
+def _not_utf8(fname: str, raw: bytes, exc: UnicodeDecodeError) -> ProfileError:
+    """The located error for bytes that are not UTF-8: the line and column of the first."""
+    before = raw[: exc.start].decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    line = before.count("\n") + 1
+    column = len(before) - (before.rfind("\n") + 1) + 1
+    return ProfileError(fname, line, f"not UTF-8 text: byte 0x{raw[exc.start]:02x} at column "
+                        f"{column}; save the file as UTF-8")
+
+
 def _read(path: Path) -> tuple[str, str]:
-    """(text, sha256 of the bytes): the text as open() in text mode would give it."""
+    """(text, sha256 of the bytes): the text as open() in text mode would give it.
+
+    Only a regular file is read (:func:`hpcprov.fsutil.read_regular`: a FIFO or a device
+    is refused without blocking), and at most :data:`MAX_BYTES` of it."""
     fname = str(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_BYTES:
-            raise ProfileError(fname, 1, f"file is {size} bytes; profiles are limited to 1 MiB")
-        raw = path.read_bytes()
-        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+        raw = fsutil.read_regular(path, MAX_BYTES)
     except FileNotFoundError:
         raise ProfileError(fname, 0, "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileError(fname, 0, f"cannot read: {exc}") from None
+    except fsutil.NotRegularFile as exc:
+        raise ProfileError(fname, 0, f"is {exc.kind}, not a profile file; give a YAML file "
+                           "(NAME.yaml) or a site name") from None
+    except fsutil.TooLarge as exc:
+        raise ProfileError(fname, 1, f"file is {exc.size} bytes; profiles are limited to "
+                           "1 MiB") from None
+    except OSError as exc:
+        raise ProfileError(fname, 0, f"cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    except UnicodeDecodeError as exc:
+        raise _not_utf8(fname, raw, exc) from None
     return text, hashlib.sha256(raw).hexdigest()
 
 
@@ -223,30 +250,58 @@ def read_yaml(path: Path) -> Layer:
     return layer
 
 
+def _outside(table: dict[PathKey, Any], replaced: set[PathKey]) -> dict[PathKey, Any]:
+    """The entries of ``table`` at no replaced path and under none (a set look-up for each
+    prefix of each key: linear in the size of the table, whatever ``replaced`` holds)."""
+    if not replaced:
+        return dict(table)
+    return {key: value for key, value in table.items()
+            if not any(key[:n] in replaced for n in range(1, len(key) + 1))}
+
+
 def merge(parent: Layer, child: Layer) -> Layer:
-    """Deep-merge child over parent: mappings merge key by key, everything else replaces."""
-    origins = dict(parent.origins)
+    """Deep-merge child over parent: mappings merge key by key, everything else replaces.
+
+    What the parent said at or under a replaced value (where it came from, how it was
+    written) is dropped. The time taken is linear in the size of the two layers: a scalar
+    replacing a scalar needs no search at all (the child's entries overwrite the
+    parent's), and only a replaced list or mapping has its parent's entries filtered."""
+    replaced: set[PathKey] = set()  # every value the child replaces (or adds)
+    pruned: set[PathKey] = set()  # those where a list or mapping is replaced, or put
 
     def go(p: Any, c: Any, path: PathKey) -> Any:
         if isinstance(p, dict) and isinstance(c, dict):
             out = dict(p)
             for key, value in c.items():
-                out[key] = go(p.get(key), value, path + (key,))
+                out[key] = go(p.get(key), value, (*path, key))
             return out
-        for key in [k for k in origins if k[: len(path)] == path and len(k) > len(path)]:
-            del origins[key]
+        replaced.add(path)
+        if isinstance(p, dict | list) or isinstance(c, dict | list):
+            pruned.add(path)
         return c
 
     data = go(parent.data, child.data, ())
-    origins.update(child.origins)
-    sources = {**parent.sources, **child.sources}
-    return Layer(data=data, origins=origins, files=parent.files + child.files, sources=sources,
-                 digests={**parent.digests, **child.digests}, links=parent.links + child.links)
+    return Layer(
+        data=data,
+        origins={**_outside(parent.origins, pruned), **child.origins},
+        files=parent.files + child.files,
+        sources={**_outside(parent.sources, pruned), **child.sources},
+        digests={**parent.digests, **child.digests}, links=parent.links + child.links,
+        implied={**_outside(parent.implied, replaced), **child.implied})
 
 
 def user_site_dirs() -> list[Path]:
-    """Directories searched for profiles before the bundled ones."""
-    dirs = [Path(p) for p in os.environ.get("HPCPROV_SITES_PATH", "").split(os.pathsep) if p]
+    """Directories searched for profiles before the bundled ones: the absolute entries of
+    ``$HPCPROV_SITES_PATH`` (``~`` expanded; a relative entry is ignored with a warning),
+    then ``$XDG_CONFIG_HOME/hpcprov/sites``."""
+    dirs = []
+    for entry in os.environ.get("HPCPROV_SITES_PATH", "").split(os.pathsep):
+        path = Path(entry).expanduser() if entry else None
+        if path is not None and not path.is_absolute():
+            warn(f"HPCPROV_SITES_PATH entry {entry!r} is relative and is ignored (it would "
+                 "depend on the current directory); give an absolute path")
+        elif path is not None:
+            dirs.append(path)
     dirs.append(fsutil.config_dir() / "sites")
     return dirs
 
@@ -265,12 +320,18 @@ def search_dirs() -> list[Path]:
 
 
 def available_sites() -> dict[str, Path]:
-    """Every profile name on the search path, first directory winning."""
+    """Every profile name on the search path, first directory winning. Only regular files
+    (or symlinks to them) count, as in :func:`find_profile`: a FIFO or a device named
+    ``*.yaml`` is passed over with a warning, never opened."""
     found: dict[str, Path] = {}
     for directory in search_dirs():
         if directory.is_dir():
             for path in sorted(directory.glob("*.yaml")):
-                found.setdefault(path.stem, path)
+                problem = fsutil.regular_file(path)
+                if problem is not None:
+                    warn(f"{path} is {problem}, not a profile file; ignored")
+                elif path.stem not in found:
+                    found[path.stem] = path
     return found
 
 
@@ -289,34 +350,71 @@ def find_profile(ref: str, relative_to: Path | None = None, skip: Path | None = 
         path = directory / f"{ref}.yaml"
         if path.is_file() and (skip is None or path.resolve() != skip.resolve()):
             return path
+    if skip is not None and ref == skip.stem:
+        raise ProfileError(ref, 0, f"{ref!r} names this profile itself, and no other profile "
+                           f"{ref!r} is on the search path; a profile cannot extend itself")
     names = sorted(available_sites())
     close = difflib.get_close_matches(ref, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; known sites: {', '.join(names)}"
     raise ProfileError(ref, 0, f"unknown site {ref!r}{hint}")
 
 
-def resolve(path: Path, chain: tuple[Path, ...] = ()) -> Layer:
-    """Read a profile and everything it extends, merged parent-first."""
-    resolved = path.resolve()
-    if resolved in chain:
-        cycle = " -> ".join(str(p) for p in (*chain, resolved))
-        raise ProfileError(str(path), 1, f"'extends' cycle: {cycle}")
+def _read_one(path: Path) -> Layer:
+    """One profile file, its name filled in from the file name when it gives none (and
+    said so: an invalid file name is then blamed on this file, not on what it extends)."""
     layer = read_yaml(path)
-    layer.data.setdefault("name", path.stem)
-    parent_ref = layer.data.get("extends")
-    if parent_ref is None:
-        return layer
+    if "name" not in layer.data:
+        layer.data["name"] = path.stem
+        layer.origins[("name",)] = (str(path), 1)
+        layer.implied[("name",)] = (f"no 'name:' is given, so the name is the file name's "
+                                    f"{path.stem!r}; add a valid 'name:' or rename the file")
+    return layer
+
+
+def _parent(path: Path, layer: Layer) -> Path | None:
+    """The profile file ``layer`` (read from ``path``) extends, or None."""
+    ref = layer.data.get("extends")
+    if ref is None:
+        return None
     fname, line = layer.origins.get(("extends",), (str(path), 1))
-    if not isinstance(parent_ref, str) or not parent_ref:
+    if not isinstance(ref, str) or not ref:
         raise ProfileError(fname, line, "'extends' must be a site name or a file path")
     try:
-        parent_path = find_profile(parent_ref, relative_to=path, skip=path)
-        if not parent_path.is_file():
-            raise ProfileError(fname, line, f"parent profile {parent_ref!r} not found")
+        parent = find_profile(ref, relative_to=path, skip=path)
     except ProfileError as exc:
-        if exc.file == fname:
-            raise
         raise ProfileError(fname, line, f"extends: {exc.problem}") from None
-    parent = resolve(parent_path, (*chain, resolved))
-    layer.links.append((str(path), parent_ref, str(parent_path)))
-    return merge(parent, layer)
+    problem = fsutil.regular_file(parent)
+    if problem == "no such file":
+        raise ProfileError(fname, line, f"parent profile {ref!r} not found ({parent})")
+    if problem is not None:
+        raise ProfileError(fname, line, f"parent profile {ref!r} is {problem}, not a "
+                           "profile file")
+    layer.links.append((str(path), ref, str(parent)))
+    return parent
+
+
+def resolve(path: Path) -> Layer:
+    """Read a profile and everything it extends, merged parent-first.
+
+    The chain is followed without recursion; a cycle, or a chain of more than
+    :data:`MAX_EXTENDS` profiles, is an error at the first profile's ``extends`` line."""
+    layers: list[Layer] = []
+    seen: list[Path] = []
+    current: Path | None = path
+    while current is not None:
+        resolved = current.resolve()
+        if resolved in seen:
+            cycle = " -> ".join(str(p) for p in (*seen, resolved))
+            raise ProfileError(str(current), 1, f"'extends' cycle: {cycle}")
+        if len(layers) == MAX_EXTENDS:
+            fname, line = layers[0].origins.get(("extends",), (str(path), 1))
+            raise ProfileError(fname, line, f"'extends' chain is longer than {MAX_EXTENDS} "
+                               f"profiles (the next is {current}); extend a profile nearer "
+                               "the top or copy what it sets")
+        seen.append(resolved)
+        layers.append(_read_one(current))
+        current = _parent(current, layers[-1])
+    merged = layers.pop()
+    while layers:
+        merged = merge(merged, layers.pop())
+    return merged

@@ -23,6 +23,7 @@ from pydantic import (
 # snapshots of hpcprov.site_view; importing them from here keeps working
 from hpcprov.kinds import LauncherKind, ModuleSystem, Scheduler, SiteMethods
 from hpcprov.schedulers import all_backends
+from hpcprov.walltime import walltime_seconds
 
 if TYPE_CHECKING:
     from hpcprov.schedulers.base import Backend
@@ -35,34 +36,59 @@ Name = Annotated[str, Field(pattern=_NAME_RE, max_length=64)]
 OptionName = Annotated[str, Field(pattern=_OPTION_RE, max_length=64)]
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# C0, DEL and C1 (ESC starts terminal escape sequences; \x9b is a one-byte CSI)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# free text (printed to terminals: `hpcprov sites`, guide, lint messages) may span lines
+# and hold tabs, nothing else of the above
+_TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 FREE_TEXT = {"description", "note", "notes", "reason", "guide"}
+_SINGLE_LINE = "control characters (newlines, tabs, escapes) are not allowed here"
+_TEXT = ("control characters other than newline and tab (escape sequences a terminal would "
+         "obey) are not allowed in text")
+
+# upper bounds on counts: larger than any machine has, small enough that a plan that lists
+# every node, core or job stays a plan (a typo of 10**12 nodes is refused, not planned)
+MAX_NODES = 1_000_000  # Fugaku, the largest, has 158,976
+MAX_CORES = 16_384  # per node; the largest single-image machines have a few thousand
+MAX_MEMORY_GB = 1 << 20  # 1 PiB per node
+MAX_COUNT = 10_000_000  # jobs or GPUs of one user
 
 
-def _no_control(value: object) -> None:
+def _no_control(value: object, pattern: re.Pattern[str] = _CONTROL,
+                message: str = _SINGLE_LINE) -> None:
     if isinstance(value, str):
-        if _CONTROL.search(value):
-            raise ValueError("control characters (newlines, tabs) are not allowed here")
+        if pattern.search(value):
+            raise ValueError(message)
     elif isinstance(value, dict):
         for key, item in value.items():
-            _no_control(key)
-            _no_control(item)
+            _no_control(key, pattern, message)
+            _no_control(item, pattern, message)
     elif isinstance(value, list | tuple):
         for item in value:
-            _no_control(item)
+            _no_control(item, pattern, message)
+
+
+def _count(default: Any = ..., *, ge: int = 1, le: int, description: str) -> Any:
+    """A strict integer field (``true`` is not 1, ``2.0`` is not 2) between ``ge`` and
+    ``le``; the description says why the bound is what it is."""
+    return Field(default, strict=True, ge=ge, le=le, description=description)
 
 
 class Strict(BaseModel):
     """Base: unknown keys are errors; strings that may reach a shell hold no control chars."""
 
     # defer_build: the validators are built on first validation, not at import; a cached
-    # site (hpcprov/profile_cache.py) is loaded without ever building them
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True)
+    # site (hpcprov/profile_cache.py) is loaded without ever building them.
+    # allow_inf_nan=False: numbers are finite (.inf and .nan are refused; JSON has neither)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True,
+                              allow_inf_nan=False)
 
     @field_validator("*", mode="after")
     @classmethod
     def _single_line(cls, value: object, info: ValidationInfo) -> object:
-        if info.field_name not in FREE_TEXT:
+        if info.field_name in FREE_TEXT:
+            _no_control(value, _TEXT_CONTROL, _TEXT)
+        else:
             _no_control(value)
         return value
 
@@ -103,7 +129,7 @@ class Modules(Strict):
 
 
 class Gpus(Strict):
-    count: int = Field(0, ge=0, le=64, description="GPUs per node")
+    count: int = _count(0, ge=0, le=64, description="GPUs per node (at most 64)")
     model: str | None = Field(None, description="e.g. A100-SXM4-80GB")
     type: str | None = Field(
         None, description="GPU type label in requests, e.g. a100 or v100l (--gres=gpu:v100l:4)"
@@ -112,32 +138,57 @@ class Gpus(Strict):
 
 
 class Limits(Strict):
-    max_jobs_per_user: int | None = Field(None, ge=1)
-    max_gpus_per_user: int | None = Field(None, ge=1)
-    max_nodes_per_job: int | None = Field(None, ge=1)
+    max_jobs_per_user: int | None = _count(
+        None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,} (more than a scheduler queues)")
+    max_gpus_per_user: int | None = _count(
+        None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,}")
+    max_nodes_per_job: int | None = _count(
+        None, le=MAX_NODES, description=f"at most {MAX_NODES:,}, as a partition's nodes")
     max_walltime: str | None = Field(None, description="[D-]HH:MM:SS")
-    default_walltime: str | None = None
+    default_walltime: str | None = Field(
+        None, description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime")
+
+    @field_validator("max_walltime", "default_walltime")
+    @classmethod
+    def _walltime(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        seconds = walltime_seconds(value)
+        if not seconds:
+            raise ValueError(f"{value!r} is not a wall-clock limit: write [D-]HH:MM:SS, "
+                             "e.g. '24:00:00' or '2-00:00:00' (quoted), more than zero")
+        cap = info.data.get("max_walltime")
+        cap_s = walltime_seconds(cap) if cap else None
+        if info.field_name == "default_walltime" and cap_s and seconds > cap_s:
+            raise ValueError(f"{value!r} is longer than max_walltime {cap!r}")
+        return value
 
 
 class Reference(Strict):
     """A performance reference: pass when value*(1+lower) <= measured <= value*(1+upper)."""
 
-    value: float
-    lower: float = Field(-0.1, le=0, description="fraction, e.g. -0.05 for 5% below")
-    upper: float | None = Field(None, ge=0, description="fraction above; null = unbounded")
+    value: float = Field(strict=True, description="the expected value (a finite number)")
+    lower: float = Field(-0.1, strict=True, ge=-1, le=0,
+                         description="fraction, e.g. -0.05 for 5% below (-1: down to zero)")
+    upper: float | None = Field(None, strict=True, ge=0,
+                                description="fraction above; null = unbounded")
     unit: str
     note: str | None = None
 
 
 class Partition(Strict):
     description: str | None = None
-    nodes: int = Field(ge=1, description="number of nodes in the partition")
-    cores_per_node: int = Field(ge=1)
-    memory_gb: float | None = Field(None, gt=0, description="memory per node")
+    nodes: int = _count(le=MAX_NODES, description=f"number of nodes in the partition (at most "
+                        f"{MAX_NODES:,}: more than any machine has; plans list every node)")
+    cores_per_node: int = _count(le=MAX_CORES, description=f"CPU cores per node (at most "
+                                f"{MAX_CORES:,}: more than any node has)")
+    memory_gb: float | None = Field(None, strict=True, gt=0, le=MAX_MEMORY_GB,
+                                    description="memory per node, GB (at most 1 PiB)")
     arch: Literal["x86_64", "aarch64", "ppc64le"] = "x86_64"
     gpus: Gpus = Field(default_factory=Gpus)
     limits: Limits = Field(default_factory=Limits)
-    cpus_per_task: int | None = Field(None, ge=1, description="default --cpus-per-task")
+    cpus_per_task: int | None = _count(None, le=MAX_CORES,
+                                      description="default --cpus-per-task")
     options: dict[OptionName, str] = Field(
         default_factory=dict, description="job options always added for this partition"
     )
@@ -166,7 +217,8 @@ class Policies(Strict):
     conda_allowed: bool = True
     home_readonly_on_compute: bool = False
     submit_from: str | None = Field(None, description="directory jobs must be submitted from")
-    purge_days: int | None = Field(None, ge=1, description="scratch files unused this long vanish")
+    purge_days: int | None = _count(None, le=36_500, description="scratch files unused this "
+                                   "long vanish (at most 36,500: a century)")
     notes: list[str] = Field(default_factory=list)
 
 
@@ -271,7 +323,7 @@ class Launcher(Strict):
     rdzv_host: Literal["hostname", "first_node"] = Field(
         "first_node", description="rendezvous host: $(hostname) or the first node of the job"
     )
-    port: int = Field(29500, ge=1024, le=65535)
+    port: int = _count(29500, ge=1024, le=65535, description="an unprivileged TCP port")
     per_node_wrapper: Literal["srun", "none"] = Field(
         "srun", description="torchrun: start one per node with srun, or run directly"
     )

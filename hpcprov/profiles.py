@@ -12,7 +12,7 @@ import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hpcprov import profile_cache
+from hpcprov import fsutil, profile_cache
 from hpcprov.errors import ProfileError
 from hpcprov.loader import Layer, available_sites, find_profile, resolve
 
@@ -30,6 +30,12 @@ def _hint(err: dict[str, Any], model_fields: list[str], written: str | None = No
         return f" (did you mean {close[0]!r}?)" if close else ""
     if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
         return f" (quote it: '{written if written is not None else value}')"
+    if kind in ("int_type", "float_type") and isinstance(value, bool):
+        return f" (write a number; {written or value} is a yes/no value)"
+    if kind == "int_type" and isinstance(value, float):
+        return " (write a whole number)"
+    if kind == "finite_number":
+        return " (.inf and .nan are not allowed)"
     return ""
 
 
@@ -67,6 +73,8 @@ def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
         elif err["type"] == "missing":
             msg = "required key is missing"
         hint = _hint(err, _allowed_fields(loc), layer.sources.get(loc))
+        if loc in layer.implied:
+            hint += f" ({layer.implied[loc]})"
         out.append(ProfileError(file, line, f"{dotted}: {msg}{hint}"))
     return out
 
@@ -123,8 +131,12 @@ def load_site(ref: str) -> SiteView:
     model, from the profile cache when its entry is still current, else validated now (and
     cached)."""
     path = find_profile(ref)
-    if not path.is_file():
+    problem = fsutil.regular_file(path)  # a stat: never opens a FIFO or a device
+    if problem == "no such file":
         raise ProfileError(str(path), 0, "no such profile file")
+    if problem is not None:
+        raise ProfileError(str(path), 0, f"is {problem}, not a profile file; give a YAML file "
+                           "(NAME.yaml) or a site name")
     cached = profile_cache.load(path)
     if cached is not None:
         return cached
@@ -136,15 +148,18 @@ def site_names() -> list[str]:
 
 
 def default_site() -> str:
-    """HPCPROV_SITE, else the site whose login hosts match this machine, else local."""
+    """HPCPROV_SITE, else the site whose login hosts match this machine, else local.
+
+    When several sites match, the first by name is used and a warning names them all."""
     import os
 
     if os.environ.get("HPCPROV_SITE"):
         return os.environ["HPCPROV_SITE"]
-    from hpcprov.detect import detect
+    from hpcprov.detect import matches, warn_if_ambiguous
 
-    found = detect()
-    return found[0] if found else "local"
+    found = matches()
+    warn_if_ambiguous(found)
+    return found.sites[0] if found.sites else "local"
 
 
 def load(ref: str | None) -> SiteView:

@@ -9,13 +9,15 @@ spirit: it is only ever built from data pydantic validated, and ``model_copy``/`
 behave as the model's do for the uses hpcprov has.
 
 :func:`to_json` and :func:`from_json` are its JSON form in the cache: tagged so views, enum
-members and tuples come back as they were, and checked again when read: a single-line
-value holding a control character (which the model refuses) is refused here too.
+members and tuples come back as they were, and checked again when read as the model checks
+them: a single-line value holding a control character, free text holding one other than
+newline and tab, or a number that is not finite is refused here too.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import re
 from enum import Enum
 from typing import Any
@@ -23,10 +25,12 @@ from typing import Any
 from hpcprov import kinds
 from hpcprov.kinds import SiteMethods
 
-# the model's rule (hpcprov.model, Strict): fields named so may span lines, no other may
-# hold a control character; tests/test_profile_cache.py checks the two stay the same
+# the model's rule (hpcprov.model, Strict): fields named so may span lines and hold tabs,
+# no other may hold a control character (C0, DEL, C1); tests/test_profile_cache.py checks
+# the two stay the same
 FREE_TEXT = frozenset({"description", "note", "notes", "reason", "guide"})
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 class View:
@@ -125,9 +129,10 @@ def to_json(value: Any) -> Any:
 
 
 def _text(value: str, free: bool) -> str:
-    """``value``, unless it holds a control character where the model allows none."""
-    if not free and CONTROL.search(value):
-        raise ValueError(f"control character in a single-line value: {value!r}")
+    """``value``, unless it holds a control character the model would refuse there."""
+    if (TEXT_CONTROL if free else CONTROL).search(value):
+        raise ValueError(f"control character in a {'text' if free else 'single-line'} value: "
+                         f"{value!r}")
     return value
 
 
@@ -174,6 +179,8 @@ def _decode(obj: Any, free: bool) -> Any:
         if any(k.startswith("__") for k in obj):
             return _tagged(obj, free)
         return _mapping(obj, free)
+    if kind is float and not math.isfinite(obj):
+        raise ValueError(f"a number that is not finite: {obj!r}")
     if obj is None or kind in (int, float, bool):
         return obj
     raise ValueError(f"cannot decode a {kind.__qualname__}")
