@@ -148,12 +148,13 @@ def site_show(name: str, as_json: bool) -> None:
 @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @json_option
 def site_check(files: tuple[str, ...], as_json: bool) -> None:
-    """Validate profile files; one line per problem, exit 2 if any."""
+    """Validate profile files, and lint each partition's default job; one line per
+    problem, exit 2 if any."""
     from pathlib import Path
 
-    from hpcprov.profiles import check_file
+    from hpcprov.lint import site_check_errors
 
-    report = {f: [str(e) for e in check_file(Path(f))] for f in files}
+    report = {f: [str(e) for e in site_check_errors(Path(f))] for f in files}
     if as_json:
         _emit_json({"ok": not any(report.values()), "files": report})
     else:
@@ -260,24 +261,26 @@ def _geometry(req: Any) -> dict[str, Any]:
 @_job_options
 @click.option("--allocate", is_flag=True, help="also print the salloc/qsub -I line first")
 def launch_cmd(allocate: bool, **kw: Any) -> None:
-    """Print the launch command for CMD (run it inside an allocation)."""
+    """Print the launch command for CMD (run it inside an allocation), after the site's
+    and the partition's variables and the lines it needs first."""
     from hpcprov.jobscript import allocate_argv
-    from hpcprov.launchers import build_launch
+    from hpcprov.launchers import build_launch, env_lines
     from hpcprov.shell import join
 
     req = _request(kw)
     warnings = _lint(req)
     launch = build_launch(req, "allocation")
+    env = env_lines(req)
     alloc = allocate_argv(req)
     if kw["as_json"]:
         _emit_json({**_geometry(req), "argv": [str(a) for a in launch.argv], "line": launch.line,
-                    "setup": launch.setup, "allocate": [str(a) for a in alloc],
+                    "env": env, "setup": launch.setup, "allocate": [str(a) for a in alloc],
                     "allocate_line": join(alloc) if alloc else None,
                     "warnings": [w.to_json() for w in warnings]})
         return
     if allocate and alloc:
         click.echo(join(alloc))
-    for line in launch.setup:
+    for line in [*env, *launch.setup]:
         click.echo(line)
     click.echo(launch.line)
 

@@ -9,7 +9,7 @@ from hpcprov.errors import HpcprovError
 from hpcprov.job import JobRequest
 from hpcprov.jobscript import allocate_argv, build_jobscript, submit_argv
 from hpcprov.kinds import LauncherKind
-from hpcprov.launchers import build_launch
+from hpcprov.launchers import build_launch, env_lines
 from hpcprov.layout import Layout
 from hpcprov.modules import load_lines
 from hpcprov.shell import join, quote
@@ -26,7 +26,7 @@ def _example_request(site: Site, partition: str | None, launcher: str | None = N
                      command: tuple[str, ...] = ("python", "train_hvd.py")) -> JobRequest:
     pname, part = site.partition(partition)
     gpus = part.gpus.count
-    nodes = min(2, part.nodes)
+    nodes = min(2, part.nodes or 2)  # an unknown count: the two nodes of the example
     options = {n: (r.default or r.example or "VALUE")
                for n, r in site.policies.required_options.items()}
     return JobRequest(site=site, nodes=nodes, gpus_per_node=gpus, partition=pname,
@@ -55,9 +55,11 @@ def render_guide(site: Site, partition: str | None = None) -> str:
         gpu = " ".join(x for x in (p.gpus.model, p.gpus.interconnect and
                                    f"({p.gpus.interconnect})") if x) or "-"
         memory = f"{p.memory_gb:g} GB" if p.memory_gb else "-"
-        out.append(f"| {name}{' (default)' if p.default else ''} | {p.nodes} | "
-                   f"{p.cores_per_node} | {memory} | {p.gpus.count} | {gpu} | {p.arch} | "
-                   f"{limits or '-'} |")
+        cores = str(p.cores_per_node) + (f" ({p.cores_per_node * p.threads_per_core} CPUs)"
+                                         if p.threads_per_core > 1 else "")
+        out.append(f"| {name}{' (default)' if p.default else ''} | "
+                   f"{p.nodes if p.nodes is not None else 'unknown'} | {cores} | {memory} | "
+                   f"{p.gpus.count} | {gpu} | {p.arch} | {limits or '-'} |")
     out.append("")
     pol = site.policies
     rules = [f"`--{n}` is mandatory" + (f" ({r.reason})" if r.reason else "")
@@ -113,6 +115,7 @@ def render_guide(site: Site, partition: str | None = None) -> str:
         out += ["Ask for nodes, then start the ranks from inside the allocation:", "",
                 *_block([join(allocate_argv(req))])]
     runtime_mods = load_lines(site.modules_for(pname), site.modules_for(pname).runtime)
+    runtime_mods += [*activation, *env_lines(req)]
     launches = []
     for name, launcher in site.launchers.items():
         r = _example_request(site, pname, name)
@@ -123,7 +126,7 @@ def render_guide(site: Site, partition: str | None = None) -> str:
             continue
         note = " (one torchrun per node)" if launcher.kind == LauncherKind.torchrun else ""
         launches += [f"# {name}{note}", *launch.setup, launch.line]
-    out += _block([*runtime_mods, *activation, *launches])
+    out += _block([*runtime_mods, *launches])
 
     out += ["## 3. Submit a batch job", "",
             f"`hpcprov jobscript --site {site.name} --nodes {req.nodes} "

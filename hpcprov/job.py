@@ -26,7 +26,7 @@ class JobRequest:
     cpus_per_task: int | None = None
     time: str | None = None
     job_name: str | None = None
-    options: dict[str, str] = field(default_factory=dict)
+    options: dict[str, str | None] = field(default_factory=dict)  # None: a flag
     hosts: tuple[str, ...] = ()
     image: str | None = None
     prefix: str | None = None
@@ -93,6 +93,21 @@ class JobRequest:
         if self.per_node_launch and self.part.cpus_per_task:
             return self.part.cpus_per_task * self.ranks_per_node
         return self.part.cpus_per_task
+
+    @property
+    def task_cpus(self) -> int | None:
+        """CPUs per scheduler task as the job asks for them (a cpus-per-task option wins)."""
+        given = self.options.get("cpus-per-task")
+        if given is not None and given.isdigit():
+            return int(given)
+        return self.job_cpus_per_task
+
+    @property
+    def host_name(self) -> str | None:
+        """The template naming a node on the high-speed network (``{host}-ib``): the
+        launcher's, else the partition's; None where the scheduler's names are used."""
+        template = self.launch.host_name or self.part.network.host_name
+        return None if template in (None, "{host}") else template
 
     @property
     def walltime(self) -> str | None:

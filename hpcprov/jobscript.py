@@ -15,10 +15,9 @@ from collections.abc import Sequence
 from hpcprov import schedulers
 from hpcprov.job import JobRequest
 from hpcprov.kinds import LauncherKind
-from hpcprov.launchers import build_launch
+from hpcprov.launchers import build_launch, env_lines
 from hpcprov.layout import Layout
 from hpcprov.modules import init_lines, load_lines
-from hpcprov.shell import Template, export_lines
 
 
 def directives(req: JobRequest) -> list[str]:
@@ -27,7 +26,8 @@ def directives(req: JobRequest) -> list[str]:
 
 
 def environment_lines(req: JobRequest) -> list[str]:
-    """Modules, the Python environment and site variables, as a job needs them."""
+    """Modules, the Python environment, the site's variables and the partition's network
+    variables, as a job needs them."""
     site = req.site
     modules = site.modules_for(req.partition_name)
     lines = init_lines(modules)
@@ -36,8 +36,7 @@ def environment_lines(req: JobRequest) -> list[str]:
     lines += load_lines(modules, modules.runtime, extra)
     if req.activate and not containerised:
         lines += Layout.of(site, req.prefix).python_activation()
-    lines += export_lines({k: Template(v) for k, v in site.env.items()})
-    return lines
+    return lines + env_lines(req)
 
 
 def build_jobscript(req: JobRequest, prolog: Sequence[str] = (),

@@ -3,6 +3,11 @@
 ``context`` says where the line will run: ``"batch"`` inside a job script (the scheduler
 directives already fix the geometry) or ``"allocation"`` typed by hand inside salloc/qsub -I
 (the line must carry the geometry itself).
+
+Whatever the kind, hosts are named on the partition's high-speed network when the profile
+says how (``network.host_name``, a launcher's ``host_name``): the rendezvous host
+(MASTER_ADDR, torchrun's --rdzv_endpoint) and every mpirun/horovodrun host list. Every srun
+step carries the job's CPU and GPU binding (:meth:`Backend.task_step`).
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from hpcprov import schedulers
 from hpcprov.errors import UsageError
 from hpcprov.job import JobRequest
 from hpcprov.kinds import LauncherKind
+from hpcprov.modules import env_lines as profile_env_lines
+from hpcprov.schedulers.base import renamed, renamed_hostfile
 from hpcprov.shell import Raw, Template, join
 
 Context = Literal["batch", "allocation"]
@@ -38,11 +45,41 @@ class Launch:
         return join(self.argv)
 
 
+# a partition's network settings and the variables they become
+NETWORK_VARIABLES = {
+    "nccl_socket_ifname": "NCCL_SOCKET_IFNAME",
+    "gloo_socket_ifname": "GLOO_SOCKET_IFNAME",
+    "nccl_ib_hca": "NCCL_IB_HCA",
+    "nccl_net": "NCCL_NET",
+    "nccl_net_plugin": "NCCL_NET_PLUGIN",
+    "fi_provider": "FI_PROVIDER",
+}
+
+
+def network_env(req: JobRequest) -> dict[str, str]:
+    """The variables of the partition's network section (NCCL, Gloo, libfabric)."""
+    net = req.part.network
+    env = {var: getattr(net, key) for key, var in NETWORK_VARIABLES.items()
+           if getattr(net, key) is not None}
+    return {**env, **net.env}
+
+
+def env_lines(req: JobRequest) -> list[str]:
+    """``export`` lines of the site's env, then the partition's network variables: what a
+    job script exports, and what must run before a launch line typed in an allocation."""
+    return profile_env_lines({**req.site.env, **network_env(req)})
+
+
 def first_node(req: JobRequest) -> str:
-    """Shell word for the first node of the job (the rendezvous host)."""
+    """Shell word for the first node of the job (the rendezvous host), on the network the
+    host name template names."""
     if req.hosts:
-        return expand_hosts(req.hosts)[0]
-    return schedulers.of(req.site).first_node(req)
+        return renamed(expand_hosts(req.hosts)[0], req.host_name)
+    if req.launch.rdzv_host == "hostname":
+        # the short name: a template applies to the name the scheduler lists
+        return renamed(Raw('"$(hostname -s)"' if req.host_name else '"$(hostname)"'),
+                       req.host_name)
+    return renamed(schedulers.of(req.site).first_node(req), req.host_name)
 
 
 def expand_hosts(hosts: tuple[str, ...]) -> list[str]:
@@ -60,17 +97,21 @@ def expand_hosts(hosts: tuple[str, ...]) -> list[str]:
     return out
 
 
-def host_slots(req: JobRequest, horovodrun: bool = False) -> list[str]:
-    """``-H`` argument words, or ``--hostfile`` words, for mpirun/horovodrun: the launcher's
-    host file, the hosts given on the command line, else what the scheduler's job knows."""
-    slots = req.ranks_per_node
-    launcher = req.launch
+def host_slots(req: JobRequest, horovodrun: bool = False) -> tuple[list[str], list[str]]:
+    """(``-H`` or ``--hostfile`` words, setup lines) for mpirun/horovodrun: the launcher's
+    host file, the hosts given on the command line, else what the scheduler's job knows;
+    each host on the network the host name template names."""
+    slots, launcher, template = req.ranks_per_node, req.launch, req.host_name
     if launcher.hosts == "hostfile" and not req.hosts:
-        return ["--hostfile", Template(launcher.hostfile or "")]
+        hostfile = Template(launcher.hostfile or "")
+        if template:
+            setup, word = renamed_hostfile(hostfile, template)
+            return ["--hostfile", word], setup
+        return ["--hostfile", hostfile], []
     if req.hosts:
-        hosts = expand_hosts(req.hosts)
-        return ["-H", ",".join(f"{h}:{slots}" for h in hosts)]
-    return schedulers.of(req.site).host_slots(req, slots, horovodrun=horovodrun)
+        hosts = [renamed(h, template) for h in expand_hosts(req.hosts)]
+        return ["-H", ",".join(f"{h}:{slots}" for h in hosts)], []
+    return schedulers.of(req.site).host_slots(req, slots, horovodrun=horovodrun), []
 
 
 def _srun_geometry(req: JobRequest, context: Context, tasks_per_node: int) -> list[str]:
@@ -79,19 +120,22 @@ def _srun_geometry(req: JobRequest, context: Context, tasks_per_node: int) -> li
     return [f"--ntasks={tasks_per_node * req.nodes}", f"--ntasks-per-node={tasks_per_node}"]
 
 
-def _srun_prefix(req: JobRequest, context: Context) -> list[str]:
+def _srun_prefix(req: JobRequest, context: Context) -> tuple[list[str], list[str]]:
+    """(``srun ...`` words, setup lines): the MPI plugin, the geometry in an allocation,
+    and the job's CPU and GPU binding."""
+    step = schedulers.of(req.site).task_step(req, req.task_cpus)
     argv = ["srun"]
     if req.launch.mpi:
         argv.append(f"--mpi={req.launch.mpi}")
-    return argv + _srun_geometry(req, context, req.ranks_per_node)
+    return [*argv, *_srun_geometry(req, context, req.ranks_per_node), *step.argv], step.setup
 
 
 def build_srun(req: JobRequest, context: Context) -> Launch:
-    setup = []
+    prefix, setup = _srun_prefix(req, context)
     if req.launch.rendezvous_env:
-        setup = [f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
+        setup = [*setup, f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
                  f"export MASTER_PORT={req.launch.port}"]
-    return Launch([*_srun_prefix(req, context), *req.launch.args, *req.command], setup)
+    return Launch([*prefix, *req.launch.args, *req.command], setup)
 
 
 def _rendezvous_env(req: JobRequest) -> tuple[list[str], list[str]]:
@@ -104,23 +148,28 @@ def _rendezvous_env(req: JobRequest) -> tuple[list[str], list[str]]:
 
 def build_mpirun(req: JobRequest, context: Context) -> Launch:
     launcher = req.launch
-    argv = ["mpirun", "-np", str(req.world_size), *host_slots(req)]
-    setup: list[str] = []
+    hosts, setup = host_slots(req)
+    setup = [*schedulers.of(req.site).daemon_setup(req), *setup]
+    argv = ["mpirun", "-np", str(req.world_size), *hosts]
     if launcher.oversubscribe:
         argv.append("--oversubscribe")
     if launcher.rendezvous_env:
-        words, setup = _rendezvous_env(req)
+        words, lines = _rendezvous_env(req)
         argv += words
+        setup += lines
     if launcher.set_cuda_visible_devices and req.gpus > 0:
         argv += ["-x", "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(req.gpus))]
-    for name in launcher.export_env:
+    # mpirun passes no variable to ranks started through ssh unless told
+    for name in dict.fromkeys([*launcher.export_env, *network_env(req)]):
         argv += ["-x", name]
     return Launch([*argv, *launcher.args, *req.command], setup)
 
 
 def build_horovodrun(req: JobRequest, context: Context) -> Launch:
-    argv = ["horovodrun", "-np", str(req.world_size), *host_slots(req, horovodrun=True)]
-    return Launch([*argv, *req.launch.args, *req.command])
+    hosts, setup = host_slots(req, horovodrun=True)
+    setup = [*schedulers.of(req.site).daemon_setup(req), *setup]
+    argv = ["horovodrun", "-np", str(req.world_size), *hosts]
+    return Launch([*argv, *req.launch.args, *req.command], setup)
 
 
 def _torchrun_target(command: tuple[str, ...]) -> list[str]:
@@ -157,10 +206,13 @@ def build_torchrun(req: JobRequest, context: Context) -> Launch:
         *launcher.args,
         *target,
     ]
-    starter = None if launcher.per_node_wrapper == "none" else \
-        schedulers.of(req.site).per_node(req)
+    backend = schedulers.of(req.site)
+    starter = None if launcher.per_node_wrapper == "none" else backend.per_node(req)
     if starter is not None:
-        return Launch([*starter.argv, *torchrun], list(starter.setup))
+        # one task per node running every rank: the job's CPUs per task are all of them
+        step = backend.task_step(req, req.task_cpus)
+        return Launch([*starter.argv, *step.argv, *torchrun],
+                      [*starter.setup, *step.setup])
     return Launch(torchrun)
 
 
@@ -184,8 +236,9 @@ def build_container(req: JobRequest, context: Context) -> Launch:
     command = list(req.command)
     if launcher.unbuffered and command and _PY.match(command[0]) and "-u" not in command[1:2]:
         command.insert(1, "-u")
+    srun, setup = _srun_prefix(req, context)
     if runtime == "pyxis":
-        argv = [*_srun_prefix(req, context), Template(f"--container-image={image}")]
+        argv = [*srun, Template(f"--container-image={image}")]
         if containers.mounts:
             argv.append(Template("--container-mounts=" + ",".join(containers.mounts)))
         argv.append("--no-container-entrypoint")
@@ -193,13 +246,13 @@ def build_container(req: JobRequest, context: Context) -> Launch:
             argv.append(f"--output={launcher.per_task_output}")
         argv += launcher.args
         if launcher.wrap_in_bash:
-            return Launch([*argv, "/bin/bash", "-c", join(command)])
-        return Launch([*argv, *command])
+            return Launch([*argv, "/bin/bash", "-c", join(command)], setup)
+        return Launch([*argv, *command], setup)
     if runtime in ("singularity", "apptainer"):
-        argv = [*_srun_prefix(req, context), runtime, *(launcher.args or ["exec"])]
+        argv = [*srun, runtime, *(launcher.args or ["exec"])]
         if containers.gpu_flag and req.gpus > 0:
             argv.append(containers.gpu_flag)
-        return Launch([*argv, Template(image), *command])
+        return Launch([*argv, Template(image), *command], setup)
     raise UsageError(f"launcher {req.launcher_name!r}: container runtime {runtime!r} is unknown")
 
 

@@ -1,15 +1,25 @@
-"""Lint a job request before anything is generated: errors stop, warnings print."""
+"""Lint a job request before anything is generated: errors stop, warnings print.
+
+:func:`site_check_errors` is ``hpcprov site check``: a profile that validates must also
+give a job that can run from its defaults alone, on every partition, and its env values
+must mean what they seem to (:func:`profile_findings`).
+"""
 
 from __future__ import annotations
 
 import re
 from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from hpcprov import schedulers
-from hpcprov.errors import HpcprovError
+from hpcprov.errors import HpcprovError, ProfileError
 from hpcprov.findings import Finding, LintFailed
 from hpcprov.job import JobRequest
 from hpcprov.walltime import walltime_seconds
+
+if TYPE_CHECKING:
+    from hpcprov.model import Partition
 
 # Commands that need the internet when run (pip without --no-index, conda, downloads).
 _NETWORK = [
@@ -89,17 +99,54 @@ def check(req: JobRequest) -> list[Finding]:
     return findings
 
 
+def cpus_per_node(part: Partition) -> int:
+    """The CPUs a scheduler counts on a node: cores x hardware threads per core."""
+    return int(part.cores_per_node) * int(part.threads_per_core)
+
+
+def _nodes(req: JobRequest) -> list[Finding]:
+    """The node count against the partition's (which a profile may not know)."""
+    part, pname = req.part, req.partition_name
+    if req.nodes < 1:
+        return [Finding("error", "nodes", "at least one node is needed",
+                        "use --nodes 1 or more")]
+    if part.nodes is None:
+        if req.nodes == 1:
+            return []
+        return [Finding("warning", "nodes-unknown",
+                        f"the profile does not say how many nodes {pname} has: {req.nodes} "
+                        "node(s) are not checked against it",
+                        f"set partitions.{pname}.nodes in the profile once it is known")]
+    if req.nodes > part.nodes:
+        return [Finding("error", "nodes-exceed",
+                        f"partition {pname} has {part.nodes} node(s); {req.nodes} requested",
+                        f"use --nodes {part.nodes} or fewer")]
+    return []
+
+
+def _cpus(req: JobRequest) -> list[Finding]:
+    """Tasks x CPUs per task against the node's CPUs (hardware threads, as Slurm counts)."""
+    part, tasks, cpt = req.part, req.scheduler_tasks_per_node, req.task_cpus or 1
+    have = cpus_per_node(part)
+    if tasks * cpt <= have:
+        return []
+    threads = int(part.threads_per_core)
+    what = (f"{have} CPUs ({part.cores_per_node} cores x {threads} threads)" if threads > 1
+            else f"{have} cores")
+    fix = "lower --cpus-per-task or --tasks-per-node"
+    if threads == 1:
+        fix += (f" (if {req.partition_name}'s nodes run 2 hardware threads per core, which "
+                "the scheduler counts as CPUs, set threads_per_core: 2 in the profile)")
+    return [Finding("error", "cores-exceed",
+                    f"{tasks} task(s) x {cpt} CPUs exceed the {what} of a "
+                    f"{req.partition_name} node", fix)]
+
+
 def _geometry(req: JobRequest) -> list[Finding]:
     out: list[Finding] = []
     part, pname, site = req.part, req.partition_name, req.site
     kind = req.launch.kind
-    if req.nodes < 1:
-        out.append(Finding("error", "nodes", "at least one node is needed",
-                           "use --nodes 1 or more"))
-    if req.nodes > part.nodes:
-        out.append(Finding("error", "nodes-exceed",
-                           f"partition {pname} has {part.nodes} node(s); {req.nodes} requested",
-                           f"use --nodes {part.nodes} or fewer"))
+    out += _nodes(req)
     if part.limits.max_nodes_per_job and req.nodes > part.limits.max_nodes_per_job:
         out.append(Finding("error", "nodes-limit",
                            f"{pname} allows {part.limits.max_nodes_per_job} nodes per job",
@@ -140,12 +187,7 @@ def _geometry(req: JobRequest) -> list[Finding]:
         out.append(Finding("error", "tasks-per-node",
                            f"--ntasks-per-node={user_tpn} but {kind.value} needs {want} ({why})",
                            "drop --option ntasks-per-node; hpcprov sets it"))
-    cpt = req.job_cpus_per_task or 1
-    if req.scheduler_tasks_per_node * cpt > part.cores_per_node:
-        out.append(Finding("error", "cores-exceed",
-                           f"{req.scheduler_tasks_per_node} task(s) x {cpt} CPUs exceed the "
-                           f"{part.cores_per_node} cores of a {pname} node",
-                           "lower --cpus-per-task or --tasks-per-node"))
+    out += _cpus(req)
     out += schedulers.of(site).lint(req)
     if req.walltime and part.limits.max_walltime:
         asked, cap_s = walltime_seconds(req.walltime), walltime_seconds(part.limits.max_walltime)
@@ -220,3 +262,71 @@ def _internet(req: JobRequest) -> list[Finding]:
                             "do it on a login node before submitting, or use the site "
                             "wheelhouse (pip install --no-index)")]
     return []
+
+
+# ---------------------------------------------------------------- hpcprov site check
+
+Located = tuple[tuple[str, ...], str]  # (key path in the profile, problem)
+
+
+def default_request(site: Any, partition: str) -> JobRequest:
+    """What ``hpcprov jobscript -p PARTITION -- CMD`` asks for when given nothing else:
+    one node, the default launcher, the site's mandatory options at their defaults (or
+    their examples: the user must give those)."""
+    options: dict[str, str | None] = {
+        name: rule.default or rule.example or (rule.choices[0] if rule.choices else "x")
+        for name, rule in site.policies.required_options.items()}
+    return JobRequest(site=site, partition=partition, command=("python", "train.py"),
+                      options=options)
+
+
+def default_request_findings(site: Any) -> list[Located]:
+    """Every partition whose default request can never produce a valid job: its lint
+    errors, or why no job script can be generated for it."""
+    from hpcprov.jobscript import build_jobscript
+
+    out: list[Located] = []
+    for pname in site.partitions:
+        req = default_request(site, pname)
+        try:
+            problems = [f"{f.message} (fix: {f.fix})" for f in lint(req) if f.level == "error"]
+            if not problems:
+                build_jobscript(req)
+        except HpcprovError as exc:
+            problems = [str(exc)]
+        out += [(("partitions", pname), f"partitions.{pname}: the default request "
+                 f"(1 node, launcher {req.launcher_name}) cannot run: {p}") for p in problems]
+    return out
+
+
+def env_findings(site: Any) -> list[Located]:
+    """env values (the site's, each partition's network.env) hpcprov would write as text
+    although they look like commands or shell expansions."""
+    from hpcprov.modules import env_problems
+
+    out: list[Located] = [(("env", name), f"env.{name}: {why}")
+                          for name, why in env_problems(site.env).items()]
+    for pname, part in site.partitions.items():
+        where = ("partitions", pname, "network", "env")
+        out += [((*where, name), f"{'.'.join(where)}.{name}: {why}")
+                for name, why in env_problems(part.network.env).items()]
+    return out
+
+
+def profile_findings(site: Any) -> list[Located]:
+    """What ``hpcprov site check`` adds to validation, for a profile that validates."""
+    return env_findings(site) + default_request_findings(site)
+
+
+def site_check_errors(path: Path) -> list[ProfileError]:
+    """``hpcprov site check`` of one file: its validation errors, else the problems
+    :func:`profile_findings` finds, each located at its key in the profile."""
+    from hpcprov.loader import resolve
+    from hpcprov.profiles import check_file, validate_layer
+
+    errors = check_file(path)
+    if errors:
+        return errors
+    layer = resolve(path)
+    site = validate_layer(layer)
+    return [ProfileError(*layer.where(loc), problem) for loc, problem in profile_findings(site)]

@@ -10,6 +10,7 @@ import re
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -176,27 +177,99 @@ class Reference(Strict):
     note: str | None = None
 
 
+_HOST_TEMPLATE = re.compile(r"^[A-Za-z0-9.-]*\{host\}[A-Za-z0-9.-]*$")
+
+
+def _check_host_name(value: str | None) -> str | None:
+    """A host name template: ``{host}`` once, letters, digits, '.' and '-' around it."""
+    if value is not None and not _HOST_TEMPLATE.match(value):
+        raise ValueError(f"{value!r} is not a host name template: write {{host}} (the name "
+                         "the scheduler lists) once, with letters, digits, '.' or '-' around "
+                         "it, e.g. '{host}-ib', '{host}i' or 'ib-{host}'")
+    return value
+
+
+class Network(Strict, EnvMixin):
+    """A partition's high-speed network: the nodes' names on it, and what NCCL, Gloo and
+    libfabric are told (exported before every launch line, passed on by mpirun -x)."""
+
+    host_name: str | None = Field(
+        None, description="the node's name on the high-speed network, a template over the "
+        "name the scheduler lists ({host}), e.g. '{host}-ib' or '{host}i'; every launcher "
+        "uses it for MASTER_ADDR, torchrun's --rdzv_endpoint and mpirun/horovodrun hosts")
+    nccl_socket_ifname: str | None = Field(
+        None, description="NCCL_SOCKET_IFNAME: NCCL's bootstrap interfaces, e.g. ib0 or hsn")
+    gloo_socket_ifname: str | None = Field(
+        None, description="GLOO_SOCKET_IFNAME: Gloo's interface, e.g. ib0")
+    nccl_ib_hca: str | None = Field(
+        None, description="NCCL_IB_HCA: the InfiniBand adapters NCCL uses, e.g. mlx5_0,mlx5_1")
+    nccl_net: str | None = Field(
+        None, description="NCCL_NET: IB, Socket, or a plugin's name (e.g. 'AWS Libfabric')")
+    nccl_net_plugin: str | None = Field(
+        None, description="NCCL_NET_PLUGIN: the network plugin library's suffix, e.g. ofi")
+    fi_provider: str | None = Field(
+        None, description="FI_PROVIDER: the libfabric provider, e.g. cxi, efa or verbs")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="more network variables (e.g. FI_CXI_* or "
+        "NCCL_CROSS_NIC), with the meaning of the site's env")
+
+    @field_validator("host_name")
+    @classmethod
+    def _host_template(cls, value: str | None) -> str | None:
+        return _check_host_name(value)
+
+
 class Partition(Strict):
     description: str | None = None
-    nodes: int = _count(le=MAX_NODES, description=f"number of nodes in the partition (at most "
-                        f"{MAX_NODES:,}: more than any machine has; plans list every node)")
+    nodes: int | None = _count(None, le=MAX_NODES, description=f"number of nodes in the "
+                               f"partition (at most {MAX_NODES:,}: more than any machine "
+                               "has; plans list every node); null or left out: the site "
+                               "publishes no count")
     cores_per_node: int = _count(le=MAX_CORES, description=f"CPU cores per node (at most "
                                 f"{MAX_CORES:,}: more than any node has)")
     memory_gb: float | None = Field(None, strict=True, gt=0, le=MAX_MEMORY_GB,
                                     description="memory per node, GB (at most 1 PiB)")
+    threads_per_core: int = Field(
+        1, strict=True, ge=1, le=8, description="hardware threads per core; the scheduler "
+        "counts cores_per_node x threads_per_core CPUs per node (Slurm's CPUs, which "
+        "--cpus-per-task counts, are hardware threads where SMT is on)")
     arch: Literal["x86_64", "aarch64", "ppc64le"] = "x86_64"
     gpus: Gpus = Field(default_factory=Gpus)
     limits: Limits = Field(default_factory=Limits)
     cpus_per_task: int | None = _count(None, le=MAX_CORES,
                                       description="default --cpus-per-task")
-    options: dict[OptionName, str] = Field(
-        default_factory=dict, description="job options always added for this partition"
+    options: dict[OptionName, str | None] = Field(
+        default_factory=dict, description="job options always added for this partition, "
+        "long names (constraint, not C); null or no value: a flag (exclusive: null)"
     )
+    routing: Literal["partition", "options"] = Field(
+        "partition", description="partition: jobs ask for the partition (queue) of this "
+        "name; options: the name stands for a kind of node that its options pick (e.g. "
+        "constraint: gpu, qos: regular), and no partition is asked for")
+    network: Network = Field(default_factory=Network)
     modules: Modules | None = Field(None, description="replaces the site's modules here")
     references: dict[Name, Reference] = Field(
         default_factory=dict, description="performance references by metric name"
     )
     default: bool = False
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _flags_have_no_value(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for name, item in value.items():
+                if isinstance(item, bool):
+                    raise ValueError(f"{name}: {str(item).lower()}: a flag option is written "
+                                     f"with no value ('{name}:' or '{name}: null'), an option "
+                                     f"with a value as text ('{name}: \"yes\"')")
+        return value
+
+    @model_validator(mode="after")
+    def _routing_needs_options(self) -> Partition:
+        if self.routing == "options" and not self.options:
+            raise ValueError("routing: options needs the options that pick the nodes, e.g. "
+                             "options: {constraint: gpu, qos: regular}")
+        return self
 
 
 class RequiredOption(Strict):
@@ -301,8 +374,33 @@ class HorovodBuild(Strict, EnvMixin):
     pip_args: list[str] = Field(default_factory=lambda: ["--no-cache-dir"])
 
 
+_K = LauncherKind
+# The launcher kinds that read each key (kind, description and args: every kind). A key
+# its launcher's kind does not read is refused, unless it holds its default (so a profile
+# that `extends` another can neutralise an inherited value).
+LAUNCHER_KEYS: dict[str, frozenset[LauncherKind]] = {
+    "hosts": frozenset({_K.mpirun, _K.horovodrun}),
+    "hostfile": frozenset({_K.mpirun, _K.horovodrun}),
+    "oversubscribe": frozenset({_K.mpirun}),
+    "export_env": frozenset({_K.mpirun}),
+    "set_cuda_visible_devices": frozenset({_K.mpirun}),
+    "rendezvous_env": frozenset({_K.srun, _K.mpirun}),
+    "rdzv_backend": frozenset({_K.torchrun}),
+    "rdzv_host": frozenset({_K.srun, _K.mpirun, _K.torchrun}),
+    "port": frozenset({_K.srun, _K.mpirun, _K.torchrun}),
+    "per_node_wrapper": frozenset({_K.torchrun}),
+    "host_name": frozenset({_K.srun, _K.mpirun, _K.horovodrun, _K.torchrun}),
+    "mpi": frozenset({_K.srun, _K.container}),
+    "runtime": frozenset({_K.container}),
+    "wrap_in_bash": frozenset({_K.container}),
+    "unbuffered": frozenset({_K.container}),
+    "per_task_output": frozenset({_K.container}),
+}
+
+
 class Launcher(Strict):
-    """How a site starts ranks. Quirks are data read by one builder per kind."""
+    """How a site starts ranks: one builder per kind reads its keys (a key the kind does
+    not read is refused)."""
 
     kind: LauncherKind
     description: str | None = None
@@ -335,6 +433,27 @@ class Launcher(Strict):
     wrap_in_bash: bool = Field(False, description='run the command as /bin/bash -c "..."')
     unbuffered: bool = Field(False, description="python -u")
     per_task_output: str | None = Field(None, description="srun --output pattern per task")
+    host_name: str | None = Field(
+        None, description="replaces the partition's network.host_name for this launcher "
+        "('{host}': the names the scheduler lists)")
+
+    @field_validator(*LAUNCHER_KEYS)
+    @classmethod
+    def _read_by_kind(cls, value: Any, info: ValidationInfo) -> Any:
+        kind, key = info.data.get("kind"), str(info.field_name)
+        readers = LAUNCHER_KEYS[key]
+        if kind is None or kind in readers:
+            return value
+        if value == cls.model_fields[key].get_default(call_default_factory=True):
+            return value
+        names = ", ".join(sorted(k.value for k in readers))
+        raise ValueError(f"a {kind.value} launcher does not read {key} (only {names} "
+                         f"launchers do): remove it, or change the launcher's kind")
+
+    @field_validator("host_name")
+    @classmethod
+    def _host_template(cls, value: str | None) -> str | None:
+        return _check_host_name(value)
 
     @field_validator("export_env")
     @classmethod
@@ -406,9 +525,6 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
     guide: dict[str, str] = Field(
         default_factory=dict, description="extra site notes for `hpcprov guide` by section"
     )
-    unverified: list[str] = Field(
-        default_factory=list, description="fields whose values are not confirmed"
-    )
 
     @field_validator("partitions")
     @classmethod
@@ -437,9 +553,39 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
         return value
 
 
+def _key_path_problem(data: dict[str, Any], path: str) -> str | None:
+    """Why a dotted key path (``partitions.gpu.nodes``) names nothing in the validated
+    profile ``data``; None when it names a key (written or defaulted)."""
+    parts = path.split(".")
+    if parts[0] in Site.model_fields and parts[0] not in data:
+        return None  # that section is invalid itself: its own error says so
+    node: Any = data
+    for depth, part in enumerate(parts):
+        keys = (list(type(node).model_fields) if isinstance(node, BaseModel)
+                else [str(k) for k in node] if isinstance(node, dict) else [])
+        if part not in keys:
+            where = ".".join(parts[:depth]) or "the top level"
+            known = ", ".join(keys[:12]) or "no keys"
+            return f"{path!r} names no key of this profile: {where} has {known}"
+        node = getattr(node, part) if isinstance(node, BaseModel) else node[part]
+    return None
+
+
+def _check_unverified(value: str, info: ValidationInfo) -> str:
+    problem = _key_path_problem(info.data, value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+UnverifiedKey = Annotated[str, AfterValidator(_check_unverified)]
+
 Site = create_model(
     "Site", __base__=_SiteBase, __module__=__name__,
     __doc__="A cluster: scheduler, partitions, modules, policies, Python stack, Horovod, "
             "launchers; one settings section per scheduler.",
     **{name: (cls, Field(default_factory=cls)) for name, cls in SCHEDULER_SECTIONS.items()},
+    unverified=(list[UnverifiedKey], Field(
+        default_factory=list, description="dotted keys whose values are not confirmed "
+        "(e.g. partitions.gpu.nodes); each must name a key of the profile")),
 )

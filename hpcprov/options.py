@@ -8,8 +8,10 @@ Options are (name, value) pairs with Slurm-style long names; each scheduler back
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 
 from hpcprov.errors import UsageError
+from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
 
 Option = tuple[str, str | None]  # (long option name, value or None for a flag)
@@ -41,7 +43,29 @@ def required_options(req: JobRequest) -> list[Option]:
     return out
 
 
-def override(opts: list[Option], user: dict[str, str]) -> list[Option]:
+def short_name_findings(req: JobRequest, long_names: Mapping[str, str],
+                        render: Callable[[str, str | None], str]) -> list[Finding]:
+    """One-letter option names (``-o C=gpu``, a partition's ``C: gpu``): job options are
+    written with long names, so ``C`` would become ``render("C", "gpu")`` (``--C=gpu``)."""
+    out: list[Finding] = []
+    given = {**req.part.options, **req.options}
+    for name, value in given.items():
+        if len(name) != 1:
+            continue
+        where = "-o" if name in req.options else f"partition {req.partition_name}'s option"
+        long = long_names.get(name)
+        if long:
+            fix = f"use the long name: {long}" + ("" if value is None else f"={value}")
+        else:
+            fix = "use the option's long name"
+        out.append(Finding("error", "short-option",
+                           f"{where} {name!r} is a one-letter name, but job options are "
+                           f"written with long names: it would become {render(name, value)}",
+                           fix))
+    return out
+
+
+def override(opts: list[Option], user: dict[str, str | None]) -> list[Option]:
     """User options replace generated ones of the same name, in place; new ones go last."""
     out, seen = [], set()
     for name, value in opts:

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpcprov.errors import HpcprovError
-from hpcprov.shell import Raw
+from hpcprov.shell import Raw, quote
 
 if TYPE_CHECKING:
     from hpcprov.findings import Finding
@@ -90,9 +90,43 @@ def unique_hosts(file_var: str) -> str:
     return f"awk '!seen[$0]++' \"${file_var}\""
 
 
-def slots_list(hosts_cmd: str, slots: int) -> Raw:
-    """``"$(CMD | sed 's/$/:N/' | paste -sd, -)"``: host:slots,... from a host-printing command."""
-    return Raw(f"\"$({hosts_cmd} | sed 's/$/:{slots}/' | paste -sd, -)\"")
+def name_parts(template: str) -> tuple[str, str]:
+    """(prefix, suffix) around ``{host}`` in a host name template (``{host}-ib``): letters,
+    digits, '.' and '-' only (the model checks it), so they are shell-safe as they are."""
+    prefix, _, suffix = template.partition("{host}")
+    return prefix, suffix
+
+
+def renamed(word: str, template: str | None) -> str:
+    """A host's shell word on the network a host name template names: ``"$(...)"`` becomes
+    ``"$(...)"-ib``; a plain name (``localhost``) becomes ``localhost-ib``."""
+    if not template:
+        return word
+    prefix, suffix = name_parts(template)
+    if isinstance(word, Raw):
+        head, tail = (quote(prefix) if prefix else ""), (quote(suffix) if suffix else "")
+        return Raw(head + word + tail)
+    return prefix + word + suffix
+
+
+def slots_list(hosts_cmd: str, slots: int, template: str | None = None) -> Raw:
+    """``"$(CMD | sed 's/$/:N/' | paste -sd, -)"``: host:slots,... from a host-printing
+    command, each host renamed by the host name template when there is one."""
+    script = f"s/$/:{slots}/"
+    if template:
+        prefix, suffix = name_parts(template)
+        script = f"s/.*/{prefix}&{suffix}:{slots}/"
+    return Raw(f"\"$({hosts_cmd} | sed {quote(script)} | paste -sd, -)\"")
+
+
+def renamed_hostfile(file_word: str, template: str) -> tuple[list[str], Raw]:
+    """(setup lines, shell word) of a copy of a host file (``host [slots=N]`` or
+    ``host:N`` lines) with every host renamed by the template."""
+    prefix, suffix = name_parts(template)
+    script = f"s/^[A-Za-z0-9][^ :]*/{prefix}&{suffix}/"
+    setup = ['hpcprov_hostfile="$(mktemp)"',
+             f'sed {quote(script)} {quote(file_word)} > "$hpcprov_hostfile"']
+    return setup, Raw('"$hpcprov_hostfile"')
 
 
 class Backend:
@@ -151,6 +185,18 @@ class Backend:
     def per_node(self, req: JobRequest) -> PerNode | None:
         """How to start one process on each node of the job, or None (not possible)."""
         return None
+
+    def task_step(self, req: JobRequest, cpus: int | None) -> PerNode:
+        """What every task-starting step inside the job (srun, the per-node starter) must
+        carry so that its tasks get the job's CPU and GPU binding (``cpus`` CPUs each):
+        words after the starter's own, and lines to run before it."""
+        return PerNode([])
+
+    def daemon_setup(self, req: JobRequest) -> list[str]:
+        """Lines before a launcher whose per-node daemons the scheduler starts for it
+        (mpirun, horovodrun), so that what :meth:`task_step` sets for rank steps (or the
+        user's environment) does not confine those daemons and their ranks."""
+        return []
 
     def pin(self, nodes: str) -> dict[str, str] | None:
         """Job options that pin a job to these nodes; None where the scheduler cannot."""

@@ -121,7 +121,8 @@ class Lsf(Backend):
         if req.walltime:
             opts.append(("time", req.walltime))
         opts += required_options(req)
-        opts.append(("queue", req.partition_name))
+        if req.part.routing == "partition":
+            opts.append(("queue", req.partition_name))
         opts += self._tasks(req)
         if req.gpus > 0 and conf.gpu_request == "gpu":
             opts.append(("gpu", f"num={req.gpus}"))
@@ -159,8 +160,8 @@ class Lsf(Backend):
         return Raw(f"\"$(awk '{skip}{{print; exit}}' \"$LSB_DJOB_HOSTFILE\")\"")
 
     def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
-        if horovodrun or self.section(req.site).launch_node_in_hostfile:
-            return ["-H", slots_list(self._hosts(req), slots)]
+        if horovodrun or req.host_name or self.section(req.site).launch_node_in_hostfile:
+            return ["-H", slots_list(self._hosts(req), slots, req.host_name)]
         return ["--hostfile", Template("$LSB_DJOB_HOSTFILE")]
 
     def job_id(self) -> str | None:

@@ -14,7 +14,7 @@ from hpcprov.errors import UsageError
 from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
 from hpcprov.kinds import LauncherKind
-from hpcprov.options import Option, override, required_options
+from hpcprov.options import Option, override, required_options, short_name_findings
 from hpcprov.schedulers.base import (
     Backend,
     Executor,
@@ -39,6 +39,8 @@ FLAGS = {
     "mail-type": "-m",
     "join": "-j",
 }
+# qsub's letters and the generic long names hpcprov writes them from
+SHORT_NAMES = {flag.lstrip("-"): name for name, flag in FLAGS.items() if name != "partition"}
 _DONE = {"F", "X"}          # finished; a finished subjob
 _RUNNING = {"R", "E", "B"}  # running; exiting; an array job with subjobs running
 
@@ -135,22 +137,24 @@ class Pbs(Backend):
 
     def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
         """mpirun reads ``$PBS_NODEFILE`` as it is (one line per slot); horovodrun cannot
-        (its host files need ``host slots=N``), so it gets ``-H`` built from the file."""
-        if horovodrun:
-            return ["-H", slots_list(unique_hosts("PBS_NODEFILE"), slots)]
+        (its host files need ``host slots=N``), nor can hosts renamed to their network
+        names, so those get ``-H`` built from the file."""
+        if horovodrun or req.host_name:
+            return ["-H", slots_list(unique_hosts("PBS_NODEFILE"), slots, req.host_name)]
         return ["--hostfile", Template("$PBS_NODEFILE")]
 
     def job_id(self) -> str | None:
         return Raw('"$PBS_JOBID"')
 
     def lint(self, req: JobRequest) -> list[Finding]:
-        if (req.launch.kind == LauncherKind.mpirun and not req.hosts
+        found = short_name_findings(req, SHORT_NAMES, directive)
+        if (req.launch.kind == LauncherKind.mpirun and not req.hosts and not req.host_name
                 and not req.launch.oversubscribe):
-            return [Finding("error", "pbs-slots",
-                            "$PBS_NODEFILE lists one line per slot, so mpirun refuses to "
-                            f"place {req.ranks_per_node} ranks per node",
-                            f"set 'oversubscribe: true' on launcher {req.launcher_name}")]
-        return []
+            found.append(Finding("error", "pbs-slots",
+                                 "$PBS_NODEFILE lists one line per slot, so mpirun refuses to "
+                                 f"place {req.ranks_per_node} ranks per node",
+                                 f"set 'oversubscribe: true' on launcher {req.launcher_name}"))
+        return found
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return PbsExecutor(env)

@@ -15,8 +15,9 @@ from typing import Literal
 
 import hostlist
 
+from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
-from hpcprov.options import Option, override, required_options
+from hpcprov.options import Option, override, required_options, short_name_findings
 from hpcprov.schedulers.base import (
     Backend,
     Executor,
@@ -40,6 +41,35 @@ def flag(name: str, value: str | None) -> str:
     return f"--{name}" if value is None else f"--{name}={value}"
 
 
+# sbatch's one-letter options and their long names (job options are written --NAME=VALUE)
+SHORT_NAMES = {
+    "A": "account", "b": "begin", "C": "constraint", "c": "cpus-per-task", "D": "chdir",
+    "d": "dependency", "e": "error", "G": "gpus", "H": "hold", "i": "input", "J": "job-name",
+    "k": "no-kill", "L": "licenses", "M": "clusters", "m": "distribution", "N": "nodes",
+    "n": "ntasks", "O": "overcommit", "o": "output", "p": "partition", "q": "qos",
+    "Q": "quiet", "S": "core-spec", "s": "oversubscribe", "t": "time", "W": "wait",
+    "w": "nodelist", "x": "exclude",
+}
+# job options that srun steps must be given again to bind their tasks as the job does
+STEP_OPTIONS = ("cpu-bind", "gpu-bind")
+SRUN_FORGETS_CPUS = (22, 5)  # from Slurm 22.05 srun no longer inherits --cpus-per-task
+_VERSION = re.compile(r"^(\d+)\.(\d+)(\.\d+)?$")
+
+
+def check_version(text: str | None) -> None:
+    """Refuse a Slurm version that is not MAJOR.MINOR[.PATCH] (as sinfo --version says)."""
+    if text is not None and not _VERSION.match(text):
+        raise ValueError(f"{text!r} is not a Slurm version: write it as sinfo --version "
+                         "prints it, e.g. '23.02' or '23.02.7' (quoted)")
+
+
+def srun_forgets_cpus(version: str | None) -> bool:
+    """True when srun steps do not inherit the job's --cpus-per-task (Slurm 22.05 and
+    later, and an unknown version, taken as a recent one)."""
+    m = _VERSION.match(version or "")
+    return m is None or (int(m.group(1)), int(m.group(2))) >= SRUN_FORGETS_CPUS
+
+
 def _directive_value(text: str) -> str:
     """Directive lines are read by sbatch, not bash: quote only when needed."""
     return text if shlex.quote(text) == text else shlex.quote(text)
@@ -56,6 +86,11 @@ class Slurm(Backend):
         "output": Setting(str, "%x_%j.out", "--output pattern of batch jobs"),
         "error": Setting(str | None, "%x_%j.err", "--error pattern (null: with the output)"),
         "shell": Setting(str, "/bin/bash -l", "interpreter line of job scripts"),
+        "version": Setting(str | None, None,
+                           "the cluster's Slurm version, e.g. '23.02' (sinfo --version): from "
+                           "22.05 srun steps do not inherit --cpus-per-task, so hpcprov "
+                           "exports SRUN_CPUS_PER_TASK before them (null: taken as 22.05 or "
+                           "later)", check=check_version),
     }
     variable = re.compile(r"\$\{?SLURM_[A-Z_]+")
     variable_example = "$SLURM_JOB_NODELIST"
@@ -77,12 +112,11 @@ class Slurm(Backend):
         total = gpus * req.nodes
         return [("gpus", f"{label}:{total}" if label else str(total))]
 
-    def _tasks(self, req: JobRequest, batch: bool) -> list[Option]:
+    def _tasks(self, req: JobRequest) -> list[Option]:
+        """The task geometry, the same for a batch job and an interactive allocation."""
         if self.section(req.site).task_request == "per_node":
-            opts: list[Option] = [("nodes", str(req.nodes))]
-            if batch:
-                opts.append(("ntasks-per-node", str(req.scheduler_tasks_per_node)))
-            return opts
+            return [("nodes", str(req.nodes)),
+                    ("ntasks-per-node", str(req.scheduler_tasks_per_node))]
         opts = [("nodes", str(req.nodes))] if req.nodes > 1 or "nodes" in req.options else []
         return [*opts, ("ntasks", str(req.scheduler_tasks_per_node * req.nodes))]
 
@@ -93,10 +127,11 @@ class Slurm(Backend):
         if req.walltime:
             opts.append(("time", req.walltime))
         opts += required_options(req)
-        opts.append(("partition", req.partition_name))
-        opts += self._tasks(req, batch)
+        if req.part.routing == "partition":
+            opts.append(("partition", req.partition_name))
+        opts += self._tasks(req)
         cpt = req.job_cpus_per_task
-        if cpt and batch:
+        if cpt:
             opts.append(("cpus-per-task", str(cpt)))
         if batch:
             opts.append(("output", conf.output))
@@ -120,14 +155,12 @@ class Slurm(Backend):
         return ["salloc", *(flag(n, v) for n, v in self.options(req, batch=False))]
 
     def first_node(self, req: JobRequest) -> str:
-        if req.launch.rdzv_host == "hostname":
-            return Raw('"$(hostname)"')
         # sed reads the whole list: `| head -n 1` would end scontrol with SIGPIPE on a long
         # list, and `set -o pipefail` would then fail the job script
         return Raw(f'"$({HOSTNAMES} | sed -n 1p)"')
 
     def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
-        return ["-H", slots_list(HOSTNAMES, slots)]
+        return ["-H", slots_list(HOSTNAMES, slots, req.host_name)]
 
     def job_id(self) -> str | None:
         return Raw('"$SLURM_JOB_ID"')
@@ -135,8 +168,27 @@ class Slurm(Backend):
     def per_node(self, req: JobRequest) -> PerNode | None:
         return PerNode(["srun", "--ntasks-per-node=1", f"--ntasks={req.nodes}"])
 
+    def task_step(self, req: JobRequest, cpus: int | None) -> PerNode:
+        """The job's --cpu-bind/--gpu-bind on every srun, and SRUN_CPUS_PER_TASK where
+        srun no longer inherits --cpus-per-task (Slurm 22.05 and later)."""
+        words = [flag(n, v) for n, v in self.options(req, batch=True) if n in STEP_OPTIONS]
+        setup = []
+        if cpus and srun_forgets_cpus(self.section(req.site).version):
+            setup.append(f"export SRUN_CPUS_PER_TASK={int(cpus)}")
+        return PerNode(words, setup)
+
+    def daemon_setup(self, req: JobRequest) -> list[str]:
+        """mpirun starts one daemon per node with srun: SRUN_CPUS_PER_TASK (exported for an
+        srun line typed before, or by the user) would hold each to that many CPUs."""
+        if srun_forgets_cpus(self.section(req.site).version):
+            return ["unset SRUN_CPUS_PER_TASK"]
+        return []
+
     def pin(self, nodes: str) -> dict[str, str] | None:
         return {"nodelist": nodes}
+
+    def lint(self, req: JobRequest) -> list[Finding]:
+        return short_name_findings(req, SHORT_NAMES, flag)
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return SlurmExecutor(env)

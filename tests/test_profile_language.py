@@ -1,0 +1,535 @@
+"""What a profile can say about real clusters beyond the seeds (issue "Real clusters beyond
+the seeds"): high-speed network host names and NCCL/Gloo/libfabric settings, partitions that
+are kinds of node routed by constraint and QOS, flag options, CPUs vs cores, srun's CPU
+inheritance since Slurm 22.05, one meaning for env, and what cannot be said (launcher keys
+a kind ignores, unverified keys that do not exist, unknown node counts).
+
+Generated lines are run with bash against stub tools that record their argv and the
+variables the ranks would see, so the tests check what a shell does with them, not their
+spelling alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hpcprov_tests import (
+    cli,
+    directives,
+    lines_starting,
+    shellcheck,
+    words,
+    write_profile,
+)
+
+from hpcprov.job import JobRequest
+from hpcprov.lint import default_request_findings, lint, site_check_errors
+from hpcprov.model import LAUNCHER_KEYS
+from hpcprov.modules import env_lines, env_problems
+from hpcprov.profiles import check_file, load_site
+
+HAVE_SHELLCHECK = shutil.which("shellcheck") is not None
+ROOT = Path(__file__).resolve().parent.parent
+
+# A GPU cluster as its public documentation describes it: nodes picked by constraint and
+# QOS (no partition of that name exists), 64 cores x 2 hardware threads, a Slingshot-style
+# network whose node names end in -hsn0, Slurm 23.02 with --gpu-bind=none asked for.
+CONSTRAINT_SITE = """\
+name: hsn
+scheduler: slurm
+partitions:
+  gpu:
+    routing: options
+    options: {constraint: gpu, qos: regular, gpu-bind: none}
+    nodes: 1536
+    cores_per_node: 64
+    threads_per_core: 2
+    cpus_per_task: 32
+    gpus: {count: 4, model: A100-SXM4-40GB}
+    network:
+      host_name: "{host}-hsn0"
+      nccl_socket_ifname: hsn
+      gloo_socket_ifname: hsn0
+      nccl_net: AWS Libfabric
+      fi_provider: cxi
+      env: {FI_CXI_DISABLE_HOST_REGISTER: "1"}
+    default: true
+  gpu-hbm80g:
+    routing: options
+    options: {constraint: "gpu&hbm80g", qos: regular, exclusive: null}
+    cores_per_node: 64
+    threads_per_core: 2
+    cpus_per_task: 32
+    gpus: {count: 4, model: A100-SXM4-80GB}
+launchers:
+  srun: {kind: srun, rendezvous_env: true}
+  torchrun: {kind: torchrun}
+  mpirun: {kind: mpirun, rendezvous_env: true}
+  horovodrun: {kind: horovodrun}
+default_launcher: srun
+env: {HF_HOME: "$SCRATCH/hf cache"}
+slurm: {gpu_request: gpus_per_node, version: "23.02"}
+"""
+
+STUB = """#!{python}
+import json, os, sys
+keys = ("SRUN_CPUS_PER_TASK", "MASTER_ADDR", "MASTER_PORT", "NCCL_SOCKET_IFNAME",
+        "GLOO_SOCKET_IFNAME", "NCCL_NET", "FI_PROVIDER", "FI_CXI_DISABLE_HOST_REGISTER",
+        "HF_HOME")
+record = {{"argv": [os.path.basename(sys.argv[0]), *sys.argv[1:]],
+          "env": {{k: os.environ[k] for k in keys if k in os.environ}}}}
+with open(os.environ["STUB_LOG"], "a") as fh:
+    fh.write(json.dumps(record) + "\\n")
+"""
+
+
+@pytest.fixture
+def site_path(tmp_path: Path) -> Path:
+    return write_profile(tmp_path / "sites", "hsn", CONSTRAINT_SITE)
+
+
+def run_ok(capsys: pytest.CaptureFixture[str], *args: str) -> str:
+    res = cli(capsys, *args)
+    assert res.rc == 0, (args, res.err)
+    return res.out
+
+
+def run_with_stubs(text: str, tmp_path: Path, hosts: str = "nid001\nnid002\n",
+                   env: dict[str, str] | None = None) -> list[dict[str, object]]:
+    """Run shell text with bash; scontrol prints ``hosts``, module does nothing, and srun,
+    mpirun, horovodrun and torchrun record their argv and the variables they were given."""
+    bindir = tmp_path / "stubbin"
+    bindir.mkdir(exist_ok=True)
+    for tool in ("srun", "mpirun", "horovodrun", "torchrun"):
+        (bindir / tool).write_text(STUB.format(python=sys.executable), encoding="utf-8")
+        (bindir / tool).chmod(0o755)
+    (bindir / "module").write_text("#!/bin/bash\nexit 0\n", encoding="utf-8")
+    (bindir / "module").chmod(0o755)
+    (bindir / "scontrol").write_text("#!/bin/bash\nprintf '%s\\n' "
+                                     + " ".join(hosts.split()) + "\n", encoding="utf-8")
+    (bindir / "scontrol").chmod(0o755)
+    log = tmp_path / "calls.jsonl"
+    log.unlink(missing_ok=True)
+    script = tmp_path / "run.sh"
+    script.write_text(text, encoding="utf-8")
+    full = {"PATH": f"{bindir}:/usr/bin:/bin", "HOME": str(tmp_path), "STUB_LOG": str(log),
+            "SLURM_JOB_NODELIST": "nid[001-002]", "SLURM_JOB_ID": "42",
+            "SCRATCH": "/scratch/u", **(env or {})}
+    proc = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=full,
+                          cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def no_activate(out: str) -> str:
+    """A job script without its source-the-environment line (nothing to source here)."""
+    return "\n".join(line for line in out.splitlines() if not line.startswith("source "))
+
+
+def check_shell(text: str, tmp_path: Path) -> None:
+    proc = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    if HAVE_SHELLCHECK:
+        res = shellcheck(text if text.startswith("#!") else "#!/bin/bash\n" + text, tmp_path,
+                         exclude=[])
+        assert res.returncode == 0, res.stdout
+
+
+# ============================================ 1. rendezvous on the high-speed network
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun", "mpirun", "horovodrun"])
+def test_every_launcher_form_names_hosts_on_the_high_speed_network(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, site_path: Path,
+        launcher: str) -> None:
+    for kind in ("jobscript", "launch"):
+        out = run_ok(capsys, kind, "--site", str(site_path), "-N", "2", "-l", launcher,
+                     "--", "python", "train.py")
+        check_shell(out, tmp_path)
+        (call,) = run_with_stubs(no_activate(out), tmp_path)
+        argv, env = call["argv"], call["env"]
+        assert isinstance(argv, list) and isinstance(env, dict)
+        text = " ".join(argv)
+        assert "nid001-hsn0" in text or env.get("MASTER_ADDR") == "nid001-hsn0", (kind, call)
+        assert not re.search(r"nid00[12](?!-hsn0)", text + str(env)), (kind, call)
+        if launcher == "torchrun":
+            assert "--rdzv_endpoint=nid001-hsn0:29500" in argv
+        if launcher in ("mpirun", "horovodrun"):
+            assert argv[argv.index("-H") + 1] == "nid001-hsn0:4,nid002-hsn0:4"
+        if launcher == "mpirun":
+            assert "MASTER_ADDR=nid001-hsn0" in argv
+
+
+def test_hosts_given_on_the_command_line_are_renamed_too(
+        capsys: pytest.CaptureFixture[str], site_path: Path) -> None:
+    out = run_ok(capsys, "launch", "--site", str(site_path), "-N", "2", "-l", "horovodrun",
+                 "-H", "nid[007-008]", "--", "python", "train.py")
+    assert words(out.splitlines()[-1])[:5] == [
+        "horovodrun", "-np", "8", "-H", "nid007-hsn0:4,nid008-hsn0:4"]
+
+
+def test_a_launcher_can_keep_the_schedulers_names(capsys: pytest.CaptureFixture[str],
+                                                   tmp_path: Path, site_path: Path) -> None:
+    path = write_profile(tmp_path / "sites", "keep", (
+        f"extends: {site_path}\nname: keep\n"
+        "launchers:\n  mpirun: {kind: mpirun, host_name: '{host}'}\n"))
+    out = run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-l", "mpirun",
+                 "--", "python", "x.py")
+    (call,) = run_with_stubs(out, tmp_path)
+    argv = call["argv"]
+    assert isinstance(argv, list) and argv[argv.index("-H") + 1] == "nid001:4,nid002:4"
+
+
+def test_a_hostname_rendezvous_uses_the_short_name_on_the_network(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, site_path: Path) -> None:
+    path = write_profile(tmp_path / "sites", "hostname", (
+        f"extends: {site_path}\nname: hostname\n"
+        "launchers:\n  torchrun: {kind: torchrun, rdzv_host: hostname}\n"))
+    out = run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-l", "torchrun",
+                 "--", "python", "x.py")
+    bindir = tmp_path / "hn"
+    bindir.mkdir()
+    (bindir / "hostname").write_text(
+        '#!/bin/bash\n[ "$1" = -s ] && echo nid009 || echo nid009.cluster.example\n')
+    (bindir / "hostname").chmod(0o755)
+    path_var = f"{bindir}:{tmp_path}/stubbin:/usr/bin:/bin"
+    (call,) = run_with_stubs(out, tmp_path, env={"PATH": path_var})
+    assert "--rdzv_endpoint=nid009-hsn0:29500" in call["argv"]  # type: ignore[operator]
+
+
+def test_a_pbs_host_file_is_renamed_for_mpirun(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "sock", (
+        "extends: sockeye\nname: sock\n"
+        "partitions:\n  gpu:\n    network: {host_name: '{host}-ib'}\n"))
+    out = run_ok(capsys, "jobscript", "--site", str(path), "-N", "2", "-o", "account=a",
+                 "--no-activate", "--", "python", "x.py")
+    check_shell(out, tmp_path)
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("se001\nse001\nse002\nse002\n")
+    (call,) = run_with_stubs(out.replace('cd "$PBS_O_WORKDIR"', ""), tmp_path,
+                             env={"PBS_NODEFILE": str(nodefile)})
+    argv = call["argv"]
+    assert isinstance(argv, list)
+    renamed = Path(argv[argv.index("--hostfile") + 1]).read_text()
+    assert renamed == "se001-ib\nse001-ib\nse002-ib\nse002-ib\n"
+    assert "MASTER_ADDR=se001-ib" in argv
+
+
+def test_a_pbs_job_without_a_launcher_hostfile_gets_renamed_hosts(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "sock2", (
+        "extends: sockeye\nname: sock2\n"
+        "partitions:\n  gpu:\n    network: {host_name: 'ib-{host}'}\n"
+        "launchers:\n  mpirun: {kind: mpirun, hosts: list, hostfile: null}\n"))
+    req = JobRequest(site=load_site(str(path)), nodes=2, command=("python", "x.py"),
+                     options={"account": "a"})
+    assert "pbs-slots" not in {f.code for f in lint(req)}  # -H host:slots, not the file
+    out = run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-o", "account=a",
+                 "--", "python", "x.py")
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("se001\nse001\nse002\nse002\n")
+    (call,) = run_with_stubs(out, tmp_path, env={"PBS_NODEFILE": str(nodefile)})
+    argv = call["argv"]
+    assert isinstance(argv, list) and argv[argv.index("-H") + 1] == "ib-se001:4,ib-se002:4"
+
+
+def test_network_settings_reach_the_ranks_in_every_form(capsys: pytest.CaptureFixture[str],
+                                                        tmp_path: Path,
+                                                        site_path: Path) -> None:
+    want = {"NCCL_SOCKET_IFNAME": "hsn", "GLOO_SOCKET_IFNAME": "hsn0",
+            "NCCL_NET": "AWS Libfabric", "FI_PROVIDER": "cxi",
+            "FI_CXI_DISABLE_HOST_REGISTER": "1"}
+    for kind in ("jobscript", "launch"):
+        out = run_ok(capsys, kind, "--site", str(site_path), "-N", "2", "-l", "mpirun",
+                     "--", "python", "x.py")
+        (call,) = run_with_stubs(no_activate(out), tmp_path)
+        env, argv = call["env"], call["argv"]
+        assert isinstance(env, dict) and isinstance(argv, list)
+        assert {k: env.get(k) for k in want} == want
+        for name in want:  # mpirun passes them on to ranks it starts through ssh
+            assert any(argv[i:i + 2] == ["-x", name] for i in range(len(argv)))
+    guide = run_ok(capsys, "guide", "--site", str(site_path))
+    for line in lines_starting(run_ok(capsys, "launch", "--site", str(site_path), "--",
+                                      "python", "x.py"), "export "):
+        assert line in guide
+
+
+def test_a_host_name_template_must_be_a_name_around_host(tmp_path: Path) -> None:
+    for bad in ("{host} -ib", "$(reboot){host}", "ib", "{host}{host}", "{node}-ib"):
+        path = write_profile(tmp_path, "bad", (
+            "extends: local\npartitions:\n  local:\n    network:\n"
+            f"      host_name: {json.dumps(bad)}\n"))
+        (err,) = check_file(path)
+        assert err.line == 5 and "host name template" in err.problem, bad
+
+
+# ==================================== 2. partitions that are kinds of node; flag options
+
+def test_a_kind_of_node_has_its_own_directives_and_no_partition(
+        capsys: pytest.CaptureFixture[str], site_path: Path) -> None:
+    out = run_ok(capsys, "jobscript", "--site", str(site_path), "-p", "gpu-hbm80g",
+                 "--", "python", "x.py")
+    d = directives(out)
+    assert "partition" not in d
+    assert d["constraint"] == "gpu&hbm80g" and d["qos"] == "regular"
+    assert "exclusive" in d and d["exclusive"] is None  # a flag: #SBATCH --exclusive
+    assert "#SBATCH --exclusive" in out.splitlines()
+    alloc = run_ok(capsys, "launch", "--site", str(site_path), "-p", "gpu-hbm80g",
+                   "--allocate", "--", "python", "x.py").splitlines()[0]
+    assert "--partition" not in alloc and {"--constraint=gpu&hbm80g", "--qos=regular",
+                                           "--exclusive"} <= set(words(alloc))
+
+
+def test_an_lsf_kind_of_node_asks_for_no_queue(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "lsfk", (
+        "extends: lsf-example\nname: lsfk\npartitions:\n"
+        "  gpuv100: {routing: options, options: {resource: 'select[gpu_v100]'}}\n"))
+    out = run_ok(capsys, "jobscript", "--site", str(path), "--", "python", "x.py")
+    assert "#BSUB -q" not in out and '#BSUB -R "select[gpu_v100]"' in out
+
+
+def test_a_flag_option_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:
+    out = run_ok(capsys, "jobscript", "--site", "neuron", "-o", "exclusive", "--",
+                 "python", "x.py")
+    assert "#SBATCH --exclusive" in out.splitlines()
+
+
+def test_a_routed_partition_needs_options_and_a_flag_no_value(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "r", "extends: local\npartitions:\n  local:\n"
+                                        "    routing: options\n")
+    (err,) = check_file(path)
+    assert err.line == 3 and "routing: options needs the options" in err.problem
+    path = write_profile(tmp_path, "f", "extends: neuron\npartitions:\n  skl:\n"
+                                        "    options: {exclusive: true}\n")
+    (err,) = check_file(path)
+    assert err.line == 4 and "exclusive: null" in err.problem
+
+
+def test_a_one_letter_option_gets_its_long_name(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    res = cli(capsys, "jobscript", "--site", "neuron", "-o", "C=gpu", "--", "python", "x.py")
+    assert res.rc == 2 and res.out == ""
+    assert "--C=gpu" in res.err and "use the long name: constraint=gpu" in res.err
+    path = write_profile(tmp_path, "short", ("extends: neuron\npartitions:\n  skl:\n"
+                                             "    options: {q: regular}\n"))
+    (err,) = site_check_errors(path)
+    assert err.line == 3 and "partitions.skl" in err.problem and "qos=regular" in err.problem
+    res = cli(capsys, "site", "check", str(path))
+    assert res.rc == 2 and f"{path}:3:" in res.err
+
+
+# ======================================================== 3. CPUs (threads) vs cores
+
+def _request(path: Path, **kw: object) -> JobRequest:
+    return JobRequest(site=load_site(str(path)), command=("python", "x.py"), **kw)  # type: ignore[arg-type]
+
+
+def test_hardware_threads_are_cpus(site_path: Path, tmp_path: Path) -> None:
+    # 64 cores x 2 threads: -c 32 x 4 tasks = 128 CPUs fits
+    assert not [f for f in lint(_request(site_path, nodes=2)) if f.level == "error"]
+    path = write_profile(tmp_path, "nosmt", (f"extends: {site_path}\nname: nosmt\n"
+                                             "partitions:\n  gpu: {threads_per_core: 1}\n"))
+    (f,) = [f for f in lint(_request(path, nodes=2)) if f.code == "cores-exceed"]
+    assert "64 cores" in f.message and "threads_per_core: 2" in f.fix
+    (f,) = [f for f in lint(_request(site_path, nodes=2, cpus_per_task=33))
+            if f.code == "cores-exceed"]
+    assert "128 CPUs (64 cores x 2 threads)" in f.message
+
+
+def test_site_check_fails_a_profile_whose_default_job_cannot_run(
+        capsys: pytest.CaptureFixture[str], site_path: Path, tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "nosmt", (f"extends: {site_path}\nname: nosmt\n"
+                                             "partitions:\n  gpu-hbm80g:\n"
+                                             "    threads_per_core: 1\n"))
+    assert check_file(path) == []  # it validates ...
+    res = cli(capsys, "site", "check", str(path))
+    assert res.rc == 2  # ... but no job from its defaults could run on gpu-hbm80g
+    (line,) = res.err_lines
+    assert line.startswith(f"{path}:4: partitions.gpu-hbm80g: the default request")
+    assert "exceed the 64 cores" in line
+    assert cli(capsys, "site", "check", str(site_path)).rc == 0
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "sites").glob("*.yaml")))
+def test_every_bundled_default_request_can_run(name: str) -> None:
+    assert default_request_findings(load_site(name)) == []
+
+
+# ================================================ 4. srun and the job's CPUs and GPUs
+
+@pytest.mark.parametrize("launcher", ["srun", "torchrun"])
+def test_every_srun_step_gets_the_jobs_cpus_and_gpu_binding(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, site_path: Path,
+        launcher: str) -> None:
+    cpus = "32" if launcher == "srun" else "128"  # torchrun: one task per node, all ranks
+    script = run_ok(capsys, "jobscript", "--site", str(site_path), "-N", "2", "-l", launcher,
+                    "--", "python", "x.py")
+    assert directives(script)["cpus-per-task"] == cpus
+    assert directives(script)["gpu-bind"] == "none"
+    launch = run_ok(capsys, "launch", "--site", str(site_path), "-N", "2", "-l", launcher,
+                    "--allocate", "--", "python", "x.py")
+    salloc = words(launch.splitlines()[0])
+    assert {f"--cpus-per-task={cpus}", "--gpu-bind=none", "--nodes=2"} <= set(salloc)
+    assert salloc[0] == "salloc" and any(w.startswith("--ntasks-per-node=") for w in salloc)
+    interactive = "\n".join(launch.splitlines()[1:])
+    for text in (no_activate(script), interactive):
+        (call,) = run_with_stubs(text, tmp_path)
+        assert call["argv"][0] == "srun" and "--gpu-bind=none" in call["argv"]  # type: ignore[index,operator]
+        assert call["env"]["SRUN_CPUS_PER_TASK"] == cpus  # type: ignore[index]
+
+
+def test_old_slurm_inherits_cpus_and_mpirun_is_left_alone(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, site_path: Path) -> None:
+    old = write_profile(tmp_path, "old", (f"extends: {site_path}\nname: old\n"
+                                          "slurm: {version: '21.08.8'}\n"))
+    out = run_ok(capsys, "jobscript", "--site", str(old), "--", "python", "x.py")
+    assert "SRUN_CPUS_PER_TASK" not in out
+    # mpirun starts its daemons with srun, one per node: none may be held to -c, even
+    # after an srun line typed before it in the same allocation
+    out = run_ok(capsys, "jobscript", "--site", str(site_path), "-l", "mpirun", "--",
+                 "python", "x.py")
+    assert "export SRUN_CPUS_PER_TASK" not in out
+    typed = [run_ok(capsys, "launch", "--site", str(site_path), "-l", launcher, "--",
+                    "python", "x.py") for launcher in ("srun", "mpirun", "horovodrun")]
+    srun, mpirun, horovodrun = run_with_stubs("".join(typed), tmp_path)
+    assert srun["env"]["SRUN_CPUS_PER_TASK"] == "32"  # type: ignore[index]
+    assert "SRUN_CPUS_PER_TASK" not in mpirun["env"]  # type: ignore[operator]
+    assert "SRUN_CPUS_PER_TASK" not in horovodrun["env"]  # type: ignore[operator]
+    # an unknown version is taken as a recent one
+    assert "export SRUN_CPUS_PER_TASK=4" in run_ok(capsys, "jobscript", "--site", "neuron",
+                                                    "--", "python", "x.py").splitlines()
+
+
+def test_the_slurm_version_is_checked(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "v", "extends: neuron\nslurm: {version: 'latest'}\n")
+    (err,) = check_file(path)
+    assert err.line == 2 and "slurm.version" in err.problem and "'23.02'" in err.problem
+    path = write_profile(tmp_path, "f", "extends: neuron\nslurm: {version: 23.02}\n")
+    (err,) = check_file(path)
+    assert "quote it" in err.problem
+
+
+# ================================================================= 5. one meaning for env
+
+def test_env_means_the_same_in_the_job_the_launch_and_the_guide(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, site_path: Path) -> None:
+    line = 'export HF_HOME="${SCRATCH}/hf cache"'
+    assert env_lines({"HF_HOME": "$SCRATCH/hf cache"}) == [line]  # what provision calls
+    script = run_ok(capsys, "jobscript", "--site", str(site_path), "--", "python", "x.py")
+    launch = run_ok(capsys, "launch", "--site", str(site_path), "--", "python", "x.py")
+    guide = run_ok(capsys, "guide", "--site", str(site_path))
+    for text in (script, launch, guide):
+        assert line in text.splitlines()
+    for text in (no_activate(script), launch):
+        (call,) = run_with_stubs(text, tmp_path)
+        assert call["env"]["HF_HOME"] == "/scratch/u/hf cache"  # type: ignore[index]
+
+
+def test_commands_in_env_are_text_and_site_check_refuses_them(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "cmd", (
+        "extends: local\nenv:\n  IFACE: \"$(ls /sys/class/net | grep ib)\"\n"
+        "  OLD: '`hostname`'\n  DEFAULTED: '${X:-y}'\n  FINE: '${HOME}/x $USER'\n"))
+    assert set(env_problems(load_site(str(path)).env)) == {"IFACE", "OLD", "DEFAULTED"}
+    res = cli(capsys, "site", "check", str(path))
+    assert res.rc == 2 and len(res.err_lines) == 3
+    assert res.err_lines[0].startswith(f"{path}:3: env.IFACE: '$(' would be written as text")
+    out = run_ok(capsys, "launch", "--site", str(path), "--", "python", "x.py")
+    marker = tmp_path / "ran"
+    run_with_stubs(out.replace("ls /sys", f"touch {marker}; ls /sys"), tmp_path)
+    assert not marker.exists()
+
+
+# ================================================================ 9. what cannot be said
+
+@pytest.mark.parametrize(("launcher", "key", "readers"), [
+    ("torchrun: {kind: torchrun, mpi: pmix}", "mpi", "container, srun"),
+    ("container: {kind: container, runtime: singularity, rendezvous_env: true}",
+     "rendezvous_env", "mpirun, srun"),
+    ("srun: {kind: srun, oversubscribe: true}", "oversubscribe", "mpirun"),
+    ("horovodrun: {kind: horovodrun, port: 1234}", "port", "mpirun, srun, torchrun"),
+])
+def test_a_key_the_launchers_kind_ignores_is_refused_at_its_line(
+        tmp_path: Path, launcher: str, key: str, readers: str) -> None:
+    path = write_profile(tmp_path, "k", f"extends: local\nlaunchers:\n  {launcher}\n")
+    (err,) = check_file(path)
+    assert err.line == 3 and f"does not read {key} (only {readers} launchers do)" in err.problem
+
+
+def test_an_inherited_key_can_be_neutralised_when_the_kind_changes(tmp_path: Path) -> None:
+    parent = write_profile(tmp_path, "parent", ("extends: local\nname: parent\nlaunchers:\n"
+                                                "  run: {kind: mpirun, oversubscribe: true}\n"))
+    child = write_profile(tmp_path, "child", (f"extends: {parent}\nname: child\nlaunchers:\n"
+                                              "  run: {kind: srun}\n"))
+    (err,) = check_file(child)
+    assert "does not read oversubscribe" in err.problem
+    child.write_text(f"extends: {parent}\nname: child\nlaunchers:\n"
+                     "  run: {kind: srun, oversubscribe: false}\n")
+    assert check_file(child) == []
+
+
+def test_the_onboarding_guide_lists_which_kind_reads_which_key() -> None:
+    text = (ROOT / "docs" / "onboarding.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([a-z, ]+) \|$", text, flags=re.M))
+    assert {k: set(v.split(", ")) for k, v in rows.items()} == {
+        k: {kind.value for kind in kinds} for k, kinds in LAUNCHER_KEYS.items()}
+
+
+def test_unverified_entries_must_name_keys(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "u", (
+        "extends: neuron\nunverified:\n  - partitions.skl.nodes\n  - partitions.sk1.nodes\n"
+        "  - slurm.gpu_request\n  - policies.compute_intenet\n"))
+    errors = check_file(path)
+    assert [(e.line, e.problem.split(":")[0]) for e in errors] == [
+        (4, "unverified.1"), (6, "unverified.3")]
+    assert "partitions has cas_v100nv_8" in errors[0].problem
+    assert "compute_internet" in errors[1].problem
+
+
+def test_an_unknown_node_count_lints_sensibly(capsys: pytest.CaptureFixture[str],
+                                              tmp_path: Path, site_path: Path) -> None:
+    # gpu-hbm80g publishes no count
+    assert load_site(str(site_path)).partitions["gpu-hbm80g"].nodes is None
+    one = lint(_request(site_path, partition="gpu-hbm80g"))
+    assert [f for f in one if f.level == "error"] == [] and "nodes-unknown" not in {
+        f.code for f in one}
+    many = lint(_request(site_path, partition="gpu-hbm80g", nodes=64))
+    assert {f.code: f.level for f in many}.get("nodes-unknown") == "warning"
+    capped = write_profile(tmp_path, "capped", (
+        f"extends: {site_path}\nname: capped\npartitions:\n"
+        "  gpu-hbm80g: {limits: {max_nodes_per_job: 8}}\n"))
+    assert "nodes-limit" in {f.code for f in lint(_request(capped, partition="gpu-hbm80g",
+                                                           nodes=64))}
+    guide = run_ok(capsys, "guide", "--site", str(site_path), "-p", "gpu-hbm80g")
+    assert "| gpu-hbm80g | unknown | 64 (128 CPUs) |" in guide
+
+
+# ============================================================ docs/onboarding.md examples
+
+def _yaml_examples() -> list[str]:
+    text = (ROOT / "docs" / "onboarding.md").read_text(encoding="utf-8")
+    return [b for b in re.findall(r"```yaml\n(.*?)```", text, flags=re.S)
+            if b.startswith("name:")]
+
+
+def test_onboarding_examples_pass_site_check(tmp_path: Path) -> None:
+    examples = _yaml_examples()
+    assert examples, "docs/onboarding.md shows no complete profile"
+    for i, text in enumerate(examples):
+        path = write_profile(tmp_path, f"example{i}", text)
+        assert [str(e) for e in site_check_errors(path)] == [], text
+
+
+def test_onboarding_points_only_inside_the_repository() -> None:
+    text = (ROOT / "docs" / "onboarding.md").read_text(encoding="utf-8")
+    for target in re.findall(r"\]\(([^)#]+)", text):
+        assert not re.match(r"[a-z]+://", target), target
+        assert (ROOT / "docs" / target).resolve().is_relative_to(ROOT), target
+        assert (ROOT / "docs" / target).exists(), target
