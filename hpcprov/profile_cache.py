@@ -70,8 +70,11 @@ def _entry(path: Path) -> Path:
 
 
 def _sha256(file: str) -> str:
-    with open(file, "rb") as fh:
-        return hashlib.sha256(fh.read()).hexdigest()
+    """The digest of a file an entry was built from, read as the loader reads profiles (a
+    FIFO or device put in its place is refused, never waited on: the entry is a miss)."""
+    from hpcprov.loader import MAX_BYTES
+
+    return hashlib.sha256(fsutil.read_regular(Path(file), MAX_BYTES)).hexdigest()
 
 
 def _current(head: dict[str, Any], path: Path) -> bool:

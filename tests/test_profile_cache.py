@@ -615,3 +615,23 @@ def test_one_code_fingerprint_for_both_caches() -> None:
     from hpcprov.provision import quick
 
     assert quick.fingerprint is profile_cache.fingerprint
+
+
+def test_a_cached_parent_replaced_by_a_fifo_is_a_miss_not_a_hang(tmp_path: Path) -> None:
+    """The entry's files are read as profiles are: a FIFO in a parent's place is refused."""
+    import subprocess
+    import sys
+
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "parent.yaml").write_text((REPO / "sites" / "local.yaml").read_text()
+                                       .replace("name: local", "name: parent"))
+    (sites / "child.yaml").write_text("extends: parent\nname: child\n")
+    env = {**os.environ, "HPCPROV_SITES_PATH": str(sites),
+           "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    show = [sys.executable, "-m", "hpcprov.cli", "site", "show", "child"]
+    assert subprocess.run(show, env=env, capture_output=True, timeout=60).returncode == 0
+    (sites / "parent.yaml").unlink()
+    os.mkfifo(sites / "parent.yaml")
+    proc = subprocess.run(show, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "FIFO" in proc.stderr.upper(), proc.stderr
