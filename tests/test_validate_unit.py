@@ -287,3 +287,19 @@ def test_horovod_on_gpus_is_named_by_its_data_path() -> None:
         ["allreduce-horovod-nccl-via-mpi"]
     assert "allreduce-torch-nccl" in gpu and "allreduce-torch-gloo" in cpu
     assert not [i for i in cpu if "nccl" in i]
+
+
+def test_a_partition_without_a_published_node_count_defaults_to_two_nodes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcprov.layout import manifest_file
+    from hpcprov.validate.api import ValidateOptions, prepare
+
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "nocount.yaml").write_text(
+        "extends: testbed\nname: nocount\npartitions:\n  amd_a100nv_8: {nodes: null}\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
+    manifest_file(tmp_path).parent.mkdir(parents=True)
+    manifest_file(tmp_path).write_text("{}")
+    got = prepare(ValidateOptions(site="nocount", prefix=str(tmp_path), workdir=str(tmp_path)))
+    assert got.options.nodes == 2

@@ -77,9 +77,9 @@ def prepare(o: ValidateOptions) -> Prepared:
     except KeyError:
         raise UsageError(f"--partition {o.partition!r}: site {s.name} has "
                          f"{', '.join(s.partitions)}") from None
-    has = s.partitions[pname].nodes
-    nodes = o.nodes if o.nodes is not None else min(2, has)
-    if nodes > has:
+    has = s.partitions[pname].nodes  # None: the site publishes no count
+    nodes = o.nodes if o.nodes is not None else (2 if has is None else min(2, has))
+    if has is not None and nodes > has:
         raise UsageError(f"--nodes {nodes}: partition {pname} has {has} node(s)")
     extra = {**dict(parse_option(x) for x in o.options), **o.extra}
     backend = schedulers.of(s)
