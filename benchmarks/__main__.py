@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         ctx.log(f"{name}: {mod.TITLE} ({repeat} runs per measurement)")
         try:
             results = mod.run(ctx)
-        except Exception:  # noqa: BLE001 - keep the earlier stored results of this section
+        except Exception:
             traceback.print_exc()
             failed.append(name)
             continue

@@ -116,7 +116,7 @@ def _local(ctx: Context, blocks: int) -> list[Result]:
     return _ratio_results("local", proc.stdout)
 
 
-def _testbed():  # noqa: ANN202 - Testbed, imported lazily (root only)
+def _testbed():
     from hpcprov.testbed.cluster import Testbed
 
     tb = Testbed.from_state()
@@ -140,7 +140,7 @@ def _wait(env: dict[str, str], job: str, timeout: float = 3600) -> str:
     raise BenchError(f"job {job} did not finish in {timeout:.0f} s")
 
 
-def _testbed_ratios(tb, blocks: int) -> list[Result]:  # noqa: ANN001
+def _testbed_ratios(tb, blocks: int) -> list[Result]:
     work = tb.scratch / "hpcprov-bench"
     work.mkdir(parents=True, exist_ok=True)
     prelude = ("export MASTER_ADDR=$(scontrol show hostnames \"$SLURM_JOB_NODELIST\" | head -1)"
@@ -162,7 +162,7 @@ def _testbed_ratios(tb, blocks: int) -> list[Result]:  # noqa: ANN001
     return _ratio_results("testbed", out.read_text())
 
 
-def _overhead(ctx: Context, tb, runs: int) -> Result:  # noqa: ANN001
+def _overhead(ctx: Context, tb, runs: int) -> Result:
     prefix = Path(os.environ.get("HPCPROV_BENCH_TESTBED_PREFIX")
                   or tb.scratch / "hpcprov-bench" / "prefix")
     hpcprov = [str(Path(sys.executable).with_name("hpcprov"))]

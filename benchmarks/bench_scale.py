@@ -169,7 +169,7 @@ def _rounds(ctx: Context, site: Any) -> list[Result]:
                       note="hpcprov.validate.run submits every pernode job in one round"))
     try:
         from hpcprov.validate.links import simulate
-    except Exception as exc:  # noqa: BLE001 - being written in parallel
+    except Exception as exc:
         out.append(Result("bad-link search", "rounds",
                           status=f"pending: hpcprov.validate.links not importable ({exc})"))
         return out
@@ -187,7 +187,7 @@ def _rounds(ctx: Context, site: Any) -> list[Result]:
                 if named != [nodes[pos]]:
                     notes.append(f"bad {nodes[pos]}: named {', '.join(named) or 'none'}"
                                  + (f", unresolved {', '.join(doubt)}" if doubt else ""))
-        except Exception as exc:  # noqa: BLE001 - being written in parallel
+        except Exception as exc:
             out.append(Result(f"bad-link search, N={n}: rounds", "rounds",
                               status=f"pending: simulate failed ({exc})"))
             continue

@@ -27,7 +27,7 @@ from bare_allreduce import bare_busbw
 KINDS = ("HPCPROV", "BARE", "BARE2")
 
 
-def load_program(path: str):  # noqa: ANN201 - the allreduce program as a module
+def load_program(path: str):
     spec = importlib.util.spec_from_file_location("hpcprov_allreduce_program", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

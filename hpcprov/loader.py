@@ -242,7 +242,7 @@ def read_yaml(path: Path) -> Layer:
         if not Reader.NON_PRINTABLE.search(text):
             try:
                 layer = _parse(c_loader, text, fname)
-            except Exception:  # noqa: BLE001 - reported by the Python parser below
+            except Exception:
                 layer = None
     if layer is None:
         layer = _parse(py_loader, text, fname)

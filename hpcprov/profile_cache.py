@@ -119,7 +119,7 @@ def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:
         if type(head) is not dict or not _current(head, path) or not _clean(head):
             return None
         return head, data[end + 1:]
-    except Exception:  # noqa: BLE001 - a corrupt or stale entry is just a miss
+    except Exception:
         return None
 
 
@@ -139,7 +139,7 @@ def load(path: Path) -> SiteView | None:
 
     try:
         return from_json(json.loads(found[1]))
-    except Exception:  # noqa: BLE001 - a corrupt or tampered entry is a miss
+    except Exception:
         return None
 
 
@@ -166,7 +166,7 @@ def store(path: Path, layer: Layer, site: SiteView) -> None:
         text = json.dumps(head) + "\n" + json.dumps(to_json(site), separators=(",", ":"))
         fsutil.atomic_write(_entry(path), text + "\n")
         _prune(folder)
-    except Exception:  # noqa: BLE001 - unwritable or full: the cache is only an accelerator
+    except Exception:
         return
 
 

@@ -113,7 +113,7 @@ def _release(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
-def _pep440(text: str):  # noqa: ANN202 - packaging.version.Version | None
+def _pep440(text: str):
     """Any other version, by packaging (imported only then: it compiles a large regex)."""
     from packaging.version import InvalidVersion, Version
 

@@ -15,7 +15,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from hpcprov.provision.plan import activate_lines, build_plan, render_script
 from hpcprov_tests import (
     BUNDLED,
     Stubs,
@@ -37,6 +36,7 @@ from hpcprov_tests import (
 from hpcprov.job import JobRequest
 from hpcprov.jobscript import build_jobscript
 from hpcprov.profiles import load_site
+from hpcprov.provision.plan import activate_lines, build_plan, render_script
 
 HAVE_SHELLCHECK = shutil.which("shellcheck") is not None
 

@@ -6,14 +6,14 @@ import functools
 from pathlib import Path
 
 import pytest
-from hpcprov.provision.plan import build_plan
 from hpcprov_tests import cli, write_profile
 
 from hpcprov.job import JobRequest
 from hpcprov.launchers import build_launch
 from hpcprov.lint import Finding, LintFailed, check, lint, walltime_seconds
-from hpcprov.provision.plan_lint import lint_plan
 from hpcprov.profiles import load_site
+from hpcprov.provision.plan import build_plan
+from hpcprov.provision.plan_lint import lint_plan
 
 site = functools.cache(load_site)
 

@@ -11,13 +11,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hpcprov.schedulers.lsf import LsfExecutor, directive, exec_hosts, job_fields, minutes
-from hpcprov.validate.judge import JobResult, judge
-from hpcprov.validate.plan import Options, job_script, plan_jobs
 from hpcprov_tests import cli, hpcprov_argv, write_profile
 
 from hpcprov.errors import UsageError
 from hpcprov.profiles import load_site
+from hpcprov.schedulers.lsf import LsfExecutor, directive, exec_hosts, job_fields, minutes
+from hpcprov.validate.judge import JobResult, judge
+from hpcprov.validate.plan import Options, job_script, plan_jobs
 
 EMULATOR = Path(__file__).with_name("lsf_emulator.py")
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-from hpcprov.provision.api import _with_container, _with_env_name
 from hpcprov.kinds import Scheduler
 from hpcprov.loader import bundled_site_dir
 from hpcprov.model import PythonStack
 from hpcprov.profiles import load_site, validate_file
+from hpcprov.provision.api import _with_container, _with_env_name
 from hpcprov.site_view import SiteView, View, snapshot
 
 

@@ -11,14 +11,14 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hpcprov_tests import hpcprov_argv, write_profile
+
+from hpcprov.profiles import load_site
 from hpcprov.schedulers.pbs import PbsExecutor
 from hpcprov.schedulers.pbs import exit_status as pbs_exit
 from hpcprov.schedulers.pbs import fields as pbs_fields
 from hpcprov.validate.judge import JobResult, judge
 from hpcprov.validate.plan import Options, job_script, plan_jobs
-from hpcprov_tests import hpcprov_argv, write_profile
-
-from hpcprov.profiles import load_site
 
 EMULATOR = Path(__file__).with_name("pbs_emulator.py")
 

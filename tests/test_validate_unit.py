@@ -127,7 +127,7 @@ def test_every_program_and_their_runtime_are_copied_and_the_cb_tag_is_quoted(
     assert f"| sed 's/^/{CHECK_BUILD} /'; python " in run
 
 
-def test_the_status_file_gives_exit_status_and_the_jobs_own_run_time(tmp_path) -> None:  # noqa: ANN001
+def test_the_status_file_gives_exit_status_and_the_jobs_own_run_time(tmp_path) -> None:
     import subprocess
 
     from hpcprov.schedulers.base import read_exit as _read_exit

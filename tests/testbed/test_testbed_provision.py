@@ -36,7 +36,7 @@ def _hpcprov(env: dict[str, str], *args: str, timeout: float = 3600
 
 
 @pytest.fixture(scope="module")
-def provisioned(testbed, wheelhouse: Path) -> Path:  # noqa: ANN001
+def provisioned(testbed, wheelhouse: Path) -> Path:
     prefix = testbed.scratch / "pytest-provision" / "prefix"
     shutil.rmtree(prefix.parent, ignore_errors=True)
     env = {**testbed.environ(), "HPCPROV_WHEELHOUSE": str(wheelhouse)}
@@ -61,8 +61,8 @@ def test_setup_loads_the_sites_lmod_modules_and_proves_horovod(provisioned: Path
         in build_log
 
 
-def test_the_provisioned_prefix_runs_horovod_on_two_nodes(provisioned: Path, slurm,  # noqa: ANN001
-                                                          capsys) -> None:  # noqa: ANN001
+def test_the_provisioned_prefix_runs_horovod_on_two_nodes(provisioned: Path, slurm,
+                                                          capsys) -> None:
     from hpcprov.cli import main as hpcprov
 
     slurm.write("hvd_allreduce.py", HVD_ALLREDUCE)
@@ -82,7 +82,7 @@ def test_the_provisioned_prefix_runs_horovod_on_two_nodes(provisioned: Path, slu
     assert all(r["horovod"].startswith(str(provisioned)) for r in recs)
 
 
-def test_a_missing_module_stops_setup_at_preflight_with_its_name(testbed, tmp_path: Path,  # noqa: ANN001
+def test_a_missing_module_stops_setup_at_preflight_with_its_name(testbed, tmp_path: Path,
                                                                  wheelhouse: Path) -> None:
     sites = tmp_path / "sites"
     write_profile(sites, "tb-missing", "extends: testbed\nname: tb-missing\nmodules:\n"
