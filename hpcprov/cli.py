@@ -175,6 +175,78 @@ def site_schema() -> None:
     _emit_json(Site.model_json_schema())
 
 
+@site_group.command("draft")
+@click.option("--scheduler", type=click.Choice(["slurm", "pbs", "lsf"]),
+              help="default: the one whose commands are on PATH")
+@click.option("--output", "-o", "out_path", type=click.Path(dir_okay=False),
+              help="write the draft here (default: stdout); an existing file needs --force")
+@click.option("--force", is_flag=True, help="overwrite the --output file")
+@click.option("--diff", "diff_ref", metavar="PROFILE",
+              help="compare this profile (name or file) with what the cluster says now "
+              "instead; exit 1 when they differ")
+@click.option("--name", help="the profile's name (default: the cluster's)")
+@click.option("--timeout", type=click.FloatRange(1), default=60, show_default=True,
+              help="seconds each command may take before it counts as hung")
+@json_option
+def site_draft(scheduler: str | None, out_path: str | None, force: bool,
+               diff_ref: str | None, name: str | None, timeout: float,
+               as_json: bool) -> None:
+    """Draft a site profile from the cluster this login node belongs to.
+
+    Runs read-only commands (the scheduler's, `module -t avail`, nvidia-smi), each with a
+    timeout, and writes YAML whose comments name the command behind every value; what
+    only the site's documentation can say is left as QUESTION lines.
+    """
+    from pathlib import Path
+
+    from hpcprov.draft_run import discover
+
+    if out_path and diff_ref:
+        _fail("--diff compares and writes nothing: drop --output")
+    if out_path and Path(out_path).exists() and not force:
+        _fail(f"{out_path} exists; pass --force to overwrite it")
+    site = _load(diff_ref) if diff_ref else None
+    if site is not None and scheduler is None:
+        scheduler = getattr(site.scheduler, "value", site.scheduler)
+        if scheduler not in ("slurm", "pbs", "lsf"):
+            _fail(f"{diff_ref} has no scheduler to ask (scheduler: {scheduler})")
+    findings = discover(scheduler, timeout=timeout)
+    for r in findings.ran:
+        if r.problem and r.returncode != 127:
+            click.echo(f"hpcprov: warning: {r.problem}", err=True)
+    if site is not None:
+        _draft_diff(str(diff_ref), site, findings, as_json)
+        return
+    from hpcprov.draft_profile import draft_text
+
+    text = draft_text(findings, name)
+    if out_path:
+        Path(out_path).write_text(text, encoding="utf-8")
+        click.echo(f"hpcprov: wrote {out_path}; answer its QUESTION lines, then: "
+                   f"hpcprov site check {out_path}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def _draft_diff(ref: str, site: Any, findings: Any, as_json: bool) -> None:
+    """Print how a profile differs from the cluster; exit 1 when it does."""
+    from hpcprov.draft_diff import compare
+
+    found = compare(site, findings)
+    if as_json:
+        _emit_json({"profile": ref, "site": site.name, "differences":
+                    [d.to_json() for d in found]})
+    elif found:
+        for d in found:
+            click.echo(d.text())
+        click.echo(f"hpcprov: {len(found)} difference(s) between {ref} and the cluster",
+                   err=True)
+    else:
+        click.echo(f"hpcprov: {ref} matches what the cluster says")
+    if found:
+        raise click.exceptions.Exit(1)
+
+
 @cli.command("detect")
 @click.option("--hostname", help="host name to match (default: this machine's)")
 @json_option

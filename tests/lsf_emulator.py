@@ -16,6 +16,12 @@ depends on it:
   `Job <N> is not found` on stderr, exit 255;
 - `bkill ID` kills a running job (EXIT, exit_code 130, as LSF reports its SIGINT first)
   and removes a pending one.
+For `hpcprov site draft` (one host: this one):
+- `bqueues -l` shows the queue `normal` (LSF's default lsb.queues: "This is the default
+  queue."), with a RUNLIMIT when $LSF_EMULATOR_RUNLIMIT (minutes) is set;
+- `bhosts -l` shows this host, ok, with MAX job slots $LSF_EMULATOR_SLOTS (default the
+  machine's CPUs); `bhosts -l -gpu` its $LSF_EMULATOR_NGPUS GPUs (default 0) of model
+  $LSF_EMULATOR_GPU_MODEL.
 """
 
 from __future__ import annotations
@@ -138,6 +144,48 @@ def bkill(argv: list[str]) -> int:
     return 0
 
 
+def bqueues(argv: list[str]) -> int:
+    lines = ["QUEUE: normal",
+             "  -- For normal low priority jobs, running only if hosts are lightly loaded.  "
+             "This is the default queue.", "", "PARAMETERS/STATISTICS",
+             "PRIO NICE STATUS          MAX JL/U JL/P JL/H NJOBS  PEND   RUN SSUSP USUSP  RSV",
+             " 30    0  Open:Active       -    -    -    -     0     0     0     0     0    0",
+             "Interval for a host to accept two jobs is 0 seconds", ""]
+    if os.environ.get("LSF_EMULATOR_RUNLIMIT"):
+        lines += [" RUNLIMIT", f" {float(os.environ['LSF_EMULATOR_RUNLIMIT']):.1f} min", ""]
+    lines += ["SCHEDULING PARAMETERS",
+              "           r15s   r1m  r15m   ut      pg    io   ls    it    tmp    swp    mem",
+              " loadSched   -     -     -     -       -     -    -     -     -      -      -",
+              " loadStop    -     -     -     -       -     -    -     -     -      -      -",
+              "", "USERS: all  ", "HOSTS:  all ", ""]
+    print("\n".join(lines))
+    return 0
+
+
+def bhosts(argv: list[str]) -> int:
+    host = socket.gethostname()
+    if "-gpu" in argv:
+        n = int(os.environ.get("LSF_EMULATOR_NGPUS") or 0)
+        model = os.environ.get("LSF_EMULATOR_GPU_MODEL", "TeslaV100_SXM2_16GB")
+        lines = [f"HOST: {host}", "NGPUS NGPUS_SHARED_AVAIL NGPUS_EXCLUSIVE_AVAIL",
+                 f"{n}     {n}                  {n}", "", "STATIC ATTRIBUTES",
+                 "GPU_ID  MODEL                MTOTAL  FACTOR  SOCKET  NVLINK"]
+        lines += [f"{i}       {model}  15.7G   7.0     0       -" for i in range(n)]
+        print("\n".join(lines) + "\n")
+        return 0
+    slots = int(os.environ.get("LSF_EMULATOR_SLOTS") or os.cpu_count() or 1)
+    print("\n".join([
+        f"HOST  {host}",
+        "STATUS           CPUF  JL/U    MAX  NJOBS    RUN  SSUSP  USUSP    RSV DISPATCH_WINDOW",
+        f"ok              60.00     -  {slots:5d}      0      0      0      0      0      -",
+        "", " CURRENT LOAD USED FOR SCHEDULING:",
+        "              r15s   r1m  r15m    ut    pg    io   ls    it   tmp   swp   mem  slots",
+        f" Total         0.0   0.0   0.0    1%   0.0     2    1     0 8605M    0M 13.2G  {slots}",
+        " Reserved      0.0   0.0   0.0    0%   0.0     0    0     0    0M    0M    0M  -", ""]))
+    return 0
+
+
 if __name__ == "__main__":
     tool = Path(sys.argv[0]).name
-    sys.exit({"bsub": bsub, "bjobs": bjobs, "bkill": bkill}[tool](sys.argv[1:]))
+    sys.exit({"bsub": bsub, "bjobs": bjobs, "bkill": bkill, "bqueues": bqueues,
+              "bhosts": bhosts}[tool](sys.argv[1:]))

@@ -15,6 +15,13 @@ queued until qdel). What it reproduces of PBS Pro, because hpcprov depends on it
 - Exit_status is the script's status, 256 + N when signal N killed it;
 - `qdel` kills a running job (Exit_status 271: SIGTERM, as PBS reports it) and removes a
   queued one.
+For `hpcprov site draft` (OpenPBS 20's answers, one vnode: this host):
+- `pbsnodes -av` lists this host as a free vnode with `resources_available.ncpus`
+  ($PBS_EMULATOR_NCPUS, default the machine's), `mem` and `ngpus` ($PBS_EMULATOR_NGPUS,
+  default 0);
+- `qstat -Qf` shows the execution queue `workq` (the OpenPBS default), with a walltime
+  limit when $PBS_EMULATOR_MAX_WALLTIME is set; `qstat -Bf` the server, its
+  default_queue and pbs_version.
 """
 
 from __future__ import annotations
@@ -91,7 +98,56 @@ def _finish(job: dict) -> dict:  # type: ignore[type-arg]
     return job
 
 
+def _ncpus() -> int:
+    return int(os.environ.get("PBS_EMULATOR_NCPUS") or os.cpu_count() or 1)
+
+
+def pbsnodes(argv: list[str]) -> int:
+    host = socket.gethostname()
+    ngpus = int(os.environ.get("PBS_EMULATOR_NGPUS") or 0)
+    lines = [host, f"     Mom = {host}", "     ntype = PBS", "     state = free",
+             f"     pcpus = {_ncpus()}", "     resources_available.arch = linux",
+             f"     resources_available.host = {host}",
+             "     resources_available.mem = 16318496kb",
+             f"     resources_available.ncpus = {_ncpus()}"]
+    if ngpus:
+        lines.append(f"     resources_available.ngpus = {ngpus}")
+    lines += [f"     resources_available.vnode = {host}",
+              "     resources_assigned.accelerator_memory = 0kb",
+              "     resources_assigned.mem = 0kb", "     resources_assigned.ncpus = 0",
+              "     resv_enable = True", "     sharing = default_shared",
+              "     last_state_change_time = Tue Jan  9 10:00:00 2024"]
+    print("\n".join(lines) + "\n")
+    return 0
+
+
+def _queues() -> int:
+    lines = ["Queue: workq", "    queue_type = Execution", "    total_jobs = 0",
+             "    state_count = Transit:0 Queued:0 Held:0 Waiting:0 Running:0 Exiting:0 "
+             "Begun:0 "]
+    if os.environ.get("PBS_EMULATOR_MAX_WALLTIME"):
+        lines.append(f"    resources_max.walltime = {os.environ['PBS_EMULATOR_MAX_WALLTIME']}")
+    lines += ["    resources_assigned.mem = 0kb", "    resources_assigned.ncpus = 0",
+              "    resources_assigned.nodect = 0", "    hasnodes = True",
+              "    enabled = True", "    started = True"]
+    print("\n".join(lines) + "\n")
+    return 0
+
+
+def _server() -> int:
+    print("\n".join([f"Server: {SERVER}", "    server_state = Active",
+                     f"    server_host = {socket.gethostname()}", "    scheduling = True",
+                     "    total_jobs = 0", "    default_queue = workq",
+                     "    resources_default.ncpus = 1", "    default_chunk.ncpus = 1",
+                     "    pbs_version = 20.0.1"]) + "\n")
+    return 0
+
+
 def qstat(argv: list[str]) -> int:
+    if "-Qf" in argv:
+        return _queues()
+    if "-Bf" in argv:
+        return _server()
     history = "-x" in argv
     ids = [a for a in argv if not a.startswith("-")]
     for jid in ids:
@@ -138,4 +194,5 @@ def qdel(argv: list[str]) -> int:
 
 if __name__ == "__main__":
     tool = Path(sys.argv[0]).name
-    sys.exit({"qsub": qsub, "qstat": qstat, "qdel": qdel}[tool](sys.argv[1:]))
+    sys.exit({"qsub": qsub, "qstat": qstat, "qdel": qdel,
+              "pbsnodes": pbsnodes}[tool](sys.argv[1:]))
