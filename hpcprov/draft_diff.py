@@ -66,6 +66,11 @@ def _hardware(part: Any, s: PartSummary) -> list[tuple[str, str, str, str]]:
     if s.cores is not None and part.cores_per_node != s.cores:
         out.append(("cores_per_node", str(part.cores_per_node), str(s.cores),
                     s.sources.get("cores", "")))
+    threads = getattr(part, "threads_per_core", 1)
+    if s.cores is not None and s.sources.get("threads_per_core") and \
+            threads != s.threads_per_core:
+        out.append(("threads_per_core", str(threads), str(s.threads_per_core),
+                    s.sources["threads_per_core"]))
     if s.memory_gb and part.memory_gb and \
             abs(part.memory_gb - s.memory_gb) > MEMORY_TOLERANCE * s.memory_gb:
         out.append(("memory_gb", str(part.memory_gb), str(s.memory_gb),

@@ -46,6 +46,7 @@ class PartSummary:
     hosts: str = ""
     cores: int | None = None
     cpus: int | None = None
+    threads_per_core: int = 1
     memory_gb: float | None = None
     gpus: int = 0
     gpu_type: str | None = None
@@ -110,6 +111,7 @@ def _hardware(s: PartSummary, members: list[Node], source: str) -> None:
     """Cores, CPUs, memory, GPUs and arch: the least over the partition's nodes."""
     s.cores = _least([m.cores if m.cores is not None else m.cpus for m in members])
     s.cpus = _least([m.cpus for m in members])
+    s.threads_per_core = _least([m.threads_per_core for m in members]) or 1
     mem = _least([m.memory_mb for m in members])
     s.memory_gb = round(mem / 1024, 1) if mem else None
     s.gpus = _least([m.gpus for m in members]) or 0
@@ -126,7 +128,8 @@ def _hardware(s: PartSummary, members: list[Node], source: str) -> None:
         note = _differ(what, vals)  # type: ignore[arg-type]
         if note:
             s.notes.append(note)
-    for key in ("cores", "memory_gb", "gpus", "gpu_type", "gpu_model", "arch"):
+    for key in ("cores", "threads_per_core", "memory_gb", "gpus", "gpu_type", "gpu_model",
+                "arch"):
         s.sources[key] = source
 
 

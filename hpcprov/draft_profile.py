@@ -25,7 +25,7 @@ from hpcprov.draft_yaml import Block, render
 FRAMEWORK_EXAMPLE = "2.1.2"
 
 
-def _partition(s: PartSummary, unverified: list[str]) -> Block:
+def _partition(s: PartSummary, unverified: list[str], interfaces: list[str]) -> Block:
     """One partition's block."""
     b = Block()
     src = s.sources
@@ -46,8 +46,11 @@ def _partition(s: PartSummary, unverified: list[str]) -> Block:
     if limits.items:
         b.add("limits", limits)
     if s.gpus and s.cores:
-        b.add("cpus_per_task", max(1, s.cores // s.gpus),
-              "cores_per_node / GPUs: one rank per GPU gets this many cores")
+        cpus = s.cores * s.threads_per_core
+        b.add("cpus_per_task", max(1, cpus // s.gpus),
+              "CPUs per node / GPUs: one rank per GPU gets this many CPUs")
+        b.add("network", _network(s, interfaces), notes=_network_question(interfaces))
+        unverified.append(f"partitions.{s.name}.network")
     if s.default:
         b.add("default", True, src.get("default", ""))
     return b
@@ -56,8 +59,11 @@ def _partition(s: PartSummary, unverified: list[str]) -> Block:
 def _cores(b: Block, s: PartSummary, unverified: list[str]) -> None:
     """cores_per_node, or a question where the scheduler did not say."""
     if s.cores:
-        threads = f" ({s.cpus} CPUs: hardware threads)" if s.cpus and s.cpus > s.cores else ""
-        b.add("cores_per_node", s.cores, f"{s.sources.get('cores', '')}{threads}")
+        b.add("cores_per_node", s.cores, s.sources.get("cores", ""))
+        if s.threads_per_core > 1:
+            b.add("threads_per_core", s.threads_per_core,
+                  f"{s.sources.get('threads_per_core', '')} ({s.cpus} CPUs: the scheduler "
+                  "counts hardware threads)")
         return
     b.add("cores_per_node", 32, commented=True,
           notes=[f"QUESTION (cores): how many cores has each node of {s.name}? The scheduler "
@@ -100,7 +106,7 @@ def _partitions(findings: Findings, unverified: list[str]) -> tuple[Block, dict[
     summaries, skipped = summarize(findings.cluster, findings.gpus, findings.host)
     block = Block(tail=skipped)
     for name, s in summaries.items():
-        block.add(name, _partition(s, unverified))
+        block.add(name, _partition(s, unverified, findings.interfaces))
     return block, summaries
 
 
@@ -165,18 +171,30 @@ def _policies(findings: Findings) -> Block:
     return p
 
 
-def _env(findings: Findings) -> Block:
-    """The rendezvous network question (commented out), with this host's interfaces."""
-    e = Block()
-    nics = [n for n in findings.interfaces if n != "lo"]
-    example = next((n for n in nics if n.startswith(("ib", "hsn"))), nics[0] if nics else
-                   "ib0")
+def _nics(interfaces: list[str]) -> tuple[list[str], str]:
+    """This host's interfaces (not lo), and the likeliest high-speed one as the example."""
+    nics = [n for n in interfaces if n != "lo"]
+    fast = next((n for n in nics if n.startswith(("ib", "hsn"))), nics[0] if nics else "ib0")
+    return nics, fast
+
+
+def _network_question(interfaces: list[str]) -> list[str]:
+    """The rendezvous network question, with this host's interfaces."""
+    nics, _ = _nics(interfaces)
     seen = f" This host's interfaces: {', '.join(nics)} (/sys/class/net)." if nics else ""
-    notes = ["QUESTION (rendezvous network): over which network interface should ranks "
-             "find each other and NCCL/Gloo talk (InfiniBand, the high-speed network)?" + seen]
-    e.add("NCCL_SOCKET_IFNAME", example, commented=True, notes=notes)
-    e.add("GLOO_SOCKET_IFNAME", example, commented=True)
-    return e
+    return ["QUESTION (rendezvous network): do the nodes have another name on the "
+            "high-speed network (gpu01-ib), and which interface should NCCL and Gloo use? "
+            "The site's documentation says (uncomment what applies)." + seen]
+
+
+def _network(s: PartSummary, interfaces: list[str]) -> Block:
+    """A GPU partition's network section, commented out: the question's example."""
+    _, fast = _nics(interfaces)
+    n = Block()
+    n.add("host_name", "{host}-ib", commented=True)
+    n.add("nccl_socket_ifname", fast, commented=True)
+    n.add("gloo_socket_ifname", fast, commented=True)
+    return n
 
 
 def _paths(findings: Findings, unverified: list[str]) -> Block:
@@ -247,6 +265,16 @@ def _launchers(findings: Findings) -> tuple[Block, str]:
     return b, "mpirun"
 
 
+def _slurm(findings: Findings, gpus: bool) -> Block:
+    """The slurm section: its version (srun's CPU inheritance depends on it), GPUs as gres."""
+    b = Block()
+    if findings.cluster.version:
+        b.add("version", findings.cluster.version, findings.cluster.sources.get("version", ""))
+    if gpus:
+        b.add("gpu_request", "gres", "GPUs are gres on the nodes (scontrol show node -o)")
+    return b
+
+
 def _kv(**values: object) -> Block:
     """A block of plain key: value items."""
     b = Block()
@@ -309,10 +337,8 @@ def profile(findings: Findings, name: str | None = None) -> tuple[Block, list[st
     launchers, default = _launchers(findings)
     doc.add("launchers", launchers)
     doc.add("default_launcher", default)
-    doc.add("env", _env(findings))
-    unverified.append("env")
-    if c.scheduler == "slurm" and gpus:
-        doc.add(c.scheduler, _kv(gpu_request="gres"))
+    if c.scheduler == "slurm":
+        doc.add("slurm", _slurm(findings, gpus))
     doc.add("unverified", unverified, "what the draft guessed: confirm, then take it out")
     return doc, _header(findings)
 

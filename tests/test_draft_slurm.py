@@ -209,18 +209,25 @@ def test_the_draft_passes_site_check_as_written(tmp_path: Path) -> None:
         "cmake/3.26.2", "python/3.9.5"]
     assert data["launchers"]["srun"]["mpi"] == "pmix"
     assert "policies" not in data and "env" not in data  # questions, commented out
-    assert {"policies.required_options", "policies.compute_internet", "env",
+    assert "network" not in data["partitions"]["amd_a100nv_8"]
+    assert data["partitions"]["amd_a100nv_8"]["threads_per_core"] == 2
+    assert {"policies.required_options", "policies.compute_internet",
+            "partitions.amd_a100nv_8.network",
             "partitions.amd_a100nv_8.gpus.model"} <= set(data["unverified"])
 
 
 def test_every_value_names_its_command_and_questions_are_marked() -> None:
     text = draft_text(_findings(slurm.discover(recorded_run())))
     assert "max_gpus_per_user: 64  # sacctmgr -n -P show qos" in text
-    assert "cores_per_node: 64  # scontrol show node -o (128 CPUs: hardware threads)" in text
+    assert "threads_per_core: 2  # scontrol show node -o (128 CPUs: the scheduler counts " \
+        "hardware threads)" in text
+    assert "cpus_per_task: 16  # CPUs per node / GPUs" in text
     assert "# QUESTION (mandatory options)" in text
     assert "job_submit plugin(s) lua" in text
     assert "# QUESTION (rendezvous network)" in text and "eth0, ib0" in text
-    assert "#   NCCL_SOCKET_IFNAME: \"ib0\"" in text or '# NCCL_SOCKET_IFNAME: "ib0"' in text
+    assert '    # network:\n      # host_name: "{host}-ib"\n      # nccl_socket_ifname: "ib0"' \
+        in text
+    assert 'slurm:\n  version: "22.05.8"  # scontrol --version' in text
     assert "# MPI: cudampi/openmpi-4.1.1 (CUDA-aware by its name" in text
     assert "also offered, not loaded: PyTorch pytorch/1.12.0" in text
 
