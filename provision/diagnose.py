@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-# `hpcprov: pip settings: KEY='VALUE' ...` (plan.PIP_SETTINGS_FUNCTION): KEY is a
+# `hpcprov: pip settings: KEY='VALUE' ...` (hpcprov_pip_settings, scripts/pip.sh): KEY is a
 # `pip config list` name (global.constraint, :env:.find-links) or argument.NAME for an
 # argument of hpcprov's pip command line.
 _SETTINGS = re.compile(r"^hpcprov: pip settings:(.*)$", re.M)

@@ -1,8 +1,9 @@
 """`hpcprov doctor`: check a provisioned prefix against its manifest.
 
-One probe script (pure text, built here) runs in the environment and prints facts as
-`key=value` lines; `judge` turns manifest + facts into checks, each with a fix. Only
-`probe` has effects.
+One probe script (pure text: calls of the shell library's hpcprov_probe_* functions,
+provision/scripts/doctor.sh, and of provision/programs/doctor_probe.py, carried verbatim)
+runs in the environment and prints facts as `key=value` lines; `judge` turns manifest +
+facts into checks, each with a fix. Only `probe` has effects.
 """
 
 from __future__ import annotations
@@ -12,32 +13,13 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from hpcprov.provision.manifest import FRAMEWORK_DISTS, parse_freeze
-
 from hpcprov.model import Modules
 from hpcprov.modules import init_lines
-from hpcprov.shell import join, quote
+from hpcprov.provision.library import definitions, file_function
+from hpcprov.provision.manifest import FRAMEWORK_DISTS, parse_freeze
+from hpcprov.shell import join
 
 IMPORTS = {"PyTorch": "horovod.torch", "TensorFlow": "horovod.tensorflow"}
-
-PY_PROBE = """\
-import json, sys
-from importlib import metadata
-out = {"versions": {}, "imports": {}}
-for name in ("torch", "tensorflow", "tensorflow-cpu", "tensorflow-gpu", "horovod"):
-    try:
-        out["versions"][name] = metadata.version(name)
-    except metadata.PackageNotFoundError:
-        pass
-for mod in sys.argv[1:]:
-    try:
-        __import__(mod)
-        out["imports"][mod] = "ok"
-    except BaseException as exc:
-        out["imports"][mod] = type(exc).__name__ + ": " + str(exc).splitlines()[0][:300]
-print("python_json=" + json.dumps(out))
-"""
-
 
 @dataclass
 class Check:
@@ -57,25 +39,20 @@ def probe_script(manifest: dict, prefix: Path) -> str:  # type: ignore[type-arg]
     runtime = manifest.get("modules", {}).get("runtime", [])
     expected = manifest.get("check_build", {}).get("expected", {}).get("frameworks", [])
     imports = [IMPORTS[f] for f in expected if f in IMPORTS]
-    lines = ["set +e"]
+    generated: dict[str, tuple[str, ...]] = {}
+    calls = []
     if mods.get("system", "none") != "none":
-        lines += [f"{ln} >/dev/null 2>&1" for ln in init_lines(Modules.model_validate(mods))]
-        for name in runtime:
-            lines.append(f"module is-avail {quote(name)} >/dev/null 2>&1 || "
-                         f"echo module_missing={quote(name)}")
+        generated["hpcprov_modules_init"] = tuple(init_lines(Modules.model_validate(mods)))
+        calls += ["hpcprov_modules_init >/dev/null 2>&1",
+                  join(["hpcprov_probe_modules", *runtime])]
     if manifest.get("backend") == "conda":
-        conda = str(prefix / "miniconda3" / "bin" / "conda")
-        lines.append(f"echo conda_auto_activate_base=$({quote(conda)} config --show "
-                     "auto_activate_base 2>/dev/null | awk '{print $2}')")
-    lines += [
-        "if command -v nvidia-smi >/dev/null 2>&1; then",
-        "  echo gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')",
-        "else echo gpus=none; fi",
-        'echo "mpi=$(mpirun --version 2>/dev/null | head -n 1)"',
-        f"source {quote(str(prefix / 'activate'))} >/dev/null 2>&1; echo activate_rc=$?",
-        join(["python", "-c", PY_PROBE, *imports]),
+        calls.append(join(["hpcprov_probe_conda", str(prefix / "miniconda3" / "bin" / "conda")]))
+    calls += [
+        "hpcprov_probe_host",
+        join(["hpcprov_probe_activate", str(prefix / "activate")]),
+        join([file_function("doctor_probe.py")]) + " | " + join(["python", "-", *imports]),
     ]
-    return "\n".join(lines) + "\n"
+    return "\n".join(["set +e", *definitions(calls, generated), "", *calls]) + "\n"
 
 
 def probe(manifest: dict, prefix: Path, timeout: float = 300) -> dict[str, list[str]]:  # type: ignore[type-arg]

@@ -12,12 +12,11 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprov.provision.compat import for_site
-from hpcprov.checkbuild import expected_check_build, parse_check_build
-from hpcprov.provision.journal import Journal
-
 from hpcprov import __version__, fsutil
+from hpcprov.checkbuild import expected_check_build, parse_check_build
 from hpcprov.layout import manifest_file
+from hpcprov.provision.compat import for_site
+from hpcprov.provision.journal import Journal
 
 if TYPE_CHECKING:
     from hpcprov.model import Site

@@ -2,7 +2,9 @@
 
 The script defines one function per step and runs all of them, or only the steps named
 on its command line (``bash setup.sh build-horovod``): the runner executes the very same
-text step by step, so ``--dry-run`` and a real run never differ.
+text step by step, so ``--dry-run`` and a real run never differ. A step's lines are calls;
+the bash they call is the shell library (provision/scripts/*.sh), carried verbatim, and
+the programs and patches they write are files carried verbatim (provision/library.py).
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from hpcprov.provision import horovod_steps as hs
-from hpcprov.provision.horovod import build_env, pip_spec
-
 from hpcprov.layout import Layout
 from hpcprov.modules import init_lines, load_lines
-from hpcprov.shell import Raw, Template, assign, env_prefix, export_lines, join, quote
+from hpcprov.provision import horovod_steps as hs
+from hpcprov.provision import library
+from hpcprov.provision.horovod import build_env, pip_spec
+from hpcprov.provision.library import Embedded
+from hpcprov.provision.pip_args import pip_index_args, pip_install, pip_settings_line
+from hpcprov.shell import Raw, Template, assign, env_prefix, export_lines, join
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
@@ -43,6 +47,11 @@ class Step:
 
 @dataclass(frozen=True)
 class Plan:
+    """A setup plan: its variables, steps, the functions it generates from the profile
+    (``functions``: name -> body lines), and what it carries verbatim: the library functions
+    the steps call (``library``: name -> text) and the programs and patches they write
+    (``files``: function name -> file)."""
+
     site: str
     backend: str
     prefix: str
@@ -50,6 +59,8 @@ class Plan:
     variables: dict[str, str]
     functions: dict[str, tuple[str, ...]]
     steps: tuple[Step, ...] = field(default_factory=tuple)
+    library: dict[str, str] = field(default_factory=dict)
+    files: dict[str, Embedded] = field(default_factory=dict)
 
     def step(self, step_id: str) -> Step:
         for step in self.steps:
@@ -81,47 +92,6 @@ def _installer_name(site: Site) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1] or "Miniconda3.sh"
 
 
-def pip_index_args(site: Site) -> list[str]:
-    """pip arguments for the site's wheelhouse policy."""
-    venv = site.python.venv
-    args = ["--no-index"] if venv.no_index else []
-    for location in venv.wheelhouse:
-        args += ["--find-links", Template(location)]
-    return args
-
-
-# The pip settings that decide what pip can find, as `pip config list` names them.
-PIP_SETTING_KEYS = ("constraint", "index-url", "extra-index-url", "find-links", "no-index")
-
-# `hpcprov_pip_settings [KEY=VALUE...]`: one log line with the profile's pip arguments and
-# pip's own configuration (files and PIP_* variables), so that a failed install can name the
-# constraints and indexes pip was given (pip never prints its constraint files); credentials
-# in URLs are masked.
-PIP_SETTINGS_FUNCTION = (
-    'local a line="hpcprov: pip settings:"',
-    'for a; do line+=" argument.${a%%=*}=\'${a#*=}\'"; done',
-    'line+=" $(python -m pip config list 2>/dev/null | grep -E '
-    + quote("^[^=]*[.](" + "|".join(PIP_SETTING_KEYS) + ")=")
-    + " | tr '\\n' ' ' || true)\"",
-    "printf '%s\\n' \"$line\" | sed -E 's#://[^/@ ]+@#://****@#g'",
-)
-
-
-def pip_settings_line(site: Site) -> str:
-    """The call of hpcprov_pip_settings with the profile's pip index arguments."""
-    venv = site.python.venv
-    given = ["no-index=true"] if venv.no_index else []
-    given += [Template("find-links=" + location) for location in venv.wheelhouse]
-    return join(["hpcprov_pip_settings", *given])
-
-
-def _pip(site: Site, *specs: str, extra: tuple[str, ...] = ()) -> str:
-    return join(["python", "-m", "pip", "install", *extra, *pip_index_args(site), *specs])
-
-
-PIP_RECENT = "import pip, sys; sys.exit(int(pip.__version__.split('.')[0]) < 23)"
-
-
 def _framework_steps(site: Site) -> list[Step]:
     """conda frameworks one by one; every pip package in one resolver run, without
     byte-compiling (--no-compile: the modules a process imports are compiled then, which
@@ -141,7 +111,7 @@ def _framework_steps(site: Site) -> list[Step]:
     pip_specs += py.packages
     if pip_specs:
         lines.append(pip_settings_line(site))
-        lines.append(_pip(site, *pip_specs, extra=("--no-compile",)))
+        lines.append(pip_install(site, *pip_specs, extra=("--no-compile",)))
         network = network or not site.python.venv.no_index
     if not lines:
         return []
@@ -161,7 +131,7 @@ def _horovod_steps(site: Site) -> list[Step]:
         return [check, prove]
     if hvd.source == "wheelhouse":
         offline = site.python.venv.no_index and site.python.backend == "venv"
-        cmd = _pip(site, pip_spec(hvd), extra=tuple(hvd.pip_args))
+        cmd = pip_install(site, pip_spec(hvd), extra=tuple(hvd.pip_args))
         install = Step("install-horovod", "Install Horovod from the site's wheelhouse",
                        (pip_settings_line(site), cmd), needs_network=not offline,
                        modules="build", in_env=True)
@@ -176,32 +146,21 @@ def _horovod_steps(site: Site) -> list[Step]:
 def _conda_steps(site: Site) -> list[Step]:
     conda = site.python.conda
     steps: list[Step] = []
+    part = Raw('"$INSTALLER.part"')
     if conda.installer_file:
-        fetch = [join(["cp", Template(conda.installer_file), Raw('"$INSTALLER.part"')])]
+        fetch = join(["cp", Template(conda.installer_file), part])
         network = False
     else:
         urls = [u for u in (conda.mirror_url, conda.installer_url) if u]
-        tries = " || ".join(
-            join(["curl", "-fL", "--retry", "3", "-o", Raw('"$INSTALLER.part"'), u]) for u in urls
-        )
-        fetch = [tries]
+        fetch = join(["hpcprov_download", part, *urls])
         network = True
     if conda.installer_sha256:
-        want = conda.installer_sha256
-        verify = [
-            'got=$(sha256sum "$INSTALLER.part" | cut -d" " -f1)',
-            f'if [ "$got" != {quote(want)} ]; then',
-            '  rm -f "$INSTALLER.part"',
-            '  echo "hpcprov: error: the installer\'s SHA-256 is $got, but the profile expects '
-            + want + ' (python.conda.installer_sha256); the download was deleted" >&2',
-            "  return 3",
-            "fi",
-            'echo "hpcprov: installer SHA-256 ok ($got)"',
-        ]
+        verify = join(["hpcprov_check_installer", part, conda.installer_sha256])
     else:
-        verify = ['echo "hpcprov: warning: no installer_sha256 in the profile; not verified" >&2']
+        verify = join(["echo", "hpcprov: warning: no installer_sha256 in the profile; not "
+                       "verified"]) + " >&2"
     steps.append(Step("download-installer", "Download the Miniconda installer",
-                      ('mkdir -p "$PREFIX/downloads"', *fetch, *verify,
+                      ('mkdir -p "$PREFIX/downloads"', fetch, verify,
                        'mv -f "$INSTALLER.part" "$INSTALLER"'), needs_network=network))
     steps.append(Step("install-conda", "Install Miniconda (silent, -b -p)", (
         'bash "$INSTALLER" -b -u -p "$CONDA_ROOT"',
@@ -225,9 +184,9 @@ def _venv_steps(site: Site) -> list[Step]:
     else:
         create = join([venv.python, "-m", "venv", *ssp, Raw('"$ENV_DIR"')])
     # an old pip (< 23) cannot install today's wheels; a recent one is kept (saves ~8 s)
-    upgrade = (join([Raw('"$ENV_DIR/bin/python"'), "-c", PIP_RECENT]) + " || "
-               + join([Raw('"$ENV_DIR/bin/python"'), "-m", "pip", "install", "--upgrade",
-                       *pip_index_args(site), "pip"]))
+    python = Raw('"$ENV_DIR/bin/python"')
+    upgrade = join(["hpcprov_ensure_pip", python, python, "-m", "pip", "install", "--upgrade",
+                    *pip_index_args(site), "pip"])
     return [Step("create-env", "Create the virtual environment",
                  ('rm -rf "$ENV_DIR"', 'mkdir -p "$(dirname "$ENV_DIR")"', create, upgrade),
                  needs_network=not venv.no_index, modules="build")]
@@ -244,7 +203,7 @@ def _container_steps(site: Site) -> list[Step]:
         out = base or Template(target)
         steps.append(Step("import-image", "Import the container image with enroot", (
             'mkdir -p "$IMAGES"',
-            join(["mkdir", "-p", Raw(f'"$(dirname {quote(Template(target))})"')]),
+            join(["hpcprov_mkdir_parent", Template(target)]),
             join(["enroot", "import", "-o", out, spec.source]),
         ), needs_network=True))
         name = f"hpcprov-{spec.image}"
@@ -253,7 +212,7 @@ def _container_steps(site: Site) -> list[Step]:
             inner = env_prefix(env) + join(["pip", "install", *site.horovod.pip_args,
                                              pip_spec(site.horovod)])
             steps.append(Step("add-horovod", "Install Horovod inside the image", (
-                join(["enroot", "remove", "-f", name]) + " 2>/dev/null || true",
+                join(["hpcprov_enroot_remove", name]),
                 join(["enroot", "create", "--name", name, base]),
                 join(["enroot", "start", "--rw", name, "sh", "-c", inner]),
                 join(["enroot", "export", "-f", "-o", Template(target), name]),
@@ -261,7 +220,7 @@ def _container_steps(site: Site) -> list[Step]:
             ), needs_network=True))
         check = f"{name}-check"
         steps.append(Step("check-build", "Check Horovod in the image (horovodrun -cb)", (
-            join(["enroot", "remove", "-f", check]) + " 2>/dev/null || true",
+            join(["hpcprov_enroot_remove", check]),
             join(["enroot", "create", "--name", check, Template(target)]),
             join(["enroot", "start", check, "horovodrun", "-cb"]),
             join(["enroot", "remove", "-f", check]),
@@ -273,17 +232,12 @@ def _container_steps(site: Site) -> list[Step]:
     if "://" in spec.source:
         steps.append(Step("pull-image", f"Pull the image with {binary}", (
             *load,
-            join(["mkdir", "-p", Raw(f'"$(dirname {quote(Template(target))})"')]),
+            join(["hpcprov_mkdir_parent", Template(target)]),
             join([binary, "pull", Template(target), spec.source]),
         ), needs_network=True))
     else:  # the site keeps the image (Neuron's /apps/.../*.sif): use it where it is
         steps.append(Step("check-image", "Check the site's image is readable", (
-            f"if [ ! -r {quote(Template(target))} ]; then",
-            "  echo " + quote(f"hpcprov: error: image {target} not readable here: check "
-                              f"containers.images.{spec.image} in the profile") + " >&2",
-            "  return 3",
-            "fi",
-            f"echo {quote(f'hpcprov: image {target} found')}",
+            join(["hpcprov_check_image", Template(target), f"containers.images.{spec.image}"]),
         )))
     gpu = [site.containers.gpu_flag] if site.containers.gpu_flag else []
     steps.append(Step("check-build", "Check Horovod in the image (horovodrun -cb)", (
@@ -304,8 +258,7 @@ def activate_lines(site: Site, prefix: str) -> list[str]:
 def _activate_step(site: Site, prefix: str) -> Step:
     body = activate_lines(site, prefix)
     return Step("write-activate", "Write the activation script PREFIX/activate", (
-        join(["printf", "%s\\n", *body]) + ' > "$PREFIX/activate.part"',
-        'mv -f "$PREFIX/activate.part" "$PREFIX/activate"',
+        join(["hpcprov_write_lines", Raw('"$PREFIX/activate"'), *body]),
         'echo "hpcprov: activate with: source $PREFIX/activate"',
     ))
 
@@ -337,13 +290,24 @@ def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") 
                                     *export_lines(site.env)),
         "hpcprov_activate_env": tuple(Layout.of(site, "$PREFIX").python_activation()),
     }
-    if backend != "container":
-        functions["hpcprov_pip_settings"] = PIP_SETTINGS_FUNCTION
-    if hs.builds_horovod(site):
-        functions["hpcprov_horovod_key"] = hs.key_function(site)
-    if site.horovod.source not in ("none", "container"):
-        functions["hpcprov_expect_cb"] = hs.expect_cb_function()
-    return Plan(site.name, backend, prefix, runs_on, _vars(site, prefix), functions, tuple(steps))
+    texts = [*("\n".join(s.lines) for s in steps), *("\n".join(b) for b in functions.values())]
+    names = library.used(texts, {**library.functions(), **library.files()})
+    return Plan(site.name, backend, prefix, runs_on, _vars(site, prefix), functions,
+                tuple(steps),
+                {n: library.functions()[n] for n in names if n in library.functions()},
+                {n: library.files()[n] for n in names if n in library.files()})
+
+
+def _definitions(plan: Plan) -> dict[str, str]:
+    """Every function the script defines besides the steps, name -> its text."""
+    out = dict(plan.library)
+    out.update({name: "\n".join(_function(name, body)) for name, body in plan.functions.items()})
+    out.update({name: "\n".join(library.render_file(name, f)) for name, f in plan.files.items()})
+    return out
+
+
+def _function(name: str, body: tuple[str, ...]) -> list[str]:
+    return [f"{name}() {{", *(f"  {line}" for line in body or (":",)), "}"]
 
 
 def _step_block(step: Step) -> list[str]:
@@ -363,10 +327,11 @@ def fingerprints(plan: Plan) -> dict[str, str]:
     every step after it."""
     h = hashlib.sha256()
     h.update(json.dumps(plan.variables, sort_keys=True).encode())
+    defined = _definitions(plan)
     out = {}
     for step in plan.steps:
         block = "\n".join(_step_block(step))
-        used = {name: body for name, body in plan.functions.items() if name in block}
+        used = {name: defined[name] for name in library.used([block], defined)}
         h.update(json.dumps(used, sort_keys=True).encode() + block.encode())
         out[step.id] = h.copy().hexdigest()[:20]
     return out
@@ -386,8 +351,15 @@ def render_script(plan: Plan) -> str:
     ]
     out += [assign(k, v) for k, v in plan.variables.items()]
     out.append("export " + " ".join(plan.variables))
+    if plan.library:
+        out += ["", "# hpcprov's shell library (provision/scripts/*.sh): the functions this plan "
+                "calls, verbatim"]
+    for text in plan.library.values():
+        out += ["", text]
     for name, body in plan.functions.items():
-        out += ["", f"{name}() {{", *(f"  {line}" for line in body or (":",)), "}"]
+        out += ["", *_function(name, body)]
+    for name, embedded in plan.files.items():
+        out += ["", *library.render_file(name, embedded)]
     for step in plan.steps:
         out += ["", *_step_block(step)]
     out += [

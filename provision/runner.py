@@ -20,12 +20,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcprov.errors import HpcprovError
 from hpcprov.provision.diagnose import diagnose
 from hpcprov.provision.journal import Journal, StepRecord
 from hpcprov.provision.plan import Plan, fingerprints, render_script
 from hpcprov.provision.progress import Reporter
-
-from hpcprov.errors import HpcprovError
 
 
 class SetupFailed(HpcprovError):

@@ -7,10 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-from hpcprov.provision.plan import activate_lines, build_plan, render_script
 from hpcprov_tests import BUNDLED, Stubs, cli, stub_steps
 
 from hpcprov.profiles import load_site
+from hpcprov.provision.plan import activate_lines, build_plan, render_script
 
 
 def script_steps(script: str) -> list[str]:

@@ -7,15 +7,16 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from hpcprov_tests import assert_one_line_error, cli, write_profile
+
+from hpcprov.checkbuild import expected_check_build, parse_check_build
+from hpcprov.profiles import load_site
 from hpcprov.provision.compat import evaluate, for_site, patches_for
 from hpcprov.provision.diagnose import diagnose
 from hpcprov.provision.doctor import judge, not_ready
-from hpcprov.checkbuild import expected_check_build, parse_check_build
 from hpcprov.provision.journal import Journal, StepRecord
+from hpcprov.provision.library import file_function
 from hpcprov.provision.plan import build_plan, fingerprints, render_script
-from hpcprov_tests import assert_one_line_error, cli, write_profile
-
-from hpcprov.profiles import load_site
 
 
 def ids(matches: list) -> list[str]:  # type: ignore[type-arg]
@@ -42,10 +43,13 @@ def test_local_build_applies_exactly_the_cxx17_patch_and_the_script_carries_it()
     site = load_site("local")
     (name, text), = patches_for(site)
     assert name == "horovod-0.28.1-cxx17.patch"
-    script = render_script(build_plan(site))
+    plan = build_plan(site)
+    script = render_script(plan)
     assert "set(CMAKE_CXX_STANDARD 17)" in text
-    assert "'+set(CMAKE_CXX_STANDARD 17)'" in script  # every patch line, quoted
-    assert "patch -d \"$src\" -p1 --forward" in script
+    assert "\n" + text in script  # the patch file, verbatim
+    build = [ln.strip() for ln in plan.step("build-horovod").lines]
+    assert f"{file_function(name)} | hpcprov_horovod_patch {name}" in build
+    assert 'patch -d "$HPCPROV_SRC" -p1 --forward' in script
 
 
 def test_tensorflow_variant_gets_both_patches_and_the_keras3_warning(
@@ -271,7 +275,7 @@ def test_every_pip_install_step_logs_the_pip_settings_first(site: str) -> None:
     for step in steps:
         first_pip = min(i for i, ln in enumerate(step.lines) if "pip install" in ln)
         assert step.lines[first_pip - 1].startswith("hpcprov_pip_settings"), step.id
-    assert "hpcprov_pip_settings" in plan.functions
+    assert "hpcprov_pip_settings" in plan.library
 
 
 CB = """Horovod v0.28.1:
@@ -370,9 +374,10 @@ def test_pip_freeze_of_a_wheel_installed_from_a_file_gives_its_version() -> None
 def test_the_rules_version_clauses_agree_with_pep440_specifier_sets() -> None:
     """compat evaluates its rules' specifiers without packaging.specifiers (start-up time);
     on released versions it must say exactly what SpecifierSet says."""
-    from hpcprov.provision.compat import RULES, _matches
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
+
+    from hpcprov.provision.compat import RULES, _matches
 
     specs = {s for r in RULES for s in (r.horovod, r.torch, r.tensorflow) if s}
     assert len(specs) >= 5
@@ -392,8 +397,9 @@ def test_plain_releases_compare_without_packaging_and_others_as_pep440_orders_th
     import operator
     import re
 
-    from hpcprov.provision.compat import _matches, _version
     from packaging.version import Version
+
+    from hpcprov.provision.compat import _matches, _version
 
     ops = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
            "==": operator.eq, "!=": operator.ne}

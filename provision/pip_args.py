@@ -1,0 +1,36 @@
+"""pip's arguments for a site's wheelhouse policy, and the call that logs what pip was given.
+
+Used by the plan and by the Horovod steps (which the plan imports): it imports neither.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpcprov.shell import Template, join
+
+if TYPE_CHECKING:
+    from hpcprov.model import Site
+
+
+def pip_index_args(site: Site) -> list[str]:
+    """pip arguments for the site's wheelhouse policy (--no-index, --find-links)."""
+    venv = site.python.venv
+    args = ["--no-index"] if venv.no_index else []
+    for location in venv.wheelhouse:
+        args += ["--find-links", Template(location)]
+    return args
+
+
+def pip_settings_line(site: Site) -> str:
+    """The call of the library's hpcprov_pip_settings (provision/scripts/pip.sh) with the
+    profile's pip index arguments: one log line naming what pip was given."""
+    venv = site.python.venv
+    given = ["no-index=true"] if venv.no_index else []
+    given += [Template("find-links=" + location) for location in venv.wheelhouse]
+    return join(["hpcprov_pip_settings", *given])
+
+
+def pip_install(site: Site, *specs: str, extra: tuple[str, ...] = ()) -> str:
+    """``python -m pip install EXTRA... INDEX-ARGS... SPECS...``."""
+    return join(["python", "-m", "pip", "install", *extra, *pip_index_args(site), *specs])

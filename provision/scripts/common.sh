@@ -1,0 +1,38 @@
+# shellcheck shell=bash
+# hpcprov's shell library: helpers the other library files use.
+#
+# A library file holds only function definitions, each after a comment that says how it is
+# called. The setup script carries, verbatim, the functions its plan calls (see
+# provision/library.py); hpcprov's Python code only writes the calls, with every profile
+# value an argument quoted by hpcprov/shell.py. PREFIX, STATE, ENV_DIR and WHEELHOUSE are
+# the setup script's variables.
+# shellcheck disable=SC2154
+
+# hpcprov_error MESSAGE...: print "hpcprov: error: MESSAGE" on stderr (the runner and the
+# diagnosis look for that prefix).
+hpcprov_error() {
+  echo "hpcprov: error: $*" >&2
+}
+
+# hpcprov_require_tool TOOL WHY HINT: fail (status 3) unless TOOL is on PATH; the message
+# says why the setup needs it and how to get it.
+hpcprov_require_tool() {
+  if ! command -v "$1" >/dev/null 2>&1; then
+    hpcprov_error "$1 not found ($2): $3"
+    return 3
+  fi
+}
+
+# hpcprov_write_lines PATH LINE...: write the lines to PATH, through PATH.part, so that PATH
+# is either the old file or the whole new one.
+hpcprov_write_lines() {
+  local path="$1"
+  shift
+  printf '%s\n' "$@" > "$path.part"
+  mv -f "$path.part" "$path"
+}
+
+# hpcprov_mkdir_parent PATH: create the folder that PATH is in.
+hpcprov_mkdir_parent() {
+  mkdir -p "$(dirname "$1")"
+}

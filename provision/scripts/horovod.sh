@@ -1,0 +1,91 @@
+# shellcheck shell=bash
+# hpcprov's shell library: Horovod (the key of its wheel, the build from the sdist, the
+# checks of the build, the records for the manifest).
+#
+# The Horovod steps call these in the activated environment, with the build (or runtime)
+# modules loaded. See common.sh for the conventions.
+# shellcheck disable=SC2154
+
+# hpcprov_horovod_key VERSION PATCHES BUILD_ENV ABI_PROGRAM: print everything the Horovod
+# binary depends on, one KEY=VALUE line each (the wheelhouse key is a hash of this text, so
+# the same facts must always print the same text): Horovod's version, the digest of the
+# patches, the HOROVOD_* build variables, what the Python program ABI_PROGRAM prints
+# (Python, platform and libc, framework versions), mpicc's real path and `mpirun --version`,
+# the C++ compiler's version, `nvcc --version` and NCCL's version from nccl.h.
+hpcprov_horovod_key() {
+  local mpicc nccl_h="" d
+  printf '%s\n' "horovod=$1" "patches=$2" "build-env=$3"
+  python "$4"
+  mpicc=$(command -v mpicc 2>/dev/null || true)
+  echo "mpi=${mpicc:+$(readlink -f "$mpicc")} $(mpirun --version 2>/dev/null | head -n 1 || true)"
+  echo "cxx=$("${CXX:-c++}" --version 2>/dev/null | head -n 1 || true)"
+  echo "cuda=$(nvcc --version 2>/dev/null | tail -n 1 || true)"
+  for d in "${HOROVOD_NCCL_HOME:-}" "${NCCL_HOME:-}" "${CUDA_HOME:-}"; do
+    if [ -n "$d" ] && [ -f "$d/include/nccl.h" ]; then
+      nccl_h="$d/include/nccl.h"
+      break
+    fi
+  done
+  echo "nccl=${nccl_h:+$(awk '/^#define NCCL_(MAJOR|MINOR|PATCH) / {printf "%s.", $3}' \
+    "$nccl_h")}"
+}
+
+# hpcprov_horovod_workdir: an empty build folder $PREFIX/build/horovod (with dist/ for the
+# wheel); make then runs -jN (N: the cores, at most 8) unless MAKEFLAGS says otherwise.
+hpcprov_horovod_workdir() {
+  rm -rf "$PREFIX/build/horovod"
+  mkdir -p "$PREFIX/build/horovod/dist"
+  export MAKEFLAGS="${MAKEFLAGS:--j$(($(nproc) < 8 ? $(nproc) : 8))}"
+}
+
+# hpcprov_horovod_unpack: unpack the sdist downloaded into $PREFIX/build/horovod; sets
+# HPCPROV_SRC to its source folder.
+hpcprov_horovod_unpack() {
+  local sdist=("$PREFIX"/build/horovod/horovod-*.tar.gz)
+  tar xzf "${sdist[0]}" -C "$PREFIX/build/horovod"
+  HPCPROV_SRC=$(find "$PREFIX/build/horovod" -mindepth 1 -maxdepth 1 -type d \
+    -name 'horovod-*' | head -n 1)
+}
+
+# hpcprov_horovod_patch NAME: apply the patch read from stdin (kept as
+# $PREFIX/build/horovod/NAME) to the unpacked source $HPCPROV_SRC.
+hpcprov_horovod_patch() {
+  cat > "$PREFIX/build/horovod/$1"
+  echo "hpcprov: applying $1"
+  patch -d "$HPCPROV_SRC" -p1 --forward < "$PREFIX/build/horovod/$1"
+}
+
+# hpcprov_horovod_record: record the wheel installed ($HPCPROV_WHEEL: its file name and
+# SHA-256, the key, built or from the wheelhouse) in $STATE/horovod-wheel.txt for the
+# manifest.
+hpcprov_horovod_record() {
+  printf 'wheel=%s\nsha256=%s\nkey=%s\nhow=%s\n' "$(basename "$HPCPROV_WHEEL")" \
+    "$(sha256sum < "$HPCPROV_WHEEL" | cut -d" " -f1)" "$HPCPROV_KEY" "$HPCPROV_HOW" \
+    > "$STATE/horovod-wheel.txt"
+}
+
+# hpcprov_expect_cb SECTION NAME: NAME is marked [X] under SECTION in the saved output of
+# `horovodrun -cb` ($STATE/check-build.txt); else fail, naming it.
+hpcprov_expect_cb() {
+  awk -v sec="$1:" -v name="$2" '$0 == sec {inside = 1; next} /^[^ ]/ {inside = 0}
+    inside && $0 ~ ("\\[X\\] " name " *$") {found = 1} END {exit !found}' \
+    "$STATE/check-build.txt" && return 0
+  hpcprov_error "horovodrun -cb does not show [X] $2 under '$1', but the profile builds it" \
+    "(horovod.frameworks/controllers/gpu_operations)"
+  return 1
+}
+
+# hpcprov_record_facts: the facts the manifest keeps, gathered inside the environment: pip
+# freeze, Python's version, the host (and an empty module list; see hpcprov_record_modules).
+hpcprov_record_facts() {
+  mkdir -p "$STATE/facts"
+  python -m pip freeze > "$STATE/facts/pip-freeze.txt"
+  python -c 'import platform; print(platform.python_version())' > "$STATE/facts/python.txt"
+  hostname > "$STATE/facts/host.txt"
+  : > "$STATE/facts/modules.txt"
+}
+
+# hpcprov_record_modules: the modules loaded (`module -t list`), for the manifest.
+hpcprov_record_modules() {
+  { module -t list 2>&1 || true; } > "$STATE/facts/modules.txt"
+}
