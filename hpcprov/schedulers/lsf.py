@@ -251,6 +251,7 @@ class LsfExecutor(Executor):
     def cancel(self, handle: Handle) -> None:
         self._run("bkill", handle.job_id)
 
+
 # ---- discovery for `hpcprov site draft` ----------------------------------------------
 # Pure parsers of `bqueues -l` and `bhosts -l` (and `bhosts -l -gpu`, LSF 10.1), and
 # discover(), which runs them through the draft's recording runner. Every command only reads.

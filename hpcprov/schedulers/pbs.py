@@ -233,6 +233,7 @@ class PbsExecutor(Executor):
     def cancel(self, handle: Handle) -> None:
         self._run("qdel", handle.job_id)
 
+
 # ---- discovery for `hpcprov site draft` ----------------------------------------------
 # Pure parsers of `pbsnodes -av`, `qstat -Qf` and `qstat -Bf` (PBS Pro / OpenPBS), and
 # discover(), which runs them through the draft's recording runner. Every command only reads.

@@ -325,6 +325,7 @@ def partition_nodes(partition: str, env: dict[str, str] | None = None) -> list[s
     return sorted(n for n, st in _sinfo_states(["-p", partition], env).items()
                   if not _unusable(st))
 
+
 # ---- discovery for `hpcprov site draft` ----------------------------------------------
 # Pure parsers of the commands' text, and discover(), which runs them through the draft's
 # recording runner (hpcprov.draft_run). Every command only reads.
