@@ -203,6 +203,8 @@ def site_draft(scheduler: str | None, out_path: str | None, force: bool,
 
     if out_path and diff_ref:
         _fail("--diff compares and writes nothing: drop --output")
+    if as_json and not diff_ref:
+        _fail("--json goes with --diff (the draft itself is YAML with comments)")
     if out_path and Path(out_path).exists() and not force:
         _fail(f"{out_path} exists; pass --force to overwrite it")
     site = _load(diff_ref) if diff_ref else None

@@ -154,3 +154,10 @@ def test_no_scheduler_on_path_is_one_line(tmp_path: Path) -> None:
     env = {**os.environ, "PATH": str(tmp_path)}
     res = cli_subprocess("site", "draft", env=env)
     assert_one_line_error(res, 2, "no scheduler commands on PATH")
+
+
+def test_usage_errors_are_one_line(tmp_path: Path) -> None:
+    assert_one_line_error(cli_subprocess("site", "draft", "--json"), 2,
+                          "--json goes with --diff")
+    assert_one_line_error(cli_subprocess("site", "draft", "--diff", "neuron", "-o",
+                                         str(tmp_path / "x.yaml")), 2, "drop --output")
