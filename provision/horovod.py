@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hpcprov.provision.cuda_arch import cc_list
+
 if TYPE_CHECKING:
-    from hpcprov.model import HorovodBuild
+    from hpcprov.model import HorovodBuild, Site
 
 FRAMEWORK_FLAGS = {"tensorflow": "TENSORFLOW", "pytorch": "PYTORCH", "mxnet": "MXNET"}
 CONTROLLER_FLAGS = {"mpi": "MPI", "gloo": "GLOO"}
@@ -33,3 +35,16 @@ def build_env(hvd: HorovodBuild) -> dict[str, str]:
 def pip_spec(hvd: HorovodBuild) -> str:
     """`horovod==X` (or plain `horovod` when the profile leaves the version open)."""
     return f"horovod=={hvd.version}" if hvd.version else "horovod"
+
+
+def site_build_env(site: Site) -> dict[str, str]:
+    """The build variables for a site: the profile's, plus the CUDA architectures of its GPU
+    partitions (HOROVOD_BUILD_CUDA_CC_LIST) when Horovod is built for GPUs and the profile
+    does not set them itself. Part of the wheelhouse key and so of the manifest."""
+    env = build_env(site.horovod)
+    gpu = site.horovod.gpu_operations or site.horovod.gpu_allreduce
+    if gpu in ("nccl", "mpi") and "HOROVOD_BUILD_CUDA_CC_LIST" not in env:
+        ccs, _ = cc_list(site)
+        if ccs:
+            env["HOROVOD_BUILD_CUDA_CC_LIST"] = ",".join(ccs)
+    return env

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from hpcprov.checkbuild import CB_SECTIONS, expected_check_build
 from hpcprov.kinds import ModuleSystem
 from hpcprov.provision.compat import patches_for
-from hpcprov.provision.horovod import build_env, pip_spec
+from hpcprov.provision.horovod import pip_spec, site_build_env
 from hpcprov.provision.library import file_function
 from hpcprov.provision.pip_args import pip_index_args, pip_settings_line
 from hpcprov.shell import Raw, env_prefix, join
@@ -109,7 +109,8 @@ def key_line(site: Site) -> str:
     """Print the key's inputs (hpcprov_horovod_key) into $STATE/horovod-key.txt."""
     hvd = site.horovod
     return join(["hpcprov_horovod_key", hvd.version or "latest", patch_digest(site),
-                 env_prefix(build_env(hvd)).strip(), Raw('"$STATE/programs/abi_facts.py"')]
+                 env_prefix(site_build_env(site)).strip(),
+                 Raw('"$STATE/programs/abi_facts.py"')]
                 ) + ' > "$STATE/horovod-key.txt"'
 
 
@@ -126,7 +127,7 @@ def _compile_lines(site: Site) -> list[str]:
     lines += [join([file_function(name)]) + " | " + join(["hpcprov_horovod_patch", name])
               for name, _ in patches_for(site)]
     lines += [
-        env_prefix(build_env(hvd))
+        env_prefix(site_build_env(site))
         + join(["python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                 *hvd.pip_args, *idx, "-w", Raw('"$PREFIX/build/horovod/dist"'),
                 Raw('"$HPCPROV_SRC"')]),

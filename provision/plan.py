@@ -15,13 +15,13 @@ from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 from hpcprov.layout import Layout
-from hpcprov.modules import init_lines, load_lines
+from hpcprov.modules import env_lines, init_lines, load_lines
 from hpcprov.provision import horovod_steps as hs
 from hpcprov.provision import library
-from hpcprov.provision.horovod import build_env, pip_spec
+from hpcprov.provision.horovod import pip_spec, site_build_env
 from hpcprov.provision.library import Embedded
 from hpcprov.provision.pip_args import pip_index_args, pip_install, pip_settings_line
-from hpcprov.shell import Raw, Template, assign, env_prefix, export_lines, join
+from hpcprov.shell import Raw, Template, assign, env_prefix, join
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
@@ -208,7 +208,7 @@ def _container_steps(site: Site) -> list[Step]:
         ), needs_network=True))
         name = f"hpcprov-{spec.image}"
         if spec.add_horovod:
-            env = build_env(site.horovod)
+            env = site_build_env(site)
             inner = env_prefix(env) + join(["pip", "install", *site.horovod.pip_args,
                                              pip_spec(site.horovod)])
             steps.append(Step("add-horovod", "Install Horovod inside the image", (
@@ -252,6 +252,7 @@ def activate_lines(site: Site, prefix: str) -> list[str]:
     lines += init_lines(site.modules)
     lines += load_lines(site.modules, site.modules.runtime)
     lines += Layout.of(site, prefix).python_activation()
+    lines += env_lines(site.env)
     return lines
 
 
@@ -287,7 +288,7 @@ def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") 
         "hpcprov_modules_init": tuple(init_lines(mods)),
         "hpcprov_modules_build": (*init_lines(mods), *load_lines(mods, mods.build)),
         "hpcprov_modules_runtime": (*init_lines(mods), *load_lines(mods, mods.runtime),
-                                    *export_lines(site.env)),
+                                    *env_lines(site.env)),
         "hpcprov_activate_env": tuple(Layout.of(site, "$PREFIX").python_activation()),
     }
     texts = [*("\n".join(s.lines) for s in steps), *("\n".join(b) for b in functions.values())]

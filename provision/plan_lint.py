@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from hpcprov.findings import Finding
 from hpcprov.provision.compat import for_site
+from hpcprov.provision.cuda_arch import cc_list
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
@@ -26,6 +27,7 @@ def lint_plan(plan: Plan, site: Site) -> list[Finding]:
         elif match.rule.verdict == "caveat":
             findings.append(Finding("warning", f"compat-{match.rule.id}", match.message(),
                                     "see docs/compatibility.md"))
+    findings += _cuda_arch(site)
     if plan.runs_on != "compute" or site.policies.compute_internet:
         return findings
     return findings + [
@@ -35,3 +37,16 @@ def lint_plan(plan: Plan, site: Site) -> list[Finding]:
                 "installer/wheelhouse")
         for step in plan.steps if step.needs_network
     ]
+
+
+def _cuda_arch(site: Site) -> list[Finding]:
+    """A GPU build for a model whose compute capability hpcprov does not know."""
+    if not (site.horovod.gpu_operations or site.horovod.gpu_allreduce):
+        return []
+    _, unknown = cc_list(site)
+    if not unknown:
+        return []
+    return [Finding("warning", "cuda-arch",
+                    f"no compute capability known for GPU model(s) {', '.join(unknown)}: "
+                    "Horovod's kernels are built for every architecture nvcc knows (slow)",
+                    "set horovod.env.HOROVOD_BUILD_CUDA_CC_LIST (e.g. '80,90') in the profile")]

@@ -26,3 +26,24 @@ def test_a_site_builds_for_each_of_its_gpu_models_once() -> None:
 def test_unknown_models_are_named_not_guessed() -> None:
     ccs, unknown = cc_list(load_site("testbed"))
     assert ccs == [] and unknown == ["fake (mknod /dev/null copies)"]
+
+
+def test_the_build_gets_the_sites_architectures_and_the_plan_warns_on_unknown_ones(
+        tmp_path, monkeypatch) -> None:
+    from hpcprov.provision.horovod import site_build_env
+    from hpcprov.provision.plan import build_plan
+    from hpcprov.provision.plan_lint import lint_plan
+
+    neuron = load_site("neuron")
+    assert site_build_env(neuron)["HOROVOD_BUILD_CUDA_CC_LIST"] == "70,80,90"
+    assert "HOROVOD_BUILD_CUDA_CC_LIST" not in site_build_env(load_site("local"))
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "gpubed.yaml").write_text("extends: testbed\nname: gpubed\n"
+                                       "horovod: {gpu_operations: nccl}\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
+    gpubed = load_site("gpubed")
+    assert "HOROVOD_BUILD_CUDA_CC_LIST" not in site_build_env(gpubed)
+    codes = [f.code for f in lint_plan(build_plan(gpubed), gpubed)]
+    assert "cuda-arch" in codes
+    assert "cuda-arch" not in [f.code for f in lint_plan(build_plan(neuron), neuron)]

@@ -218,3 +218,23 @@ def test_technion_image_without_horovod_gets_it_installed_inside(
     imp = script.split("step_import_image() {")[1].split("\n}")[0]
     assert "enroot import -o" in imp and "pytorch-base.sqsh" in imp
     assert "docker://nvcr.io#nvidia/pytorch:22.09-py3" in imp
+
+
+def test_site_env_means_the_same_in_activate_and_the_setup_script(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """$NAME expands when the line runs, a command substitution stays text, as in jobs."""
+    import subprocess
+
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "envy.yaml").write_text(
+        "extends: local\nname: envy\nenv: {DATA: '$HOME/data', ODD: '$(echo pwned)'}\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
+    site = load_site("envy")
+    activate = [ln for ln in activate_lines(site, "/p") if "DATA" in ln or "ODD" in ln]
+    runtime = build_plan(site).functions["hpcprov_modules_runtime"]
+    assert [ln for ln in runtime if "DATA" in ln or "ODD" in ln] == activate
+    out = subprocess.run(["bash", "-c", "\n".join([*activate, 'echo "$DATA|$ODD"'])],
+                         capture_output=True, text=True, timeout=30,
+                         env={"HOME": "/h", "PATH": "/usr/bin:/bin"}).stdout
+    assert out.strip() == "/h/data|$(echo pwned)"
