@@ -55,5 +55,5 @@ def parse_check_build(text: str) -> dict[str, object]:
         elif stripped.endswith(":") and stripped[:-1] in titles:
             section = titles[stripped[:-1]]
         elif section and stripped.startswith("[X] "):
-            out[section].append(stripped[4:].strip())  # type: ignore[union-attr]
+            out[section].append(stripped[4:].strip())
     return out

@@ -409,7 +409,7 @@ def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_o
     from hpcprov.provision.api import SetupOptions, already_ready, plan_setup
 
     opts = SetupOptions(site=site, prefix=prefix, env_name=env_name,
-                        runs_on=runs_on, until=until, redo=redo,  # type: ignore[arg-type]
+                        runs_on=runs_on, until=until, redo=redo,
                         container=container)
     ready = None if dry_run else already_ready(opts)
     if ready is not None:

@@ -25,7 +25,7 @@ SCHEDULER_BACKENDS: dict[str, str] = {
 }
 
 # the profile's `scheduler:` values, one per backend
-Scheduler = Enum(  # type: ignore[misc]
+Scheduler = Enum(
     "Scheduler", {name: name for name in SCHEDULER_BACKENDS}, type=str)
 
 

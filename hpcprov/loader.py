@@ -96,7 +96,7 @@ def _loaders() -> tuple[type, type | None]:
                 if self._depth > MAX_DEPTH:
                     mark = self.peek_event().start_mark
                     raise ProfileError(self.name, mark.line + 1, f"nesting deeper than {MAX_DEPTH}")
-                return super().compose_node(parent, index)  # type: ignore[misc]
+                return super().compose_node(parent, index)
             finally:
                 self._depth -= 1
 
@@ -108,7 +108,7 @@ def _loaders() -> tuple[type, type | None]:
     except ImportError:  # PyYAML built without libyaml
         return PyLoader, None
 
-    class CLoader(Guard, Composer, CParser, SafeConstructor, Resolver):  # type: ignore[misc]
+    class CLoader(Guard, Composer, CParser, SafeConstructor, Resolver):
         """libyaml events, Python composition: the same nodes as PyLoader, faster."""
 
         def __init__(self, stream: str) -> None:

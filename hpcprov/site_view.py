@@ -50,7 +50,7 @@ class View:
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other.__dict__ == self.__dict__
 
-    __hash__ = None  # type: ignore[assignment]  # mutable, like the model
+    __hash__ = None  # mutable, like the model
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{k}={v!r}" for k, v in self.__dict__.items())

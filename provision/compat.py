@@ -162,7 +162,7 @@ def versions_of(site: Site) -> dict[str, str]:
     if site.horovod.version:
         out["horovod"] = site.horovod.version
     for name, key in (("pytorch", "torch"), ("tensorflow", "tensorflow")):
-        fw = site.python.frameworks.get(name)  # type: ignore[call-overload]
+        fw = site.python.frameworks.get(name)
         if fw and fw.version:
             out[key] = fw.version
     return out

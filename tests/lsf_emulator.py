@@ -43,12 +43,12 @@ def _state() -> Path:
     return d
 
 
-def _load(job: str) -> dict | None:  # type: ignore[type-arg]
+def _load(job: str) -> dict | None:
     path = _state() / f"{job}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _save(job: dict) -> None:  # type: ignore[type-arg]
+def _save(job: dict) -> None:
     (_state() / f"{job['id']}.json").write_text(json.dumps(job))
 
 
@@ -85,7 +85,7 @@ def bsub(argv: list[str]) -> int:
     return 0
 
 
-def _start(job: dict, out: str | None, err: str | None) -> None:  # type: ignore[type-arg]
+def _start(job: dict, out: str | None, err: str | None) -> None:
     hostfile = _state() / f"{job['id']}.hosts"
     hostfile.write_text((socket.gethostname() + "\n") * job["slots"])
     env = {**os.environ, "LSB_JOBID": job["id"], "LSB_DJOB_HOSTFILE": str(hostfile),
@@ -100,7 +100,7 @@ def _start(job: dict, out: str | None, err: str | None) -> None:  # type: ignore
     job.update(state="RUN", pid=proc.pid)
 
 
-def _finish(job: dict) -> dict:  # type: ignore[type-arg]
+def _finish(job: dict) -> dict:
     """Mark a running job finished once its script has ended."""
     status = _state() / f"{job['id']}.status"
     if job["state"] == "RUN" and status.exists() and status.read_text().strip():

@@ -44,12 +44,12 @@ def _state() -> Path:
     return d
 
 
-def _load(job: str) -> dict | None:  # type: ignore[type-arg]
+def _load(job: str) -> dict | None:
     path = _state() / f"{job}.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def _save(job: dict) -> None:  # type: ignore[type-arg]
+def _save(job: dict) -> None:
     (_state() / f"{job['id']}.json").write_text(json.dumps(job))
 
 
@@ -88,7 +88,7 @@ def qsub(argv: list[str]) -> int:
     return 0
 
 
-def _finish(job: dict) -> dict:  # type: ignore[type-arg]
+def _finish(job: dict) -> dict:
     """Mark a running job finished once its script has ended."""
     status = _state() / f"{job['id']}.status"
     if job["state"] == "R" and status.exists() and status.read_text().strip():

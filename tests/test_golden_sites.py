@@ -465,12 +465,12 @@ def _required(site_name: str) -> list[str]:
 def _request(site_name: str, **kw: object) -> JobRequest:
     s = site(site_name)
     options = {n: r.default or r.example or "x" for n, r in s.policies.required_options.items()}
-    launcher = s.launchers[kw.get("launcher") or s.default_launcher]  # type: ignore[index]
+    launcher = s.launchers[kw.get("launcher") or s.default_launcher]
     image = None
     if launcher.kind.value == "container" and not s.containers.default_image:
         image = "/images/site image.sif"
     return JobRequest(site=s, options=options, image=image,
-                      command=("python", "train.py", "--data", "/data/x y"), **kw)  # type: ignore[arg-type]
+                      command=("python", "train.py", "--data", "/data/x y"), **kw)
 
 
 def _jobscript(capsys: pytest.CaptureFixture[str], site_name: str, *extra: str) -> str:
@@ -512,7 +512,7 @@ def test_jobscript_for_every_launcher_and_partition_parses(tmp_path: Path,
 def test_setup_script_and_activate_parse(tmp_path: Path, site_name: str) -> None:
     s = site(site_name)
     for where in ("login", "compute"):
-        script = render_script(build_plan(s, runs_on=where))  # type: ignore[arg-type]
+        script = render_script(build_plan(s, runs_on=where))
         bash_syntax_ok(script, tmp_path, f"setup-{where}.sh")
     activate = "\n".join(activate_lines(s, s.prefix())) + "\n"
     bash_syntax_ok(activate, tmp_path, "activate")

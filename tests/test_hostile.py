@@ -134,11 +134,11 @@ def test_hostile_local_jobscripts_run_without_injection(hostile: Path, tmp_path:
     probe = script + '\nprintf "%s|%s" "$EVIL_TICKS" "$EVIL_MIX" > "$HOME/env.txt"\n'
     ran_clean(stubs.run(probe, name="job.sh"), tmp_path)
     env = (stubs.home / "env.txt").read_text(encoding="utf-8")
-    mix = LOCAL_HOSTILE["env"]["EVIL_MIX"].replace("$HOME", str(stubs.home))  # type: ignore[index]
+    mix = LOCAL_HOSTILE["env"]["EVIL_MIX"].replace("$HOME", str(stubs.home))
     assert env == "`touch PWNED3`|" + mix
     (call,) = stubs.calls(launcher)
     assert call[-1] == "$(touch PWNED9)"
-    args = LOCAL_HOSTILE["launchers"][launcher]["args"]  # type: ignore[index]
+    args = LOCAL_HOSTILE["launchers"][launcher]["args"]
     assert contains_run(call, args)
 
 

@@ -129,14 +129,14 @@ def test_read_regular_reads_at_most_the_limit(tmp_path: Path) -> None:
 # ------------------------------------------------------- 4: linear `extends` merging
 
 
-class Key(tuple):  # type: ignore[type-arg]
+class Key(tuple):
     """A layer key that counts how often it is sliced or indexed (merge's unit of work)."""
 
     uses = 0
 
     def __getitem__(self, index: object) -> object:
         Key.uses += 1
-        return super().__getitem__(index)  # type: ignore[index]
+        return super().__getitem__(index)
 
 
 def _env_layer(n: int, value: str, fname: str, extra: dict[str, object]) -> Layer:

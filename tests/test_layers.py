@@ -12,7 +12,7 @@ UPPER = {"hpcprov.cli", "hpcprov.docgen", "hpcprov.guide"}
 MAPPED = {"provision", "validate", "sites", "testbed"}  # their own layers (package-dir)
 
 
-def _contracts() -> list[dict]:  # type: ignore[type-arg]
+def _contracts() -> list[dict]:
     config = tomllib.loads((REPO / "pyproject.toml").read_text())
     return config["tool"]["importlinter"]["contracts"]
 

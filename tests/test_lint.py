@@ -19,7 +19,7 @@ site = functools.cache(load_site)
 
 
 def req(name: str, *command: str, **kw: object) -> JobRequest:
-    return JobRequest(site=site(name), command=command or ("python", "train.py"), **kw)  # type: ignore[arg-type]
+    return JobRequest(site=site(name), command=command or ("python", "train.py"), **kw)
 
 
 def codes(findings: list[Finding], level: str | None = None) -> set[str]:

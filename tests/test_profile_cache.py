@@ -346,7 +346,7 @@ def _edit_entry(cache: Path, change: object) -> None:
     (entry,) = cache.glob("*.json")
     head, body = entry.read_text().splitlines()
     head, body = json.loads(head), json.loads(body)
-    change(head, body)  # type: ignore[operator]
+    change(head, body)
     entry.write_text(json.dumps(head) + "\n" + json.dumps(body) + "\n")
 
 
@@ -358,7 +358,7 @@ def test_an_entry_with_a_newline_injected_is_a_miss(where: str, cache: Path,
     want = load_site("neuron")
     path = available_sites()["neuron"]
 
-    def inject(head: dict, body: dict) -> None:  # type: ignore[type-arg]
+    def inject(head: dict, body: dict) -> None:
         fields = body["__site__"]
         if where == "name":
             fields["name"] = "neuron\ntouch /tmp/pwned"

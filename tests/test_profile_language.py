@@ -199,7 +199,7 @@ def test_a_hostname_rendezvous_uses_the_short_name_on_the_network(
     (bindir / "hostname").chmod(0o755)
     path_var = f"{bindir}:{tmp_path}/stubbin:/usr/bin:/bin"
     (call,) = run_with_stubs(out, tmp_path, env={"PATH": path_var})
-    assert "--rdzv_endpoint=nid009-hsn0:29500" in call["argv"]  # type: ignore[operator]
+    assert "--rdzv_endpoint=nid009-hsn0:29500" in call["argv"]
 
 
 def test_a_pbs_host_file_is_renamed_for_mpirun(capsys: pytest.CaptureFixture[str],
@@ -328,7 +328,7 @@ def test_a_one_letter_option_gets_its_long_name(capsys: pytest.CaptureFixture[st
 # ======================================================== 3. CPUs (threads) vs cores
 
 def _request(path: Path, **kw: object) -> JobRequest:
-    return JobRequest(site=load_site(str(path)), command=("python", "x.py"), **kw)  # type: ignore[arg-type]
+    return JobRequest(site=load_site(str(path)), command=("python", "x.py"), **kw)
 
 
 def test_hardware_threads_are_cpus(site_path: Path, tmp_path: Path) -> None:
@@ -381,8 +381,8 @@ def test_every_srun_step_gets_the_jobs_cpus_and_gpu_binding(
     interactive = "\n".join(launch.splitlines()[1:])
     for text in (no_activate(script), interactive):
         (call,) = run_with_stubs(text, tmp_path)
-        assert call["argv"][0] == "srun" and "--gpu-bind=none" in call["argv"]  # type: ignore[index,operator]
-        assert call["env"]["SRUN_CPUS_PER_TASK"] == cpus  # type: ignore[index]
+        assert call["argv"][0] == "srun" and "--gpu-bind=none" in call["argv"]
+        assert call["env"]["SRUN_CPUS_PER_TASK"] == cpus
 
 
 def test_old_slurm_inherits_cpus_and_mpirun_is_left_alone(
@@ -399,9 +399,9 @@ def test_old_slurm_inherits_cpus_and_mpirun_is_left_alone(
     typed = [run_ok(capsys, "launch", "--site", str(site_path), "-l", launcher, "--",
                     "python", "x.py") for launcher in ("srun", "mpirun", "horovodrun")]
     srun, mpirun, horovodrun = run_with_stubs("".join(typed), tmp_path)
-    assert srun["env"]["SRUN_CPUS_PER_TASK"] == "32"  # type: ignore[index]
-    assert "SRUN_CPUS_PER_TASK" not in mpirun["env"]  # type: ignore[operator]
-    assert "SRUN_CPUS_PER_TASK" not in horovodrun["env"]  # type: ignore[operator]
+    assert srun["env"]["SRUN_CPUS_PER_TASK"] == "32"
+    assert "SRUN_CPUS_PER_TASK" not in mpirun["env"]
+    assert "SRUN_CPUS_PER_TASK" not in horovodrun["env"]
     # an unknown version is taken as a recent one
     assert "export SRUN_CPUS_PER_TASK=4" in run_ok(capsys, "jobscript", "--site", "neuron",
                                                     "--", "python", "x.py").splitlines()
@@ -429,7 +429,7 @@ def test_env_means_the_same_in_the_job_the_launch_and_the_guide(
         assert line in text.splitlines()
     for text in (no_activate(script), launch):
         (call,) = run_with_stubs(text, tmp_path)
-        assert call["env"]["HF_HOME"] == "/scratch/u/hf cache"  # type: ignore[index]
+        assert call["env"]["HF_HOME"] == "/scratch/u/hf cache"
 
 
 def test_commands_in_env_are_text_and_site_check_refuses_them(

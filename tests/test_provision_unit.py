@@ -19,7 +19,7 @@ from hpcprov.provision.library import file_function
 from hpcprov.provision.plan import build_plan, fingerprints, render_script
 
 
-def ids(matches: list) -> list[str]:  # type: ignore[type-arg]
+def ids(matches: list) -> list[str]:
     return [m.rule.id for m in matches]
 
 
@@ -307,7 +307,7 @@ def test_check_build_parsing_matches_what_local_expects() -> None:
     assert parse_check_build(CB.replace("[X] PyTorch", "[ ] PyTorch"))["frameworks"] == []
 
 
-def manifest(**over: object) -> dict:  # type: ignore[type-arg]
+def manifest(**over: object) -> dict:
     base = {"site": "local", "created": "now", "host": "h", "activate": "/p/activate",
             "backend": "venv", "modules": {"runtime": []},
             "pip_freeze": ["torch==2.13.0+cpu", "horovod==0.28.1"]}

@@ -235,13 +235,13 @@ class FakeRounds:
     from ``speed(pair, jobs in the round)``; every round's jobs kept."""
 
     def __init__(self, speed: Callable[[Pair, int], float | None]) -> None:
-        self.speed, self.seen = speed, []  # type: ignore[var-annotated]
+        self.speed, self.seen = speed, []
 
     def run(self, jobs: list[Job]) -> list[JobResult]:
         self.seen.append([j.node for j in jobs])
         out = []
         for j in jobs:
-            got = self.speed(tuple(j.node.split(",")), len(jobs))  # type: ignore[arg-type]
+            got = self.speed(tuple(j.node.split(",")), len(jobs))
             if got is None:
                 out.append(JobResult(j.id, "links", j.impl, 2, "NOT_RUN", None, "", [], [],
                                      0.0, pinned=j.node, reason="not run: out of time"))
@@ -268,7 +268,7 @@ def ci_speed(pair: Pair, jobs: int) -> float:
 
 def test_the_run_confirms_suspects_one_job_at_a_time_and_names_only_the_bad_node() -> None:
     fake = FakeRounds(ci_speed)
-    results, links = _search_links(four_node_options(), fake)  # type: ignore[arg-type]
+    results, links = _search_links(four_node_options(), fake)
     search = links["search"]
     assert search.verdict()["bad"] == ["gpu03"] and search.verdict()["unresolved"] == []
     assert fake.seen[:3] == [["gpu01,gpu02", "gpu03,gpu04"], ["gpu01,gpu03", "gpu02,gpu04"],
@@ -285,7 +285,7 @@ def test_a_confirmation_that_could_not_run_names_nobody() -> None:
     def speed(pair: Pair, jobs: int) -> float | None:
         return None if jobs == 1 else 0.006 if "gpu03" in pair else 0.45
 
-    results, links = _search_links(four_node_options(), FakeRounds(speed))  # type: ignore[arg-type]
+    results, links = _search_links(four_node_options(), FakeRounds(speed))
     assert links["search"].verdict()["bad"] == [] and links["alone"] == {}
     assert links["search"].verdict()["unresolved"] == ["gpu03"]
     (open_,) = [o for o in link_outcomes(links["search"], links["busbw"], results,

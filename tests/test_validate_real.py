@@ -20,7 +20,7 @@ def prefix(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path) -> Path:
     return setup_local(tmp_path_factory.mktemp("validate") / "prefix", wheelhouse)
 
 
-def validate(prefix: Path, tmp_path: Path, *args: str) -> tuple[int, dict]:  # type: ignore[type-arg]
+def validate(prefix: Path, tmp_path: Path, *args: str) -> tuple[int, dict]:
     env = {**os.environ, "HPCPROV_HISTORY": str(tmp_path / "history")}
     proc = subprocess.run([*hpcprov_argv(), "validate", "--site", "local", "--nodes", "1",
                            "--env", str(prefix), "--workdir", str(tmp_path / "run"), "--json",

@@ -152,16 +152,16 @@ def test_the_tensorflow_env_trains_with_both_apis_so_keras_drift_is_caught() -> 
     assert "train-horovod-tf-tape" in ids and "train-horovod-tf-keras" in ids
 
 
-def rec(size: int, busbw: float, correct: bool = True) -> dict:  # type: ignore[type-arg]
+def rec(size: int, busbw: float, correct: bool = True) -> dict:
     return {"check": "allreduce", "size_bytes": size, "busbw_GBps": busbw, "correct": correct,
             "ranks": 2}
 
 
-def job(id_: str, check: str, records: list, exit_code: int | None = 0,  # type: ignore[type-arg]
+def job(id_: str, check: str, records: list, exit_code: int | None = 0,
         **kw: object) -> JobResult:
-    return JobResult(id_, check, kw.pop("impl", "torch-gloo"), kw.pop("nodes", 2),  # type: ignore[arg-type]
+    return JobResult(id_, check, kw.pop("impl", "torch-gloo"), kw.pop("nodes", 2),
                      "COMPLETED" if exit_code == 0 else "FAILED", exit_code,
-                     kw.pop("node_list", "gpu[01-02]"), records, [], 1.0, **kw)  # type: ignore[arg-type]
+                     kw.pop("node_list", "gpu[01-02]"), records, [], 1.0, **kw)
 
 
 def test_busbw_against_the_reference_band() -> None:
@@ -216,7 +216,7 @@ def test_records_are_found_behind_launcher_prefixes() -> None:
                                                                     "3000B"]
 
 
-def run_data(busbw: float) -> dict:  # type: ignore[type-arg]
+def run_data(busbw: float) -> dict:
     outcomes = judge([job("a", "allreduce", [rec(1 << 20, busbw)])], {})
     return {"site": "testbed", "partition": "p", "nodes": 2, "started": "now", "seconds": 3.0,
             "overhead_s": 0.4, "ok": True, "outcomes": [o.to_json() for o in outcomes],

@@ -48,7 +48,7 @@ class JobResult:
     state: str
     exit_code: int | None
     node_list: str
-    records: list[dict]  # type: ignore[type-arg]
+    records: list[dict]
     tail: list[str]
     seconds: float
     baseline: bool = False
@@ -73,7 +73,7 @@ class Context:
 Judge = Callable[[list[JobResult], Context], list[Outcome]]
 
 
-def parse_records(output: str) -> list[dict]:  # type: ignore[type-arg]
+def parse_records(output: str) -> list[dict]:
     """The HPCPROV_RESULT records of a job's output, in order."""
     return [record for tag, record in parse_output(output) if tag == RESULT]
 
@@ -173,7 +173,7 @@ def _env(j: JobResult, expected_cb: dict[str, list[str]] | None,
     return out
 
 
-def _env_record(j: JobResult, rec: dict, gpus_expected: int) -> list[Outcome]:  # type: ignore[type-arg]
+def _env_record(j: JobResult, rec: dict, gpus_expected: int) -> list[Outcome]:
     """One node's imports, and its GPUs when they are expected."""
     host = rec.get("host", "?")
     imports = rec.get("imports", {})
@@ -199,7 +199,7 @@ def _check_build(j: JobResult, expected_cb: dict[str, list[str]]) -> Outcome:
     text = "\n".join(m.group(1) for ln in j.tail for m in [CB_LINE.search(ln)] if m)
     found = parse_check_build(text)
     missing = [f"{k}:{n}" for k, names in expected_cb.items() for n in names
-               if n not in found.get(k, [])]  # type: ignore[operator]
+               if n not in found.get(k, [])]
     return Outcome("env", f"{j.id} horovodrun -cb", "fail" if missing else "pass",
                    expected=" ".join(n for v in expected_cb.values() for n in v),
                    nodes=j.node_list,

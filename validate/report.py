@@ -31,7 +31,7 @@ def table(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
-def junit(data: dict) -> str:  # type: ignore[type-arg]
+def junit(data: dict) -> str:
     outcomes = [o for o in data["outcomes"] if o["status"] != "info"]
     suite = ET.Element("testsuite", name=f"hpcprov-validate-{data['site']}",
                        tests=str(len(outcomes)),
@@ -57,7 +57,7 @@ def can_plot() -> bool:
     return find_spec("matplotlib") is not None
 
 
-def plot_busbw(data: dict, path: Path) -> bool:  # type: ignore[type-arg]
+def plot_busbw(data: dict, path: Path) -> bool:
     """busbw against message size, one line per implementation (matplotlib, if present)."""
     series = {}
     for job in data["jobs"]:
@@ -88,7 +88,7 @@ def plot_busbw(data: dict, path: Path) -> bool:  # type: ignore[type-arg]
     return True
 
 
-def markdown(data: dict, plot: str | None) -> str:  # type: ignore[type-arg]
+def markdown(data: dict, plot: str | None) -> str:
     ok = data["ok"]
     out = [f"# hpcprov validate: {data['site']} / {data['partition']} / {data['nodes']} node(s)",
            "", f"**{'PASS' if ok else 'FAIL'}** - started {data['started']}, "
@@ -130,7 +130,7 @@ def history_dir(site: str) -> Path:
     return Path(base) / site
 
 
-def save_history(data: dict) -> Path:  # type: ignore[type-arg]
+def save_history(data: dict) -> Path:
     folder = history_dir(data["site"])
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
@@ -138,7 +138,7 @@ def save_history(data: dict) -> Path:  # type: ignore[type-arg]
     return path
 
 
-def load_baseline(site: str, ref: str) -> dict | None:  # type: ignore[type-arg]
+def load_baseline(site: str, ref: str) -> dict | None:
     """A stored run: a file path, or 'latest' (the newest in the site's history)."""
     if ref != "latest":
         return json.loads(Path(ref).read_text())
@@ -146,7 +146,7 @@ def load_baseline(site: str, ref: str) -> dict | None:  # type: ignore[type-arg]
     return json.loads(runs[-1].read_text()) if runs else None
 
 
-def compare(now: dict, before: dict, tolerance: float = 0.1) -> tuple[list[dict], list[Outcome]]:  # type: ignore[type-arg]
+def compare(now: dict, before: dict, tolerance: float = 0.1) -> tuple[list[dict], list[Outcome]]:
     """Every measured metric in both runs, and a failure for each that got worse by more
     than the tolerance (higher is better for all of hpcprov's metrics)."""
     old = {o["name"]: o for o in before.get("outcomes", []) if o.get("measured") is not None}

@@ -151,7 +151,7 @@ def _pair_readings(pairs: list[Pair], jobs: list[Job], got: list[JobResult], alo
             if not (alone and by_id[j.id].state == "NOT_RUN")}
 
 
-def _search_links(o: Options, rounds: _Rounds) -> tuple[list[JobResult], dict]:  # type: ignore[type-arg]
+def _search_links(o: Options, rounds: _Rounds) -> tuple[list[JobResult], dict]:
     """The links check: rounds of pair jobs (at the same time), then each suspect's slow
     pairs again, one job at a time, until the bad link is named and confirmed."""
     search = LinkSearch(list(o.node_names))
@@ -173,7 +173,7 @@ def _search_links(o: Options, rounds: _Rounds) -> tuple[list[JobResult], dict]: 
     return results, {"search": search, "busbw": busbw[False], "alone": busbw[True]}
 
 
-def _links_data(links: dict) -> dict:  # type: ignore[type-arg]
+def _links_data(links: dict) -> dict:
     """The search in the run's data: rounds, jobs, verdict and every reading."""
     s, busbw, again = links["search"], links["busbw"], links["alone"]
     pairs = [{"pair": list(p), "round": s.round_of[p], "busbw_GBps": busbw.get(p),
@@ -194,7 +194,7 @@ def _judge(o: Options, results: list[JobResult]) -> list[Outcome]:
 
 def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,
                    timeout_s: float, pending_timeout_s: float | None = None,
-                   progress: Callable[[str], None] = lambda s: None) -> dict:  # type: ignore[type-arg]
+                   progress: Callable[[str], None] = lambda s: None) -> dict:
     """Run every job of the plan; return the run's data (judged, not yet reported)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rundir.mkdir(parents=True, exist_ok=True)
@@ -203,7 +203,7 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
     results: list[JobResult] = []
     for rnd in job_rounds(plan_jobs(o)):
         results += rounds.run(rnd)
-    links: dict | None = None  # type: ignore[type-arg]
+    links: dict | None = None
     if "links" in o.checks:  # the one search check
         found, links = _search_links(o, rounds)
         results += found

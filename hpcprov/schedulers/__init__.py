@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 def backend(name: str) -> Backend:
     """The backend registered under ``name`` (a profile's ``scheduler:`` value)."""
     module = importlib.import_module(SCHEDULER_BACKENDS[str(name)])
-    return module.BACKEND  # type: ignore[no-any-return]
+    return module.BACKEND
 
 
 def of(site: Any) -> Backend:

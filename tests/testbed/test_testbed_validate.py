@@ -31,7 +31,7 @@ def prefix(testbed, wheelhouse: Path) -> Path:  # noqa: ANN001
 
 
 def validate(testbed, prefix: Path, tmp_path: Path, *args: str  # noqa: ANN001
-             ) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
+             ) -> tuple[subprocess.CompletedProcess[str], dict]:
     env = {**testbed.environ(), "HPCPROV_HISTORY": str(tmp_path / "history")}
     rundir = testbed.scratch / "pytest-validate" / tmp_path.name
     proc = subprocess.run(
