@@ -129,6 +129,22 @@ def renamed_hostfile(file_word: str, template: str) -> tuple[list[str], Raw]:
     return setup, Raw('"$hpcprov_hostfile"')
 
 
+def head_options(req: JobRequest, *, batch: bool, queue: str) -> list[Option]:
+    """How a Slurm-like job's options start: its name, its time limit, the site's mandatory
+    options, then the partition (under the option name ``queue``) unless the partition is a
+    kind of node chosen by its own options (``routing: options``)."""
+    from hpcprov.options import required_options
+
+    opts: list[Option] = [("job-name", req.job_name or ("hpcprov" if batch else
+                                                         "interactive"))]
+    if req.walltime:
+        opts.append(("time", req.walltime))
+    opts += required_options(req)
+    if req.part.routing == "partition":
+        opts.append((queue, req.partition_name))
+    return opts
+
+
 class Backend:
     """Base of the scheduler backends; each module exports one instance as ``BACKEND``."""
 

@@ -23,11 +23,21 @@ import time
 from pathlib import Path
 from typing import Literal
 
+from hpcprov.draft_facts import (
+    Cluster,
+    Node,
+    Queue,
+    Run,
+    as_int,
+    optional,
+    required,
+    walltime_text,
+)
 from hpcprov.errors import HpcprovError, UsageError
 from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
 from hpcprov.kinds import LauncherKind
-from hpcprov.options import Option, override, required_options
+from hpcprov.options import Option, override
 from hpcprov.schedulers.base import (
     Backend,
     Executor,
@@ -35,6 +45,7 @@ from hpcprov.schedulers.base import (
     PerNode,
     Setting,
     final_state,
+    head_options,
     read_exit,
     slots_list,
 )
@@ -116,13 +127,7 @@ class Lsf(Backend):
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
-        opts: list[Option] = [("job-name", req.job_name or ("hpcprov" if batch else
-                                                             "interactive"))]
-        if req.walltime:
-            opts.append(("time", req.walltime))
-        opts += required_options(req)
-        if req.part.routing == "partition":
-            opts.append(("queue", req.partition_name))
+        opts = head_options(req, batch=batch, queue="queue")
         opts += self._tasks(req)
         if req.gpus > 0 and conf.gpu_request == "gpu":
             opts.append(("gpu", f"num={req.gpus}"))
@@ -256,16 +261,6 @@ class LsfExecutor(Executor):
 # Pure parsers of `bqueues -l` and `bhosts -l` (and `bhosts -l -gpu`, LSF 10.1), and
 # discover(), which runs them through the draft's recording runner. Every command only reads.
 
-from hpcprov.draft_facts import (  # noqa: E402 - the discovery section is added here
-    Cluster,
-    Node,
-    Queue,
-    Run,
-    as_int,
-    optional,
-    required,
-    walltime_text,
-)
 
 QUEUES_CMD = ["bqueues", "-l"]
 HOSTS_CMD = ["bhosts", "-l"]

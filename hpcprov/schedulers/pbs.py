@@ -10,6 +10,17 @@ import re
 import time
 from pathlib import Path
 
+from hpcprov.draft_facts import (
+    Cluster,
+    Node,
+    Queue,
+    Run,
+    as_int,
+    memory_mb,
+    optional,
+    required,
+    walltime_text,
+)
 from hpcprov.errors import UsageError
 from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
@@ -238,17 +249,6 @@ class PbsExecutor(Executor):
 # Pure parsers of `pbsnodes -av`, `qstat -Qf` and `qstat -Bf` (PBS Pro / OpenPBS), and
 # discover(), which runs them through the draft's recording runner. Every command only reads.
 
-from hpcprov.draft_facts import (  # noqa: E402 - the discovery section is added here
-    Cluster,
-    Node,
-    Queue,
-    Run,
-    as_int,
-    memory_mb,
-    optional,
-    required,
-    walltime_text,
-)
 
 NODES_CMD = ["pbsnodes", "-av"]
 QUEUES_CMD = ["qstat", "-Qf"]

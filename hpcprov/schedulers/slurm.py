@@ -15,9 +15,19 @@ from typing import Literal
 
 import hostlist
 
+from hpcprov.draft_facts import (
+    Cluster,
+    Node,
+    Queue,
+    Run,
+    as_int,
+    optional,
+    required,
+    walltime_text,
+)
 from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
-from hpcprov.options import Option, override, required_options, short_name_findings
+from hpcprov.options import Option, override, short_name_findings
 from hpcprov.schedulers.base import (
     Backend,
     Executor,
@@ -25,6 +35,7 @@ from hpcprov.schedulers.base import (
     PerNode,
     Setting,
     final_state,
+    head_options,
     read_exit,
     slots_list,
 )
@@ -122,13 +133,7 @@ class Slurm(Backend):
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
-        opts: list[Option] = [("job-name", req.job_name or ("hpcprov" if batch else
-                                                             "interactive"))]
-        if req.walltime:
-            opts.append(("time", req.walltime))
-        opts += required_options(req)
-        if req.part.routing == "partition":
-            opts.append(("partition", req.partition_name))
+        opts = head_options(req, batch=batch, queue="partition")
         opts += self._tasks(req)
         cpt = req.job_cpus_per_task
         if cpt:
@@ -330,16 +335,6 @@ def partition_nodes(partition: str, env: dict[str, str] | None = None) -> list[s
 # Pure parsers of the commands' text, and discover(), which runs them through the draft's
 # recording runner (hpcprov.draft_run). Every command only reads.
 
-from hpcprov.draft_facts import (  # noqa: E402 - the discovery section is added here
-    Cluster,
-    Node,
-    Queue,
-    Run,
-    as_int,
-    optional,
-    required,
-    walltime_text,
-)
 
 SINFO = ["sinfo", "-h", "-o", "%P|%a|%D|%t"]
 PARTITIONS = ["scontrol", "show", "partition", "-o"]
