@@ -376,3 +376,37 @@ def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     d.mkdir()
     monkeypatch.setenv("HPCPROV_SITES_PATH", str(d))
     return d
+
+
+def emulated_scheduler(tmp_path: Path, emulator: Path, tools: Sequence[str],
+                       state_var: str) -> dict[str, str]:
+    """An environment whose PATH has ``tools`` as symlinks to a scheduler emulator (the
+    PBS or LSF one in tests/), its state kept under tmp_path."""
+    bindir = tmp_path / f"{state_var.lower()}-bin"
+    bindir.mkdir()
+    for tool in tools:
+        (bindir / tool).symlink_to(emulator)
+    return {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
+            state_var: str(tmp_path / f"{state_var.lower()}-state")}
+
+
+def validation_scripts(site: str, partition: str, work: Path,
+                       bodies: dict[str, str]) -> dict[str, Path]:
+    """validate's own job scripts for a site, each running one body: the scheduler header
+    and the status trap are kept, the site's module and launcher lines (which cannot run
+    here) are replaced by the body."""
+    from dataclasses import replace
+
+    from hpcprov.profiles import load_site
+    from hpcprov.validate.plan import Options, job_script, plan_jobs
+
+    o = Options(load_site(site), partition, 1, ("env",))
+    env_job = plan_jobs(o)[0]
+    out = {}
+    for name, body in bodies.items():
+        text = job_script(replace(env_job, id=name), o, None, str(work), ("bash", "-c", body))
+        head = [ln for ln in text.splitlines() if ln.startswith("#") or "hpcprov_t0" in ln
+                or ln.startswith("trap ")]
+        out[name] = work / f"{name}.sh"
+        out[name].write_text("\n".join([*head, body]) + "\n")
+    return out

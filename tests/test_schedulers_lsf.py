@@ -11,13 +11,11 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import cli, hpcprov_argv, write_profile
+from hpcprov_tests import cli, emulated_scheduler, hpcprov_argv, validation_scripts, write_profile
 
 from hpcprov.errors import UsageError
-from hpcprov.profiles import load_site
 from hpcprov.schedulers.lsf import LsfExecutor, directive, exec_hosts, job_fields, minutes
 from hpcprov.validate.judge import JobResult, judge
-from hpcprov.validate.plan import Options, job_script, plan_jobs
 
 EMULATOR = Path(__file__).with_name("lsf_emulator.py")
 
@@ -121,28 +119,12 @@ def test_bjobs_output_is_read() -> None:
 
 @pytest.fixture
 def lsf(tmp_path: Path) -> dict[str, str]:
-    """PATH with bsub, bjobs and bkill from the emulator; its state in tmp_path."""
-    bindir = tmp_path / "lsf-bin"
-    bindir.mkdir()
-    for tool in ("bsub", "bjobs", "bkill"):
-        (bindir / tool).symlink_to(EMULATOR)
-    return {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-            "LSF_EMULATOR_DIR": str(tmp_path / "lsf-state")}
+    """PATH with bsub, bjobs, bkill from the emulator; its state in tmp_path."""
+    return emulated_scheduler(tmp_path, EMULATOR, ('bsub', 'bjobs', 'bkill'), "LSF_EMULATOR_DIR")
 
 
 def _scripts(work: Path, bodies: dict[str, str]) -> dict[str, Path]:
-    """validate's own job scripts for the LSF example site, each running one body."""
-    o = Options(load_site("lsf-example"), "gpuv100", 1, ("env",))
-    env_job = plan_jobs(o)[0]
-    out = {}
-    for name, body in bodies.items():
-        script = work / f"{name}.sh"
-        text = job_script(replace(env_job, id=name), o, None, str(work), ("bash", "-c", body))
-        head = [ln for ln in text.splitlines() if ln.startswith("#") or "hpcprov_t0" in ln
-                or ln.startswith("trap ")]
-        script.write_text("\n".join([*head, body]) + "\n")
-        out[name] = script
-    return out
+    return validation_scripts("lsf-example", "gpuv100", work, bodies)
 
 
 def test_exit_codes_come_from_bjobs_and_nodes_from_exec_host(lsf: dict[str, str],

@@ -11,14 +11,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import hpcprov_argv, write_profile
+from hpcprov_tests import emulated_scheduler, hpcprov_argv, validation_scripts, write_profile
 
-from hpcprov.profiles import load_site
 from hpcprov.schedulers.pbs import PbsExecutor
 from hpcprov.schedulers.pbs import exit_status as pbs_exit
 from hpcprov.schedulers.pbs import fields as pbs_fields
 from hpcprov.validate.judge import JobResult, judge
-from hpcprov.validate.plan import Options, job_script, plan_jobs
 
 EMULATOR = Path(__file__).with_name("pbs_emulator.py")
 
@@ -55,31 +53,12 @@ def test_exit_status_becomes_a_shell_status(value: str | None, code: int | None,
 
 @pytest.fixture
 def pbs(tmp_path: Path) -> dict[str, str]:
-    """PATH with qsub, qstat and qdel from the emulator; its state in tmp_path."""
-    bindir = tmp_path / "pbs-bin"
-    bindir.mkdir()
-    for tool in ("qsub", "qstat", "qdel"):
-        (bindir / tool).symlink_to(EMULATOR)
-    return {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-            "PBS_EMULATOR_DIR": str(tmp_path / "pbs-state")}
+    """PATH with qsub, qstat, qdel from the emulator; its state in tmp_path."""
+    return emulated_scheduler(tmp_path, EMULATOR, ('qsub', 'qstat', 'qdel'), "PBS_EMULATOR_DIR")
 
 
 def _scripts(work: Path, bodies: dict[str, str]) -> dict[str, Path]:
-    """validate's own job scripts for a PBS site (Sockeye), each running one body."""
-    o = Options(load_site("sockeye"), "gpu", 1, ("env",))
-    env_job = plan_jobs(o)[0]
-    out = {}
-    for name, body in bodies.items():
-        script = work / f"{name}.sh"
-        text = job_script(replace(env_job, id=name), o, None, str(work),
-                          ("bash", "-c", body))
-        # the site's module and launcher lines cannot run here: keep the PBS header and
-        # the status trap, run the body itself
-        head = [ln for ln in text.splitlines() if ln.startswith("#") or "hpcprov_t0" in ln
-                or ln.startswith("trap ")]
-        script.write_text("\n".join([*head, body]) + "\n")
-        out[name] = script
-    return out
+    return validation_scripts("sockeye", "gpu", work, bodies)
 
 
 def test_exit_codes_come_from_qstat_x_and_nodes_from_exec_host(pbs: dict[str, str],
