@@ -50,9 +50,24 @@ def probe_script(manifest: dict, prefix: Path) -> str:  # type: ignore[type-arg]
     calls += [
         "hpcprov_probe_host",
         join(["hpcprov_probe_activate", str(prefix / "activate")]),
-        join([file_function("doctor_probe.py")]) + " | " + join(["python", "-", *imports]),
+        join([file_function("doctor_probe.py")]) + " | "
+        + join(["python", "-", *_wheel_args(manifest, prefix), *imports]),
     ]
     return "\n".join(["set +e", *definitions(calls, generated), "", *calls]) + "\n"
+
+
+def kept_wheel(manifest: dict, prefix: Path) -> Path | None:
+    """The copy of the Horovod wheel setup installed, kept in PREFIX/.hpcprov/horovod-wheel
+    (None when setup installed no wheel of its own)."""
+    name = str(manifest.get("horovod_wheel", {}).get("wheel", ""))
+    if not name.endswith(".whl") or "/" in name:
+        return None
+    return prefix / ".hpcprov" / "horovod-wheel" / name
+
+
+def _wheel_args(manifest: dict, prefix: Path) -> list[str]:
+    wheel = kept_wheel(manifest, prefix)
+    return ["--wheel", str(wheel)] if wheel is not None else []
 
 
 def probe(manifest: dict, prefix: Path, timeout: float = 300) -> dict[str, list[str]]:  # type: ignore[type-arg]
@@ -93,6 +108,9 @@ def judge(manifest: dict, facts: dict[str, list[str]], gpus_expected: int | None
     except ValueError:
         py = {}
     checks += _framework_checks(manifest, py, rerun)
+    wheel = _wheel_check(manifest, py, rerun) if py else None
+    if wheel is not None:
+        checks.append(wheel)
     auto = _one(facts, "conda_auto_activate_base")
     if manifest.get("backend") == "conda":
         if auto.lower() == "false":
@@ -137,6 +155,32 @@ def _framework_checks(manifest: dict, py: dict, rerun: str) -> list[Check]:  # t
         out.append(Check("python", "fail", "the environment's python did not run",
                          f"{rerun} --redo"))
     return out
+
+
+def _wheel_check(manifest: dict, py: dict, rerun: str) -> Check | None:
+    """The wheel setup installed: its kept copy still has the SHA-256 the manifest recorded
+    at install, and the installed Horovod files are still the ones that wheel holds."""
+    want = manifest.get("horovod_wheel", {}).get("sha256")
+    if not want:
+        return None
+    facts = py.get("wheel") if isinstance(py.get("wheel"), dict) else {}
+    if not facts.get("sha256"):
+        why = facts.get("error", "not probed")
+        return Check("horovod-wheel", "warn", f"cannot check the Horovod wheel setup installed "
+                     f"({why}): a prefix set up before hpcprov kept a copy of it has none",
+                     f"{rerun} --redo (keeps a copy to check)")
+    if facts["sha256"] != want:
+        return Check("horovod-wheel", "fail", "the Horovod wheel setup installed (kept in "
+                     f".hpcprov/horovod-wheel) has SHA-256 {facts['sha256']}, but the manifest "
+                     f"recorded {want} when it was installed: it changed since",
+                     f"find out who changed it, then {rerun} --redo")
+    changed = facts.get("changed") or []
+    if changed:
+        return Check("horovod-wheel", "fail", f"{len(changed)} installed Horovod file(s) "
+                     "differ from the wheel setup installed: " + ", ".join(changed[:5]),
+                     f"find out who changed them, then {rerun} --redo")
+    return Check("horovod-wheel", "ok", "the wheel's SHA-256 is the manifest's; "
+                 f"{facts.get('checked', 0)} installed files match the wheel")
 
 
 def _gpu_check(gpus: str, expected: int | None) -> Check:

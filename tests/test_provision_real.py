@@ -92,10 +92,17 @@ def test_local_setup_builds_proves_and_records(local_ready: tuple[Path, dict],  
         assert set(names) <= set(cb["found"][key]), key
     assert {"PyTorch"} <= set(cb["found"]["frameworks"])
     assert {"MPI", "Gloo"} <= set(cb["found"]["controllers"])
-    # the wheel recorded is the one in the wheelhouse, byte for byte
+    # the wheel recorded is the one in the wheelhouse, byte for byte, and the copy installed
     wheel = manifest["horovod_wheel"]
     cached = wheelhouse / wheel["key"] / wheel["wheel"]
     assert hashlib.sha256(cached.read_bytes()).hexdigest() == wheel["sha256"]
+    kept = prefix / ".hpcprov" / "horovod-wheel" / wheel["wheel"]
+    assert hashlib.sha256(kept.read_bytes()).hexdigest() == wheel["sha256"]
+    # the entry was published with its checksums (or verified against them on a hit)
+    sums = (cached.parent / "SHA256SUMS").read_text()
+    assert f"{wheel['sha256']}  {wheel['wheel']}" in sums
+    log = step_log(prefix, "build-horovod")
+    assert (f"wheelhouse hit: {cached} (verified)" in log) is (wheel["how"] == "wheelhouse")
     assert any(line.startswith("torch=torch 2.13.0") for line in manifest["horovod_key_inputs"])
     assert [s["id"] for s in manifest["steps"]][-1] == "record"
     assert all(s["status"] == "done" for s in manifest["steps"])
@@ -138,6 +145,7 @@ def test_doctor_finds_the_environment_healthy(local_ready: tuple[Path, dict],  #
     assert proc.returncode == 0 and data["ok"], data
     checks = {c["name"]: c["status"] for c in data["checks"]}
     assert checks["version:torch"] == checks["import:horovod.torch"] == "ok"
+    assert checks["horovod-wheel"] == "ok"  # the installed wheel is the one recorded
 
 
 def test_interrupt_crash_lock_and_resume(tmp_path: Path, wheelhouse: Path,
@@ -176,9 +184,11 @@ def test_interrupt_crash_lock_and_resume(tmp_path: Path, wheelhouse: Path,
     try:
         wait_for(lambda: journal(prefix).get("build-horovod", {}).get("status") == "running",
                  600, "build-horovod running", proc)
-        for pid in children(proc.pid):
-            os.killpg(pid, signal.SIGKILL)  # each step runs in its own process group
+        steps = children(proc.pid)
+        # the runner first: killed after its step, it could still record the step 'failed'
         os.killpg(proc.pid, signal.SIGKILL)
+        for pid in steps:
+            os.killpg(pid, signal.SIGKILL)  # each step runs in its own process group
         proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
