@@ -307,6 +307,11 @@ class Paths(Strict):
         "directory so the next user at the site installs instead of rebuilding "
         "($HPCPROV_WHEELHOUSE overrides it)",
     )
+    wheelhouse_trust: list[Annotated[str, Field(pattern=r"^@?[A-Za-z_][A-Za-z0-9_.-]*$")]] = \
+        Field(default_factory=list, max_length=64,
+              description="who else may publish wheels you install from the wheelhouse: "
+              "user names, or @group for every member (you and root always may; "
+              "$HPCPROV_WHEELHOUSE_TRUST adds more); see docs/security.md")
 
 
 class CondaSpec(Strict):

@@ -131,7 +131,7 @@ def _compile_lines(site: Site) -> list[str]:
         + join(["python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
                 *hvd.pip_args, *idx, "-w", Raw('"$PREFIX/build/horovod/dist"'),
                 Raw('"$HPCPROV_SRC"')]),
-        "hpcprov_wheelhouse_put",
+        join(["hpcprov_wheelhouse_put", *site.paths.wheelhouse_trust]),
     ]
     return lines
 
@@ -145,7 +145,7 @@ def build_lines(site: Site) -> list[str]:
         'mkdir -p "$STATE/programs"',
         join([file_function("abi_facts.py")]) + ' > "$STATE/programs/abi_facts.py"',
         key_line(site),
-        "if ! hpcprov_wheelhouse_get; then",
+        "if ! " + join(["hpcprov_wheelhouse_get", *site.paths.wheelhouse_trust]) + "; then",
         *(f"  {line}" for line in _compile_lines(site)),
         "fi",
         'python -m pip install --no-compile --no-deps --force-reinstall "$HPCPROV_WHEEL"',

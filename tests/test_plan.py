@@ -238,3 +238,17 @@ def test_site_env_means_the_same_in_activate_and_the_setup_script(
                          capture_output=True, text=True, timeout=30,
                          env={"HOME": "/h", "PATH": "/usr/bin:/bin"}).stdout
     assert out.strip() == "/h/data|$(echo pwned)"
+
+
+def test_the_profiles_trusted_publishers_reach_the_wheelhouse_lookup_and_publish(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    (sites / "trusty.yaml").write_text("extends: local\nname: trusty\n"
+                                       "paths: {wheelhouse_trust: [alice, '@hpc-staff']}\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
+    script = render_script(build_plan(load_site("trusty")))
+    assert "if ! hpcprov_wheelhouse_get alice @hpc-staff; then" in script
+    assert "hpcprov_wheelhouse_put alice @hpc-staff" in script
+    plain = render_script(build_plan(load_site("local")))
+    assert "if ! hpcprov_wheelhouse_get; then" in plain
