@@ -268,3 +268,35 @@ def test_the_site_name_fits_a_profile_name() -> None:
         "bigiron"
     assert site_name(_findings(Cluster("slurm"), host="login1")) == "login"
     assert site_name(findings, "given") == "given"
+
+
+def test_real_testbed_output_parses_into_the_testbeds_shape() -> None:
+    """`scontrol show node|partition -o` and `srun --mpi=list` recorded on the testbed
+    (4 nodes): the OS field there holds '#1 SMP PREEMPT_DYNAMIC @0' and double spaces."""
+    nodes = slurm.parse_nodes(recorded("testbed-show-node.txt"))
+    assert {n: (x.cores, x.gpus, x.memory_mb) for n, x in nodes.items()} == {
+        "gpu01": (64, 8, 1000000), "gpu02": (64, 8, 1000000),
+        "gpu03": (40, 4, 384000), "gpu04": (40, 4, 384000)}
+    parts = slurm.parse_partitions(recorded("testbed-show-partition.txt"))
+    assert [(q.name, q.default, q.nodes, q.max_time) for q in parts] == [
+        ("amd_a100nv_8", True, ["gpu01", "gpu02"], "2-00:00:00"),
+        ("cas_v100_4", False, ["gpu03", "gpu04"], "2-00:00:00"),
+        ("all", False, ["gpu01", "gpu02", "gpu03", "gpu04"], "2-00:00:00")]
+    assert "pmix" in slurm.parse_mpi_list(recorded("testbed-mpi-list.txt"))
+
+
+def test_the_bundled_testbed_profile_matches_what_the_testbed_says() -> None:
+    from hpcprov.draft_diff import compare
+    from hpcprov.profiles import load
+
+    run = Fake({"scontrol show node -o": recorded("testbed-show-node.txt"),
+                "scontrol show partition -o": recorded("testbed-show-partition.txt")})
+    findings = Findings(cluster=slurm.discover(run))
+    assert compare(load("testbed"), findings) == []
+    # the same profile on a cluster whose cas_v100_4 nodes got 8 GPUs of another kind
+    text = recorded("testbed-show-node.txt").replace("Gres=gpu:4", "Gres=gpu:h100:8")
+    run.answers["scontrol show node -o"] = text
+    found = {d.path: d for d in compare(load("testbed"), Findings(cluster=slurm.discover(
+        run)))}
+    assert found["partitions.cas_v100_4.gpus.count"].cluster == "8"
+    assert found["partitions.cas_v100_4.gpus.model"].cluster == "GPU type h100"
