@@ -117,7 +117,7 @@ def test_changing_a_library_function_reruns_only_the_steps_that_call_it(
 
 FAKE_TOOLS = {
     "mpirun": 'echo "mpirun (Open MPI) 4.1.4"; echo "second line"',
-    "c++": 'echo "c++ (Debian 12.2.0-14+deb12u1) 12.2.0"',
+    "c++": 'echo "$(basename "$0") (Debian 12.2.0-14+deb12u1) 12.2.0"',  # names itself
     "mpicc": "exit 0",
 }
 
@@ -146,8 +146,14 @@ def test_the_key_text_is_what_published_keys_hold(tmp_path: Path) -> None:
     want = ("horovod=0.28.1\npatches=a79c25dc5c1341b2\nbuild-env=HOROVOD_WITHOUT_TENSORFLOW=1 "
             "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 "
             f"HOROVOD_WITH_GLOO=1\n{abi}mpi={os.path.realpath(bin_dir / 'mpicc')} "
-            "mpirun (Open MPI) 4.1.4\ncxx=c++ (Debian 12.2.0-14+deb12u1) 12.2.0\ncuda=\nnccl=\n")
+            f"mpirun (Open MPI) 4.1.4\ncxx={os.path.realpath(bin_dir / 'c++')} "
+            "(Debian 12.2.0-14+deb12u1) 12.2.0\ncuda=\nnccl=\n")
     assert proc.stdout == want
+    # the same compiler called g++ (as a module's CXX=g++ does) gives the same key text
+    (bin_dir / "g++").symlink_to(bin_dir / "c++")
+    again = subprocess.run(["bash", str(tmp_path / "key.sh")], capture_output=True, text=True,
+                           env={**env, "CXX": "g++"}, timeout=60)
+    assert again.stdout == want
 
 
 def test_the_package_ships_the_library_and_the_programs() -> None:

@@ -11,14 +11,18 @@
 # the same facts must always print the same text): Horovod's version, the digest of the
 # patches, the HOROVOD_* build variables, what the Python program ABI_PROGRAM prints
 # (Python, platform and libc, framework versions), mpicc's real path and `mpirun --version`,
-# the C++ compiler's version, `nvcc --version` and NCCL's version from nccl.h.
+# the C++ compiler's real path and version, `nvcc --version` and NCCL's version from nccl.h.
 hpcprov_horovod_key() {
-  local mpicc nccl_h="" d
+  local mpicc cxx nccl_h="" d
   printf '%s\n' "horovod=$1" "patches=$2" "build-env=$3"
   python "$4"
   mpicc=$(command -v mpicc 2>/dev/null || true)
   echo "mpi=${mpicc:+$(readlink -f "$mpicc")} $(mpirun --version 2>/dev/null | head -n 1 || true)"
-  echo "cxx=$("${CXX:-c++}" --version 2>/dev/null | head -n 1 || true)"
+  # the compiler's real file and its version, not the name it was called by: c++ and g++
+  # (a module's CXX=g++) are one compiler and must give one key
+  cxx=$(command -v "${CXX:-c++}" 2>/dev/null || true)
+  echo "cxx=${cxx:+$(readlink -f "$cxx")} $("${CXX:-c++}" --version 2>/dev/null \
+    | head -n 1 | cut -d' ' -f2- || true)"
   echo "cuda=$(nvcc --version 2>/dev/null | tail -n 1 || true)"
   for d in "${HOROVOD_NCCL_HOME:-}" "${NCCL_HOME:-}" "${CUDA_HOME:-}"; do
     if [ -n "$d" ] && [ -f "$d/include/nccl.h" ]; then
