@@ -37,7 +37,10 @@ class Journal:
         """The journal at path; an empty one when it is missing or unreadable."""
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            steps = {k: StepRecord(**v) for k, v in data.get("steps", {}).items()}
+            records = data.get("steps", {}) if isinstance(data, dict) else None
+            if not isinstance(records, dict):
+                return cls(path)  # not a journal hpcprov wrote: start over
+            steps = {k: StepRecord(**v) for k, v in records.items() if isinstance(v, dict)}
             return cls(path, str(data.get("site", "")), steps)
         except (OSError, ValueError, TypeError):
             return cls(path)

@@ -414,3 +414,35 @@ def test_plain_releases_compare_without_packaging_and_others_as_pep440_orders_th
             assert _matches(spec, v) == expected, (spec, v)
     assert _version("2.13.0+cpu") == "2.13.0" and _version("2.14rc1") == "2.14rc1"
     assert _version("not-a-version") is None and _version("") is None
+
+
+@pytest.mark.parametrize("text", ["[]", '{"steps": []}', '{"steps": {"a": "done"}}',
+                                  '{"steps": {"a": 3, "b": null}}', '"x"', "null"])
+def test_a_malformed_journal_is_an_empty_one_not_a_traceback(tmp_path: Path,
+                                                             text: str) -> None:
+    from hpcprov.provision.journal import Journal
+
+    (tmp_path / "journal.json").write_text(text)
+    j = Journal.load(tmp_path / "journal.json")
+    assert j.steps == {} and j.pending({"a": "1"}) == ["a"]
+
+
+def test_doctor_expects_no_horovod_where_the_profile_installs_none(tmp_path: Path) -> None:
+    """sockeye (horovod.source: none): doctor must not demand `import horovod.torch`."""
+    from hpcprov.profiles import load_site
+    from hpcprov.provision.doctor import probe_script
+    from hpcprov.provision.journal import Journal
+    from hpcprov.provision.manifest import build_manifest
+
+    site = load_site("sockeye")
+    (tmp_path / ".hpcprov").mkdir()
+    manifest = build_manifest(site, "sockeye.yaml", tmp_path,
+                              Journal(tmp_path / ".hpcprov" / "journal.json"))
+    assert manifest["check_build"]["expected"] == {}
+    (call,) = [ln for ln in probe_script(manifest, tmp_path).splitlines()
+               if "| python -" in ln]
+    assert "horovod." not in call
+    neuron = build_manifest(load_site("neuron"), "neuron.yaml", tmp_path,
+                            Journal(tmp_path / ".hpcprov" / "journal.json"))
+    (call,) = [ln for ln in probe_script(neuron, tmp_path).splitlines() if "| python -" in ln]
+    assert "horovod.torch" in call
