@@ -13,6 +13,7 @@ import collections
 import contextlib
 import fcntl
 import os
+import re
 import signal
 import subprocess
 import time
@@ -69,10 +70,8 @@ def prefix_lock(prefix: Path) -> Iterator[int]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            holder = os.pread(fd, 200, 0).decode(errors="replace").strip() or "?"
-            raise HpcprovError(
-                f"{prefix} is being set up by another hpcprov (lock {path}: pid {holder}); "
-                "wait for it to finish, or stop it and run again") from None
+            holder = os.pread(fd, 400, 0).decode(errors="replace")
+            raise HpcprovError(_held_by(prefix, path, holder)) from None
         with contextlib.suppress(OSError):  # the holder's pid is only for the message
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
@@ -80,6 +79,38 @@ def prefix_lock(prefix: Path) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _held_by(prefix: Path, path: Path, holder: str) -> str:
+    """Who holds the lock, from what the holder wrote into it: a live runner, or a step
+    whose runner is gone (killed with -9: its step inherited the lock and runs on)."""
+    runner = re.search(r"^(\d+) since", holder)
+    step = re.search(r"^step (\S+) pid (\d+)", holder, re.M)
+    if runner and step and not _alive(int(runner.group(1))) and _alive(int(step.group(2))):
+        return (f"{prefix} is locked by step {step.group(1)} (pid {step.group(2)}), left "
+                f"running by an hpcprov (pid {runner.group(1)}) that is gone: wait for it "
+                f"or stop it (kill -- -{step.group(2)}), then run the same command again")
+    who = runner.group(1) if runner else "?"
+    return (f"{prefix} is being set up by another hpcprov (lock {path}: pid {who}); wait for "
+            "it to finish, or stop it and run again")
+
+
+def _note_step(lock_fd: int, step_id: str, pid: int) -> None:
+    """Add the running step to the lock file (after the runner's own line)."""
+    with contextlib.suppress(OSError):
+        first = os.pread(lock_fd, 200, 0).decode(errors="replace").split("\n", 1)[0]
+        os.ftruncate(lock_fd, 0)
+        os.pwrite(lock_fd, f"{first}\nstep {step_id} pid {pid}\n".encode(), 0)
 
 
 @contextlib.contextmanager
@@ -140,8 +171,18 @@ class Runner:
                                "space or fix permissions there, or choose another --prefix; "
                                "then run the same command again") from None
 
+    def _complete(self) -> bool:
+        """The prefix is ready and every step current: nothing to write, not even the lock
+        (a finished prefix on a read-only file system answers "nothing to do")."""
+        journal = Journal.load(self.state / "journal.json")
+        return self.manifest_path.is_file() and not journal.pending(fingerprints(self.plan))
+
     def _run(self, until: str | None, redo: bool) -> SetupResult:
         start = time.monotonic()
+        if not redo and until is None and self._complete():
+            done = list(fingerprints(self.plan))
+            return SetupResult("nothing-to-do", self.prefix, [], done, self.manifest_path,
+                               time.monotonic() - start)
         try:
             self.state.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -219,6 +260,7 @@ class Runner:
                     ["bash", str(script), step.id], stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                     start_new_session=True, pass_fds=(lock_fd,), env=self.env)
+                _note_step(lock_fd, step.id, proc.pid)
                 assert proc.stdout is not None
                 for raw in proc.stdout:
                     text = raw.decode(errors="replace").rstrip("\n")

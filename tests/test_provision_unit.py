@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -446,3 +447,45 @@ def test_doctor_expects_no_horovod_where_the_profile_installs_none(tmp_path: Pat
                             Journal(tmp_path / ".hpcprov" / "journal.json"))
     (call,) = [ln for ln in probe_script(neuron, tmp_path).splitlines() if "| python -" in ln]
     assert "horovod.torch" in call
+
+
+def test_a_complete_prefix_answers_nothing_to_do_without_writing(tmp_path: Path) -> None:
+    """A finished prefix in a read-only software area: no lock, no journal write."""
+    from hpcprov.profiles import load_site
+    from hpcprov.provision.journal import Journal, StepRecord
+    from hpcprov.provision.plan import build_plan, fingerprints
+    from hpcprov.provision.progress import make_reporter
+    from hpcprov.provision.runner import Runner
+
+    plan = build_plan(load_site("local"), str(tmp_path))
+    state = tmp_path / ".hpcprov"
+    state.mkdir()
+    journal = Journal(state / "journal.json")
+    journal.steps = {k: StepRecord("done", v, 0.0) for k, v in fingerprints(plan).items()}
+    journal.save()
+    (state / "manifest.json").write_text("{}")
+    before = sorted(p.name for p in state.iterdir())
+    result = Runner(plan, make_reporter(quiet=True), prefix_path=tmp_path).run()
+    assert result.status == "nothing-to-do"
+    assert sorted(p.name for p in state.iterdir()) == before  # no lock file was made
+
+
+def test_the_lock_names_a_step_its_dead_runner_left_running(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    from hpcprov.provision.runner import _held_by
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    step = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        text = f"{gone.pid} since 2026-11-23 12:00:00\nstep build-horovod pid {step.pid}\n"
+        why = _held_by(tmp_path, tmp_path / "lock", text)
+        assert f"locked by step build-horovod (pid {step.pid})" in why
+        assert f"hpcprov (pid {gone.pid}) that is gone" in why
+        alive = _held_by(tmp_path, tmp_path / "lock", f"{os.getpid()} since x\n")
+        assert f"pid {os.getpid()}" in alive and "another hpcprov" in alive
+    finally:
+        step.kill()
+        step.wait()
