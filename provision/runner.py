@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -79,6 +80,22 @@ def prefix_lock(prefix: Path) -> Iterator[int]:
         yield fd
     finally:
         os.close(fd)
+
+
+FULL_MIB = 64  # less free space than this under the prefix after a failure: a full disk
+
+
+def _full_disk(prefix: Path) -> str | None:
+    """Why a step failed when its output does not say but the disk is (nearly) full: tools
+    such as ensurepip report only an exit status when a write fails with ENOSPC."""
+    try:
+        free = shutil.disk_usage(prefix).free // 2**20
+    except OSError:
+        return None
+    if free >= FULL_MIB:
+        return None
+    return (f"the disk under the prefix is full ({free} MiB free under {prefix}): free space "
+            "or choose another --prefix, then run the same command again to resume")
 
 
 def _alive(pid: int) -> bool:
@@ -298,7 +315,7 @@ class Runner:
                 self.reporter.note("    last lines of the output:")
                 for ln in lines[-15:]:
                     self.reporter.note("    | " + ln)
-            why = diagnose("\n".join(lines)) or "see the log"
+            why = diagnose("\n".join(lines)) or _full_disk(self.prefix) or "see the log"
             raise SetupFailed(
                 f"step {step.id} failed (exit {code}): {why}\n"
                 f"log: {log_path}\n"

@@ -489,3 +489,18 @@ def test_the_lock_names_a_step_its_dead_runner_left_running(tmp_path: Path) -> N
     finally:
         step.kill()
         step.wait()
+
+
+def test_a_failure_on_a_full_disk_says_so_when_the_tool_does_not(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ensurepip on a full disk logs only an exit status: the free space tells."""
+    import shutil as sh
+
+    from hpcprov.provision import runner
+
+    usage = sh.disk_usage(tmp_path)
+    monkeypatch.setattr(runner.shutil, "disk_usage",
+                        lambda p: usage._replace(free=3 * 2**20))
+    assert "disk under the prefix is full (3 MiB free" in (runner._full_disk(tmp_path) or "")
+    monkeypatch.setattr(runner.shutil, "disk_usage", lambda p: usage._replace(free=2**34))
+    assert runner._full_disk(tmp_path) is None
