@@ -379,15 +379,15 @@ def user_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def emulated_scheduler(tmp_path: Path, emulator: Path, tools: Sequence[str],
-                       state_var: str) -> dict[str, str]:
+                       state_var: str, name: str) -> dict[str, str]:
     """An environment whose PATH has ``tools`` as symlinks to a scheduler emulator (the
-    PBS or LSF one in tests/), its state kept under tmp_path."""
-    bindir = tmp_path / f"{state_var.lower()}-bin"
+    PBS or LSF one in tests/), its state kept in tmp_path/NAME-state."""
+    bindir = tmp_path / f"{name}-bin"
     bindir.mkdir()
     for tool in tools:
         (bindir / tool).symlink_to(emulator)
     return {**os.environ, "PATH": f"{bindir}{os.pathsep}{os.environ['PATH']}",
-            state_var: str(tmp_path / f"{state_var.lower()}-state")}
+            state_var: str(tmp_path / f"{name}-state")}
 
 
 def validation_scripts(site: str, partition: str, work: Path,

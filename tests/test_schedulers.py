@@ -91,3 +91,9 @@ def test_a_pbs_select_format_fills_only_its_fields() -> None:
     assert render_select("{nodes}:ncpus={ncpus}:mpiprocs={mpiprocs}:ngpus={gpus}",
                          {"nodes": 2, "ncpus": 8, "mpiprocs": 4, "gpus": 4}) \
         == "2:ncpus=8:mpiprocs=4:ngpus=4"
+
+
+def test_a_command_sees_no_terminal_so_it_never_waits_in_a_pager() -> None:
+    got = run_command(["bash", "-c", "test -t 1 && echo tty || echo pipe"], None, 30)
+    assert got.stdout == "pipe\n"
+

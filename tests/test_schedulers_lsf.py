@@ -120,7 +120,8 @@ def test_bjobs_output_is_read() -> None:
 @pytest.fixture
 def lsf(tmp_path: Path) -> dict[str, str]:
     """PATH with bsub, bjobs, bkill from the emulator; its state in tmp_path."""
-    return emulated_scheduler(tmp_path, EMULATOR, ('bsub', 'bjobs', 'bkill'), "LSF_EMULATOR_DIR")
+    return emulated_scheduler(tmp_path, EMULATOR, ("bsub", "bjobs", "bkill"), "LSF_EMULATOR_DIR",
+                              "lsf")
 
 
 def _scripts(work: Path, bodies: dict[str, str]) -> dict[str, Path]:

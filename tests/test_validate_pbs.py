@@ -54,7 +54,8 @@ def test_exit_status_becomes_a_shell_status(value: str | None, code: int | None,
 @pytest.fixture
 def pbs(tmp_path: Path) -> dict[str, str]:
     """PATH with qsub, qstat, qdel from the emulator; its state in tmp_path."""
-    return emulated_scheduler(tmp_path, EMULATOR, ('qsub', 'qstat', 'qdel'), "PBS_EMULATOR_DIR")
+    return emulated_scheduler(tmp_path, EMULATOR, ("qsub", "qstat", "qdel"), "PBS_EMULATOR_DIR",
+                              "pbs")
 
 
 def _scripts(work: Path, bodies: dict[str, str]) -> dict[str, Path]:

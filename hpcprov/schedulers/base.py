@@ -54,10 +54,11 @@ def run_command(argv: list[str], env: dict[str, str] | None, timeout: float,
     exe = shutil.which(argv[0], path=env.get("PATH", os.defpath))
     if exe is None:
         return Completed(127, "", f"{argv[0]}: command not found on PATH")
+    # no terminal on stdout: a tool that sees one may start a pager and wait (Lmod did)
     try:
         with open(stdin, "rb") if stdin is not None else contextlib.nullcontext() as fh:
             proc = sh.Command(exe)(*argv[1:], _env=env, _timeout=timeout, _in=fh,
-                                   _ok_code=range(256), _return_cmd=True)
+                                   _tty_out=False, _ok_code=range(256), _return_cmd=True)
     except sh.TimeoutException:
         return Completed(124, "", f"{argv[0]} did not answer within {timeout:.0f} s "
                                   f"(command: {' '.join(argv)})")
