@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from hpcprov_tests import write_profile
 
 from hpcprov.profiles import load_site
 from hpcprov.provision.cuda_arch import capability, cc_list
@@ -38,8 +39,7 @@ def test_the_build_gets_the_sites_architectures_and_the_plan_warns_on_unknown_on
     assert site_build_env(neuron)["HOROVOD_BUILD_CUDA_CC_LIST"] == "70,80,90"
     assert "HOROVOD_BUILD_CUDA_CC_LIST" not in site_build_env(load_site("local"))
     sites = tmp_path / "sites"
-    sites.mkdir()
-    (sites / "gpubed.yaml").write_text("extends: testbed\nname: gpubed\n"
+    write_profile(sites, "gpubed", "extends: testbed\nname: gpubed\n"
                                        "horovod: {gpu_operations: nccl}\n")
     monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
     gpubed = load_site("gpubed")

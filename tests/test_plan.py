@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import BUNDLED, Stubs, cli, stub_steps
+from hpcprov_tests import BUNDLED, Stubs, cli, stub_steps, write_profile
 
 from hpcprov.profiles import load_site
 from hpcprov.provision.plan import activate_lines, build_plan, render_script
@@ -226,9 +226,8 @@ def test_site_env_means_the_same_in_activate_and_the_setup_script(
     import subprocess
 
     sites = tmp_path / "sites"
-    sites.mkdir()
-    (sites / "envy.yaml").write_text(
-        "extends: local\nname: envy\nenv: {DATA: '$HOME/data', ODD: '$(echo pwned)'}\n")
+    write_profile(sites, "envy", "extends: local\nname: envy\n"
+                  "env: {DATA: '$HOME/data', ODD: '$(echo pwned)'}\n")
     monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
     site = load_site("envy")
     activate = [ln for ln in activate_lines(site, "/p") if "DATA" in ln or "ODD" in ln]
@@ -243,8 +242,7 @@ def test_site_env_means_the_same_in_activate_and_the_setup_script(
 def test_the_profiles_trusted_publishers_reach_the_wheelhouse_lookup_and_publish(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     sites = tmp_path / "sites"
-    sites.mkdir()
-    (sites / "trusty.yaml").write_text("extends: local\nname: trusty\n"
+    write_profile(sites, "trusty", "extends: local\nname: trusty\n"
                                        "paths: {wheelhouse_trust: [alice, '@hpc-staff']}\n")
     monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
     script = render_script(build_plan(load_site("trusty")))

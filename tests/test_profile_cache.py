@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hpcprov_tests import BUNDLED, REPO, cli, planned_in_subprocess
+from hpcprov_tests import BUNDLED, REPO, cli, planned_in_subprocess, write_profile
 
 from hpcprov import fsutil, loader, profile_cache, site_view
 from hpcprov.errors import ProfileError
@@ -623,10 +623,9 @@ def test_a_cached_parent_replaced_by_a_fifo_is_a_miss_not_a_hang(tmp_path: Path)
     import sys
 
     sites = tmp_path / "sites"
-    sites.mkdir()
-    (sites / "parent.yaml").write_text((REPO / "sites" / "local.yaml").read_text()
-                                       .replace("name: local", "name: parent"))
-    (sites / "child.yaml").write_text("extends: parent\nname: child\n")
+    write_profile(sites, "parent", (REPO / "sites" / "local.yaml").read_text()
+                  .replace("name: local", "name: parent"))
+    write_profile(sites, "child", "extends: parent\nname: child\n")
     env = {**os.environ, "HPCPROV_SITES_PATH": str(sites),
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
     show = [sys.executable, "-m", "hpcprov.cli", "site", "show", "child"]

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hpcprov_tests import write_profile
 
 from hpcprov.jobscript import build_jobscript
 from hpcprov.model import Reference
@@ -295,9 +296,8 @@ def test_a_partition_without_a_published_node_count_defaults_to_two_nodes(
     from hpcprov.validate.api import ValidateOptions, prepare
 
     sites = tmp_path / "sites"
-    sites.mkdir()
-    (sites / "nocount.yaml").write_text(
-        "extends: testbed\nname: nocount\npartitions:\n  amd_a100nv_8: {nodes: null}\n")
+    write_profile(sites, "nocount", "extends: testbed\nname: nocount\npartitions:\n"
+                  "  amd_a100nv_8: {nodes: null}\n")
     monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
     manifest_file(tmp_path).parent.mkdir(parents=True)
     manifest_file(tmp_path).write_text("{}")

@@ -192,18 +192,26 @@ def private_dir(path):
     return path
 
 
-def copy_hashed(src_fd, dst):
-    """Copy an open file to dst (created anew, 0644), returning the SHA-256 of the bytes."""
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+
+
+def write_hashed(fd, chunks):
+    """Write chunks into the new file fd (then mode 0644, synced); return their SHA-256."""
     h = hashlib.sha256()
-    out = os.open(dst, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(src_fd, "rb") as src, os.fdopen(out, "wb") as f:
-        for chunk in iter(lambda: src.read(CHUNK), b""):
+    with os.fdopen(fd, "wb") as f:
+        for chunk in chunks:
             h.update(chunk)
             f.write(chunk)
         f.flush()
         os.fchmod(f.fileno(), 0o644)
         os.fsync(f.fileno())
     return h.hexdigest()
+
+
+def copy_hashed(src_fd, dst):
+    """Copy an open file to dst (created anew, 0644), returning the SHA-256 of the bytes."""
+    with os.fdopen(src_fd, "rb") as src:
+        return write_hashed(os.open(dst, NEW_FILE, 0o600), iter(lambda: src.read(CHUNK), b""))
 
 
 def get(wh, key, keyfile, dest, extra):
@@ -240,18 +248,8 @@ def get(wh, key, keyfile, dest, extra):
 
 def write_new(dfd, name, data=None, src_fd=None):
     """Create NAME in the folder dfd (never through a link), mode 0644; return its SHA-256."""
-    fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600,
-                 dir_fd=dfd)
-    h = hashlib.sha256()
-    with os.fdopen(fd, "wb") as f:
-        chunks = [data] if src_fd is None else iter(lambda: os.read(src_fd, CHUNK), b"")
-        for chunk in chunks:
-            h.update(chunk)
-            f.write(chunk)
-        f.flush()
-        os.fchmod(f.fileno(), 0o644)
-        os.fsync(f.fileno())
-    return h.hexdigest()
+    chunks = [data] if src_fd is None else iter(lambda: os.read(src_fd, CHUNK), b"")
+    return write_hashed(os.open(name, NEW_FILE, 0o600, dir_fd=dfd), chunks)
 
 
 def existing(wfd, key, tr, keytext):
