@@ -15,13 +15,14 @@ from pydantic_core import PydanticUndefined
 
 from hpcprov.model import Site
 
+PUBLIC_DOCS = "the site's public user documentation"
 SEED_SOURCES = {
-    "neuron": "seeds 000 (KISTI tutorial README) and 001 (KISTI slides), site-facts.md",
-    "taurus": "seed 003 (ZIH Taurus docs), site-facts.md",
-    "sockeye": "seed 004 (HPC_helper, Sockeye part, PBS), site-facts.md",
-    "sockeye-slurm": "site-facts.md (Sockeye moved to Slurm in 2024); extends sockeye",
-    "cc": "seed 004 (HPC_helper, CC part), site-facts.md",
-    "technion": "seed 002 (Technion multi-node tutorial), site-facts.md",
+    "neuron": f"seeds 000 (KISTI tutorial README) and 001 (KISTI slides), {PUBLIC_DOCS}",
+    "taurus": f"seed 003 (ZIH Taurus docs), {PUBLIC_DOCS}",
+    "sockeye": f"seed 004 (HPC_helper, Sockeye part, PBS), {PUBLIC_DOCS}",
+    "sockeye-slurm": f"{PUBLIC_DOCS} (Sockeye moved to Slurm in 2024); extends sockeye",
+    "cc": f"seed 004 (HPC_helper, CC part), {PUBLIC_DOCS}",
+    "technion": f"seed 002 (Technion multi-node tutorial), {PUBLIC_DOCS}",
     "local": "this machine (hpcprov's embedded default)",
 }
 

@@ -1,9 +1,9 @@
 """Golden tests per seed site: what hpcprov generates must say what the seed tutorials say.
 
 Expected strings are quoted from the seeds (000/001 KISTI Neuron, 002 Technion, 003 ZIH Taurus,
-004 UBC Sockeye + Alliance/CC) and from docs/site-facts.md; they are never copied from
-hpcprov's own output. Shell lines are compared word by word (shlex), so a change of quoting
-style alone does not break a test, but a change of meaning does.
+004 UBC Sockeye + Alliance/CC) and from the sites' public user documentation; they are never
+copied from hpcprov's own output. Shell lines are compared word by word (shlex), so a change of
+quoting style alone does not break a test, but a change of meaning does.
 """
 
 from __future__ import annotations
@@ -116,7 +116,7 @@ def test_neuron_jobscript_is_the_seed_batch_script(capsys: pytest.CaptureFixture
 
 
 def test_neuron_comment_is_always_given(capsys: pytest.CaptureFixture[str]) -> None:
-    """site-facts: --comment=<application> is mandatory on Neuron."""
+    """the site's public docs: --comment=<application> is mandatory on Neuron."""
     out = run_ok(capsys, "jobscript", "--site", "neuron", "--", "python", "t.py")
     assert directives(out).get("comment") in {"pytorch", "tensorflow", "python", "caffe", "R",
                                               "sklearn", "inhouse", "horovod", "etc"}
@@ -241,7 +241,7 @@ def test_neuron_container_launch_is_the_seed_singularity_line(
     assert w[i + 1] == "run"
     assert w.index("--nv") > i and w.index(NEURON_SIF) > w.index("--nv")
     assert w[-2:] == ["python", "pytorch_imagenet_resnet50.py"]
-    # in a batch script the singularity module is loaded (site-facts: singularity/3.9.7)
+    # in a batch script the singularity module is loaded (the site's public docs: singularity/3.9.7)
     script = run_ok(capsys, "jobscript", "--site", "neuron", "-l", "container",
                     "--", "python", "x.py")
     (load,) = module_load_lines(script)
@@ -263,7 +263,7 @@ def test_sockeye_jobscript_is_the_seed_pbs_script(capsys: pytest.CaptureFixture[
     out = run_ok(capsys, "jobscript", "--site", "sockeye", "-N", "2",
                  "-o", "account=st-pi-1-gpu", "--", *cmd)
     pbs = pbs_directives(out)
-    assert ["-l", "select=2:ncpus=8:ngpus=4"] in pbs  # site-facts: #PBS -l select=2:...
+    assert ["-l", "select=2:ncpus=8:ngpus=4"] in pbs  # the site's public docs: #PBS -l select=2:...
     assert ["-A", "st-pi-1-gpu"] in pbs
     assert not lines_starting(out, "#SBATCH")
     assert SOCKEYE_MODULES in [line.strip() for line in body_lines(out)]
@@ -286,7 +286,7 @@ def test_sockeye_jobscript_is_the_seed_pbs_script(capsys: pytest.CaptureFixture[
 def test_sockeye_needs_an_account(capsys: pytest.CaptureFixture[str]) -> None:
     res = cli(capsys, "jobscript", "--site", "sockeye", "-N", "2", "--", "python", "main.py")
     line = assert_one_line_error(res, 2, "account")
-    assert "st-<pi>-1-gpu" in line  # the example account format from site-facts
+    assert "st-<pi>-1-gpu" in line  # the example account format from the site's public docs
     assert res.out == ""
 
 
@@ -328,7 +328,7 @@ def test_cc_jobscript_one_task_per_node_and_account(capsys: pytest.CaptureFixtur
     d = directives(out)
     assert d["ntasks-per-node"] == "1" and d["nodes"] == "2"
     assert d["account"] == "def-pi"
-    assert d["gres"] == "gpu:v100l:4"  # site-facts: --gres=gpu:v100l:4
+    assert d["gres"] == "gpu:v100l:4"  # the site's public docs: --gres=gpu:v100l:4
     (load,) = module_load_lines(out)
     assert set(words(load)[2:]) == CC_MODULES
     assert "torchrun" in words(last_command(out))
@@ -408,7 +408,7 @@ TAURUS_ML_MODULES = ["OpenMPI/3.1.4-gcccuda-2018b", "Python/3.6.6-fosscuda-2018b
 
 @pytest.mark.parametrize(("partition", "seed"), [
     # seed 003: --mem=250000 and --cpus-per-task=7 for ml; --mem=60000 --cpus-per-task=6 gpu2;
-    # --ntasks-per-node = GPUs per node (6 V100 on ml, 4 K80 on gpu2, site-facts)
+    # --ntasks-per-node = GPUs per node (6 V100 on ml, 4 K80 on gpu2, the site's public docs)
     ("ml", {"mem": "250000", "cpus-per-task": "7", "ntasks-per-node": "6", "gres": "gpu:6"}),
     ("gpu2", {"mem": "60000", "cpus-per-task": "6", "ntasks-per-node": "4", "gres": "gpu:4"}),
 ])

@@ -201,7 +201,7 @@ def test_walltime_seconds(text: str, seconds: int | None) -> None:
 
 
 @pytest.mark.parametrize(("time", "error"), [
-    ("48:00:00", False), ("2-00:00:00", False), ("2880", False),   # site-facts: 48 h
+    ("48:00:00", False), ("2-00:00:00", False), ("2880", False),   # public docs: 48 h
     ("48:00:01", True), ("3-00:00:00", True), ("2881", True),
 ])
 def test_time_above_the_partition_max(time: str, error: bool) -> None:
