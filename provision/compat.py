@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 
 Verdict = Literal["ok", "patch", "caveat", "bad"]
 LAST_HOROVOD = "0.28.1"
+# Facts of the build's toolchain that only the build step can know (the site's modules decide
+# them), each with how the step reads it (provision/scripts/horovod.sh, hpcprov_build_fact).
+BUILD_FACTS = {
+    "libstdc++": "the C++ standard library's release (_GLIBCXX_RELEASE from $CXX, else c++)",
+    "python": "the environment's Python (major.minor)",
+}
 
 
 @dataclass(frozen=True)
@@ -34,6 +40,13 @@ class Rule:
     tensorflow: str | None = None
     gpu: bool | None = None          # None: either; True/False: only GPU / only CPU builds
     patch: str | None = None         # file in provision/patches applied inside the build step
+    # (BUILD_FACTS name, minimum): the patch is applied only when the build step finds that
+    # fact at least that version (a compiler or Python the plan cannot know in advance)
+    when: tuple[str, str] | None = None
+
+    def condition(self) -> str:
+        """The build-time condition in words ('' when there is none)."""
+        return f"{self.when[0]} >= {self.when[1]}" if self.when else ""
 
 
 RULES: tuple[Rule, ...] = (
@@ -59,6 +72,31 @@ RULES: tuple[Rule, ...] = (
          evidence="built here with tensorflow-cpu 2.21.0 + torch 2.13.0: -cb shows "
          "TensorFlow and PyTorch",
          patch="horovod-0.28.1-tf-xla-cpu.patch"),
+    Rule("std-includes", "patch", "==0.28.1", when=("libstdc++", "13"),
+         explanation="GCC 13's libstdc++ no longer includes <string> and <stdexcept> "
+         "through other headers: group_table.h ('string' in namespace 'std' does not name a "
+         "type) and common.h ('logic_error' is not a member of 'std') fail to compile; the "
+         "patch includes what they use",
+         evidence="reported on one H100 node (GCC 13.3, CUDA 13.0, Python 3.12, torch "
+         "2.11.0+cu130): with the two includes the NCCL build succeeded and -cb showed "
+         "PyTorch, MPI, Gloo, NCCL; the patch applies to the 0.28.1 sdist (tested here)",
+         patch="horovod-0.28.1-std-includes.patch"),
+    Rule("cuda-std14", "patch", "==0.28.1", gpu=True, when=("libstdc++", "14"),
+         explanation="GCC 14's headers no longer compile as C++11 under nvcc, and Horovod "
+         "compiles its CUDA kernels as C++11: the patch raises CMAKE_CUDA_STANDARD to 14 "
+         "(accepted by every CUDA >= 9; proposed upstream in Horovod pull request #4313)",
+         evidence="not built here (no GCC 14 + CUDA machine); the patch applies to the "
+         "0.28.1 sdist (tested here)",
+         patch="horovod-0.28.1-cuda-std14.patch"),
+    Rule("no-distutils", "patch", "==0.28.1", when=("python", "3.12"),
+         explanation="Python 3.12 has no distutils, and horovod/runner/js_run.py imports "
+         "distutils.spawn.find_executable, so horovodrun (and -cb) fails where setuptools' "
+         "shim is not in the environment (a module-provided setuptools); the patch uses "
+         "shutil.which",
+         evidence="reported on one H100 node with Python 3.12.3 (check-build failed with "
+         "No module named 'distutils'); here: the patched js_run imports with distutils "
+         "blocked, the unpatched one does not",
+         patch="horovod-0.28.1-no-distutils.patch"),
     Rule("keras3", "caveat", "<=0.28.1", tensorflow=">=2.16",
          explanation="TensorFlow >= 2.16 ships Keras 3: horovod.tensorflow.keras."
          "DistributedOptimizer runs but never averages gradients (ranks drift apart "
@@ -79,6 +117,26 @@ RULES: tuple[Rule, ...] = (
          evidence="none yet"),
 )
 
+# What the build step does about its tools and libraries, listed with the table in the docs.
+BUILD_NOTES = (
+    ("CMake 4",
+     "Horovod 0.28.1's gloo fails to configure with CMake 4 (PyPI's cmake 4.x, or a new "
+     "system one). Where the cmake on PATH is 4.x or missing, the build step installs "
+     "`cmake>=3.13,<4` with pip for itself (into PREFIX/build/cmake, first on PATH for the "
+     "build only), from the profile's index or wheelhouse; it fails, naming the fix, only when "
+     "pip cannot get one. Verified here: the TensorFlow-variant build test runs with PyPI's "
+     "CMake 4 first on PATH."),
+    ("NCCL from PyTorch's wheel",
+     "PyTorch's CUDA wheels load NCCL from the nvidia-nccl wheel, which has `nccl.h` and "
+     "`libnccl.so.2` but no `libnccl.so`, so Horovod's FindNCCL cannot find it. When a build "
+     "uses NCCL and the profile names none (HOROVOD_NCCL_HOME in horovod.env or from a "
+     "module), the build step makes an NCCL home of links to that wheel under "
+     "PREFIX/.hpcprov/nccl and links Horovod against exactly the NCCL PyTorch uses (two NCCLs "
+     "in one process can hang); without such a wheel, a module's NCCL_HOME, else Horovod's "
+     "search of the CUDA toolkit. Verified here against a wheel-shaped folder; the H100 run "
+     "that found the gap made the same home by hand."),
+)
+
 # Not a build question but a launch one, listed in the same table for the docs.
 LAUNCH_NOTES = (
     ("horovodrun --mpi with Open MPI 5",
@@ -96,7 +154,8 @@ class Match:
 
     def message(self) -> str:
         given = ", ".join(f"{k} {v}" for k, v in self.versions.items())
-        return f"{given}: {self.rule.explanation}"
+        when = self.rule.condition()
+        return f"{given}{f' (when {when})' if when else ''}: {self.rule.explanation}"
 
 
 _RELEASE = re.compile(r"\d+(?:\.\d+)*")  # a plain release: 2.13.0
@@ -201,11 +260,23 @@ def for_site(site: Site) -> list[Match]:
     return evaluate(v.get("horovod"), torch, tf, gpu)
 
 
-def patches_for(site: Site) -> list[tuple[str, str]]:
-    """(file name, text) of the patches the site's Horovod build applies, in order."""
+@dataclass(frozen=True)
+class Patch:
+    """A patch the build may apply: its file name and text, and the build-time condition
+    (BUILD_FACTS name, minimum) under which it applies (None: always)."""
+
+    name: str
+    text: str
+    when: tuple[str, str] | None = None
+
+
+def patches_for(site: Site) -> list[Patch]:
+    """The patches the site's Horovod build applies (some only under a build-time
+    condition), in table order."""
     if site.horovod.source != "pip":
         return []
-    names = [m.rule.patch for m in for_site(site) if m.rule.patch]
+    rules = [m.rule for m in for_site(site) if m.rule.patch]
     # beside this module (importlib.resources would cost ~20 ms of start-up here)
     folder = Path(__file__).with_name("patches")
-    return [(name, (folder / name).read_text()) for name in names]
+    return [Patch(r.patch, (folder / r.patch).read_text(), r.when)
+            for r in rules if r.patch]

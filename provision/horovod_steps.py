@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 # and sees the environment's torch/TensorFlow (Horovod's setup needs these to run).
 BUILD_REQUIREMENTS = ("setuptools", "wheel", "packaging", "cffi", "cloudpickle", "psutil",
                       "pyyaml")
-CMAKE_MAX_MAJOR = 3  # PyPI's cmake 4.x fails in gloo's configure; 3.x (Debian's 3.25) works
+# Horovod's gloo fails to configure with CMake 4; 3.x (Debian's 3.25, PyPI's cmake<4) works.
+# Where cmake is missing or newer, the build installs cmake<4 for itself (hpcprov_cmake_below).
+CMAKE_MAX_MAJOR = 3
 # the proof program of each framework (provision/programs/)
 PROOFS = {"pytorch": "allreduce_pytorch.py", "tensorflow": "allreduce_tensorflow.py"}
 APT_HINT = "install it (Debian/Ubuntu: apt-get install {pkg}) or load a module that has it"
@@ -73,7 +75,6 @@ def _build_tool_lines(site: Site) -> list[str]:
         _tool("tar", "unpacks the Horovod sdist"),
         _tool("patch", "applies the Horovod patches of hpcprov"),
         _tool("make", "builds Horovod"),
-        _tool("cmake", "configures the Horovod build"),
         "hpcprov_check_cxx",
         join(["hpcprov_check_cmake", str(CMAKE_MAX_MAJOR)]),
     ]
@@ -100,18 +101,31 @@ def preflight_lines(site: Site, need_mb: int) -> list[str]:
 def patch_digest(site: Site) -> str:
     """One hash of the patches applied (their names and texts), part of the wheel key."""
     h = hashlib.sha256()
-    for name, text in patches_for(site):
-        h.update(name.encode() + b"\0" + text.encode() + b"\0")
-    return h.hexdigest()[:16] if patches_for(site) else "none"
+    patches = patches_for(site)
+    for p in patches:
+        # a conditional patch counts with its condition; whether it applied follows from the
+        # toolchain facts the key records beside it (cxx=, stdlib=, python=)
+        when = " ".join(p.when) if p.when else ""
+        h.update(p.name.encode() + b"\0" + p.text.encode() + b"\0" + when.encode() + b"\0")
+    return h.hexdigest()[:16] if patches else "none"
 
 
 def key_line(site: Site) -> str:
-    """Print the key's inputs (hpcprov_horovod_key) into $STATE/horovod-key.txt."""
+    """Print the key's inputs (hpcprov_horovod_key) into $STATE/horovod-key.txt, with the
+    build variables set (an NCCL the profile names is read from its HOROVOD_NCCL_HOME)."""
     hvd = site.horovod
-    return join(["hpcprov_horovod_key", hvd.version or "latest", patch_digest(site),
-                 env_prefix(site_build_env(site)).strip(),
-                 Raw('"$STATE/programs/abi_facts.py"')]
-                ) + ' > "$STATE/horovod-key.txt"'
+    env = site_build_env(site)
+    return env_prefix(env) + join(["hpcprov_horovod_key", hvd.version or "latest",
+                                   patch_digest(site), env_prefix(env).strip(),
+                                   Raw('"$STATE/programs/abi_facts.py"')]
+                                  ) + ' > "$STATE/horovod-key.txt"'
+
+
+def links_wheel_nccl(site: Site) -> bool:
+    """The build uses NCCL and the profile names none: look for PyTorch's (nccl_home.py)."""
+    hvd = site.horovod
+    return ("nccl" in (hvd.gpu_operations, hvd.gpu_allreduce)
+            and "HOROVOD_NCCL_HOME" not in site_build_env(site))
 
 
 def _compile_lines(site: Site) -> list[str]:
@@ -124,8 +138,13 @@ def _compile_lines(site: Site) -> list[str]:
               "--no-build-isolation", *idx, pip_spec(hvd), "-d", Raw('"$PREFIX/build/horovod"')]),
         "hpcprov_horovod_unpack",
     ]
-    lines += [join([file_function(name)]) + " | " + join(["hpcprov_horovod_patch", name])
-              for name, _ in patches_for(site)]
+    for p in patches_for(site):
+        apply = join([file_function(p.name)]) + " | " + join(["hpcprov_horovod_patch", p.name])
+        if p.when:
+            lines += [f"if {join(['hpcprov_at_least', *p.when])}; then", f"  {apply}", "fi"]
+        else:
+            lines.append(apply)
+    lines.append(join(["hpcprov_cmake_below", str(CMAKE_MAX_MAJOR + 1), *idx]))
     lines += [
         env_prefix(site_build_env(site))
         + join(["python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -136,6 +155,13 @@ def _compile_lines(site: Site) -> list[str]:
     return lines
 
 
+def _nccl_lines(site: Site) -> list[str]:
+    if not links_wheel_nccl(site):
+        return []
+    return [join([file_function("nccl_home.py")]) + ' > "$STATE/programs/nccl_home.py"',
+            'hpcprov_nccl_home "$STATE/programs/nccl_home.py"']
+
+
 def build_lines(site: Site) -> list[str]:
     """Build Horovod (or install it from the wheelhouse when this ABI was built before)."""
     return [
@@ -144,6 +170,7 @@ def build_lines(site: Site) -> list[str]:
               *BUILD_REQUIREMENTS]),
         'mkdir -p "$STATE/programs"',
         join([file_function("abi_facts.py")]) + ' > "$STATE/programs/abi_facts.py"',
+        *_nccl_lines(site),
         key_line(site),
         "if ! " + join(["hpcprov_wheelhouse_get", *site.paths.wheelhouse_trust]) + "; then",
         *(f"  {line}" for line in _compile_lines(site)),

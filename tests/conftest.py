@@ -254,6 +254,8 @@ class Stubs:
         for name in ("python", "python3", "virtualenv", "uv"):
             scripts[name] = _LOG + _VENV
         scripts["curl"] = _LOG + _CURL
+        # the build uses the cmake on PATH only when it is 3.x (else it installs cmake<4)
+        scripts["cmake"] = _LOG + 'echo "cmake version 3.25.1"\n'
         for name in failing:
             scripts[name] = _LOG + "exit 1\n"
         for name, text in scripts.items():
@@ -291,6 +293,18 @@ class Stubs:
         records = self.log.read_bytes().decode("utf-8", "surrogateescape").split("\x1e")
         out = [r.split("\0")[:-1] for r in records if r]
         return [c for c in out if tool is None or c[0] == tool]
+
+
+@pytest.fixture(scope="session")
+def cmake4(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The bin folder of the real CMake 4 from the package index (a GPU node's PATH had one;
+    Horovod's gloo cannot configure with it, so the build must use a CMake 3 of its own)."""
+    folder = tmp_path_factory.mktemp("cmake4")
+    proc = subprocess.run([sys.executable, "-m", "pip", "install", "--no-compile", "--no-deps",
+                           "--target", str(folder), "cmake>=4,<5"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return folder / "cmake" / "data" / "bin"
 
 
 @pytest.fixture(scope="session")

@@ -143,11 +143,13 @@ def test_the_key_text_is_what_published_keys_hold(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     abi = subprocess.run([str(bin_dir / "python"), str(REPO / "provision/programs/abi_facts.py")],
                          capture_output=True, text=True, timeout=60).stdout
-    want = ("horovod=0.28.1\npatches=a79c25dc5c1341b2\nbuild-env=HOROVOD_WITHOUT_TENSORFLOW=1 "
+    # patches= changed once on purpose (2026-11-23: the build-time patches for GCC 13/14 and
+    # Python 3.12 joined the table), and stdlib= was added (the fact those patches follow)
+    want = ("horovod=0.28.1\npatches=e6c2d7e0ad4590c9\nbuild-env=HOROVOD_WITHOUT_TENSORFLOW=1 "
             "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 "
             f"HOROVOD_WITH_GLOO=1\n{abi}mpi={os.path.realpath(bin_dir / 'mpicc')} "
             f"mpirun (Open MPI) 4.1.4\ncxx={os.path.realpath(bin_dir / 'c++')} "
-            "(Debian 12.2.0-14+deb12u1) 12.2.0\ncuda=\nnccl=\n")
+            "(Debian 12.2.0-14+deb12u1) 12.2.0\nstdlib=libstdc++ \ncuda=\nnccl=\n")
     assert proc.stdout == want
     # the same compiler called g++ (as a module's CXX=g++ does) gives the same key text
     (bin_dir / "g++").symlink_to(bin_dir / "c++")

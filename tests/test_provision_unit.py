@@ -24,15 +24,20 @@ def ids(matches: list) -> list[str]:
     return [m.rule.id for m in matches]
 
 
+# the 0.28.1 rows applied at build time, when the toolchain's facts hold
+BUILD_TIME_CPU = ["std-includes", "no-distutils"]
+BUILD_TIME_GPU = ["std-includes", "cuda-std14", "no-distutils"]
+
+
 @pytest.mark.parametrize(("horovod", "torch", "tf", "gpu", "want"), [
-    ("0.28.1", "2.13.0", None, False, ["cxx17"]),
-    ("0.28.1", "2.0.1", None, False, []),
-    ("0.28.1", "1.12.0", "2.10.0", True, []),           # neuron: as the seed built it
-    ("0.28.1", "2.13.0", "2.21.0", False, ["cxx17", "tf-xla-cpu", "keras3"]),
-    ("0.28.1", "2.13.0", "2.21.0", True, ["cxx17", "keras3"]),
+    ("0.28.1", "2.13.0", None, False, ["cxx17", *BUILD_TIME_CPU]),
+    ("0.28.1", "2.0.1", None, False, BUILD_TIME_CPU),
+    ("0.28.1", "1.12.0", "2.10.0", True, BUILD_TIME_GPU),  # neuron: as the seed built it
+    ("0.28.1", "2.13.0", "2.21.0", False, ["cxx17", "tf-xla-cpu", *BUILD_TIME_CPU, "keras3"]),
+    ("0.28.1", "2.13.0", "2.21.0", True, ["cxx17", *BUILD_TIME_GPU, "keras3"]),
     ("0.27.0", "2.1.0", None, False, ["old-horovod-torch2"]),
     ("0.29.0", None, None, False, ["unknown-horovod"]),
-    ("0.28.1", "2.14.0", None, False, ["cxx17", "untested-torch"]),
+    ("0.28.1", "2.14.0", None, False, ["cxx17", *BUILD_TIME_CPU, "untested-torch"]),
     ("0.21.1", "1.7.1", None, True, []),                # taurus
 ])
 def test_compatibility_rules(horovod: str, torch: str | None, tf: str | None, gpu: bool,
@@ -40,9 +45,10 @@ def test_compatibility_rules(horovod: str, torch: str | None, tf: str | None, gp
     assert ids(evaluate(horovod, torch, tf, gpu)) == want
 
 
-def test_local_build_applies_exactly_the_cxx17_patch_and_the_script_carries_it() -> None:
+def test_local_build_always_applies_the_cxx17_patch_and_the_script_carries_it() -> None:
     site = load_site("local")
-    (name, text), = patches_for(site)
+    unconditional = [p for p in patches_for(site) if p.when is None]
+    (name, text), = [(p.name, p.text) for p in unconditional]
     assert name == "horovod-0.28.1-cxx17.patch"
     plan = build_plan(site)
     script = render_script(plan)
@@ -56,8 +62,8 @@ def test_local_build_applies_exactly_the_cxx17_patch_and_the_script_carries_it()
 def test_tensorflow_variant_gets_both_patches_and_the_keras3_warning(
         capsys: pytest.CaptureFixture[str]) -> None:
     site = load_site("local-tf")
-    assert [n for n, _ in patches_for(site)] == ["horovod-0.28.1-cxx17.patch",
-                                                "horovod-0.28.1-tf-xla-cpu.patch"]
+    assert [p.name for p in patches_for(site) if p.when is None] == [
+        "horovod-0.28.1-cxx17.patch", "horovod-0.28.1-tf-xla-cpu.patch"]
     res = cli(capsys, "setup", "--site", "local-tf", "--dry-run")
     assert res.rc == 0
     (warning,) = [ln for ln in res.err.splitlines() if "compat-keras3" in ln]

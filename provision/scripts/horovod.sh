@@ -23,6 +23,7 @@ hpcprov_horovod_key() {
   cxx=$(command -v "${CXX:-c++}" 2>/dev/null || true)
   echo "cxx=${cxx:+$(readlink -f "$cxx")} $("${CXX:-c++}" --version 2>/dev/null \
     | head -n 1 | cut -d' ' -f2- || true)"
+  echo "stdlib=libstdc++ $(hpcprov_build_fact libstdc++)"
   echo "cuda=$(nvcc --version 2>/dev/null | tail -n 1 || true)"
   for d in "${HOROVOD_NCCL_HOME:-}" "${NCCL_HOME:-}" "${CUDA_HOME:-}"; do
     if [ -n "$d" ] && [ -f "$d/include/nccl.h" ]; then
@@ -32,6 +33,81 @@ hpcprov_horovod_key() {
   done
   echo "nccl=${nccl_h:+$(awk '/^#define NCCL_(MAJOR|MINOR|PATCH) / {printf "%s.", $3}' \
     "$nccl_h")}"
+}
+
+# hpcprov_build_fact NAME: print a fact of the build's toolchain that decides a patch
+# (provision/compat.py, BUILD_FACTS): libstdc++ (the major release of the C++ standard library
+# $CXX, else c++, compiles against, from _GLIBCXX_RELEASE; empty for another library) or
+# python (the environment's major.minor).
+hpcprov_build_fact() {
+  case "$1" in
+    libstdc++)
+      printf '#include <cstddef>\n_GLIBCXX_RELEASE\n' | "${CXX:-c++}" -E -x c++ - 2>/dev/null \
+        | tail -n 1 | grep -E '^[0-9]+$' || true ;;
+    python) python -c 'import sys; print("%d.%d" % sys.version_info[:2])' ;;
+    *) hpcprov_error "unknown build fact $1"; return 2 ;;
+  esac
+}
+
+# hpcprov_at_least NAME MINIMUM: the build fact NAME is known and at least MINIMUM (in
+# version order: 3.12 >= 3.9); says which way it went.
+hpcprov_at_least() {
+  local have
+  have=$(hpcprov_build_fact "$1") || return 2
+  if [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$2" "$have" | sort -V | head -n 1)" = "$2" ]; then
+    echo "hpcprov: $1 is $have (>= $2)"
+    return 0
+  fi
+  echo "hpcprov: $1 is ${have:-unknown} (not >= $2)"
+  return 1
+}
+
+# hpcprov_cmake_below MAJOR [PIP_ARG...]: make sure the build's cmake is older than MAJOR
+# (Horovod's gloo fails to configure with CMake 4). When cmake is missing or too new, install
+# cmake<MAJOR with pip (PIP_ARGs: the profile's index options, so a wheelhouse serves offline
+# sites) into $PREFIX/build/cmake and put it first on PATH for the rest of the build.
+hpcprov_cmake_below() {
+  local major="$1" have dir="$PREFIX/build/cmake"
+  shift
+  have=$(cmake --version 2>/dev/null | awk 'NR==1 {print $3}')
+  if [ -n "$have" ] && [ "${have%%.*}" -lt "$major" ]; then
+    return 0
+  fi
+  echo "hpcprov: cmake ${have:-not found}${have:+ at $(command -v cmake)}: installing" \
+    "cmake<$major for this build into $dir"
+  rm -rf "$dir"
+  if ! python -m pip install --no-compile --no-deps --target "$dir" "$@" "cmake>=3.13,<$major" \
+      || [ ! -x "$dir/cmake/data/bin/cmake" ]; then
+    hpcprov_error "no CMake older than $major for the Horovod build: cmake on PATH is" \
+      "${have:-missing} and pip could not install cmake<$major: load a cmake/$((major - 1))" \
+      "module, or put a cmake<$major wheel in the profile's wheelhouse (python.venv.wheelhouse)"
+    return 3
+  fi
+  export PATH="$dir/cmake/data/bin:$PATH"
+  hash -r
+  echo "hpcprov: building with $(cmake --version | head -n 1)"
+}
+
+# hpcprov_nccl_home PROGRAM: which NCCL a GPU build links. One named by the site
+# (HOROVOD_NCCL_HOME, from the profile's horovod.env or a module) is kept; else, when the
+# environment's PyTorch uses NCCL from its nvidia-nccl wheel, the build links exactly that one
+# (two NCCLs in one process can hang): the Python program PROGRAM makes an NCCL home of links
+# under $STATE/nccl (the wheel has no libnccl.so, which Horovod's FindNCCL looks for); else a
+# module's NCCL_HOME; else Horovod searches the CUDA toolkit. Exports HOROVOD_NCCL_HOME (and
+# HOROVOD_NCCL_LINK=SHARED for a wheel's NCCL, which has no static library).
+hpcprov_nccl_home() {
+  local home
+  if [ -n "${HOROVOD_NCCL_HOME:-}" ]; then
+    echo "hpcprov: NCCL from $HOROVOD_NCCL_HOME (HOROVOD_NCCL_HOME, set by the site)"
+  elif home=$(python "$1" "$STATE/nccl"); then
+    export HOROVOD_NCCL_HOME="$home" HOROVOD_NCCL_LINK="${HOROVOD_NCCL_LINK:-SHARED}"
+    echo "hpcprov: NCCL from PyTorch's nvidia-nccl wheel, through $home"
+  elif [ -n "${NCCL_HOME:-}" ]; then
+    export HOROVOD_NCCL_HOME="$NCCL_HOME"
+    echo "hpcprov: NCCL from $NCCL_HOME (NCCL_HOME, set by a module)"
+  else
+    echo "hpcprov: no NCCL named and none beside PyTorch: Horovod searches the CUDA toolkit"
+  fi
 }
 
 # hpcprov_horovod_workdir: an empty build folder $PREFIX/build/horovod (with dist/ for the

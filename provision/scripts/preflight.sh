@@ -31,15 +31,19 @@ hpcprov_check_cxx() {
   fi
 }
 
-# hpcprov_check_cmake MAX_MAJOR: cmake's major version is at most MAX_MAJOR (PyPI's CMake 4
-# fails in gloo's configure).
+# hpcprov_check_cmake MAX_MAJOR: say which CMake the Horovod build will use: the one on PATH
+# when its major version is at most MAX_MAJOR, else (missing, or CMake 4, which fails in gloo's
+# configure) a cmake<MAX_MAJOR+1 that the build step installs for itself from the package index
+# or the profile's wheelhouse (hpcprov_cmake_below).
 hpcprov_check_cmake() {
-  local major
-  major=$(cmake --version | awk 'NR==1 {split($3, v, "."); print v[1]}')
-  if [ "${major:-0}" -gt "$1" ]; then
-    hpcprov_error "$(command -v cmake) is CMake ${major}.x; gloo in Horovod needs CMake $1.x" \
-      "(a newer one fails in its configure): load a cmake/$1.x module or pip uninstall cmake"
-    return 3
+  local have
+  have=$(cmake --version 2>/dev/null | awk 'NR==1 {print $3}')
+  if [ -n "$have" ] && [ "${have%%.*}" -le "$1" ]; then
+    echo "hpcprov: CMake $have ($(command -v cmake)) configures the Horovod build"
+  else
+    echo "hpcprov: CMake ${have:-not found}${have:+ at $(command -v cmake)} cannot build" \
+      "Horovod's gloo (it needs $1.x): the build step installs cmake<$(($1 + 1)) for itself" \
+      "(or load a cmake/$1 module)"
   fi
 }
 

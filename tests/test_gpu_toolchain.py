@@ -1,0 +1,374 @@
+"""Today's GPU toolchains (issue 15): the patches chosen from the build's facts (libstdc++,
+Python), the NCCL that PyTorch's wheel ships, and a CMake 3 when PATH has CMake 4.
+
+Everything here runs on this CPU machine: the facts come from the real compiler and Python,
+the patches are applied to the real Horovod 0.28.1 sdist, CMake 4 and 3 are the real ones from
+the package index. What needs a GPU (nvcc, NCCL itself) is the folder an nvidia-nccl wheel
+installs, made here with its real file names; docs/gpu.md says what that leaves unverified.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+from hpcprov_tests import write_profile
+
+from hpcprov.profiles import load_site
+from hpcprov.provision.horovod_steps import build_lines, links_wheel_nccl
+from hpcprov.provision.library import definitions
+
+PROGRAM = Path(__file__).resolve().parents[1] / "provision" / "programs" / "nccl_home.py"
+
+
+def bash(tmp_path: Path, body: str, env: dict[str, str] | None = None,
+         timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    """Run `body` after the library functions (and files) it calls, as a setup script
+    carries them."""
+    script = tmp_path / "run.sh"
+    script.write_text("\n".join(definitions([body])) + "\n" + body + "\n")
+    base = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(tmp_path),
+            "STATE": str(tmp_path / "state"), "PREFIX": str(tmp_path / "prefix")}
+    return subprocess.run(["bash", str(script)], capture_output=True, text=True,
+                          env={**base, **(env or {})}, timeout=timeout)
+
+
+def python_bin(tmp_path: Path) -> Path:
+    """A folder whose `python` is this interpreter (the environment's python in a setup)."""
+    folder = tmp_path / "pybin"
+    folder.mkdir(exist_ok=True)
+    if not (folder / "python").exists():
+        (folder / "python").symlink_to(sys.executable)
+    return folder
+
+
+# ---- build facts and the patches they choose -------------------------------------------
+
+def test_the_build_facts_are_read_from_the_real_compiler_and_python(tmp_path: Path) -> None:
+    gcc = subprocess.run(["c++", "-dumpversion"], capture_output=True, text=True).stdout
+    major = gcc.strip().split(".")[0]
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    env = {"PATH": f"{python_bin(tmp_path)}:/usr/bin:/bin"}
+    proc = bash(tmp_path, "hpcprov_build_fact libstdc++; hpcprov_build_fact python", env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == [major, py]   # g++'s libstdc++ release is its major version
+    # at least: the fact itself holds, the next release does not; versions compare in version
+    # order (3.11 >= 3.9, which a string comparison gets wrong)
+    checks = {f"libstdc++ {major}": 0, f"libstdc++ {int(major) + 1}": 1, f"python {py}": 0,
+              f"python {sys.version_info[0]}.{sys.version_info[1] + 1}": 1, "python 3.9": 0}
+    for args, want in checks.items():
+        proc = bash(tmp_path, f"hpcprov_at_least {args}", env)
+        assert proc.returncode == want, (args, proc.stdout, proc.stderr)
+        assert ("(>= " if want == 0 else "(not >= ") in proc.stdout
+
+
+def test_an_unknown_fact_and_another_standard_library_are_said(tmp_path: Path) -> None:
+    proc = bash(tmp_path, "hpcprov_at_least cuda 12")
+    assert proc.returncode == 2 and "unknown build fact cuda" in proc.stderr
+    # a compiler whose library is not libstdc++ (no _GLIBCXX_RELEASE): unknown, not applied
+    fake = tmp_path / "cxx"
+    fake.write_text("#!/bin/sh\ncat >/dev/null; echo _GLIBCXX_RELEASE\n")
+    fake.chmod(0o755)
+    proc = bash(tmp_path, "hpcprov_at_least libstdc++ 13",
+                {"CXX": str(fake)})
+    assert proc.returncode == 1 and "libstdc++ is unknown" in proc.stdout
+
+
+def conditional_patch_lines(site_name: str) -> list[str]:
+    """The build step's patch lines (between unpacking and the CMake check), unindented."""
+    lines = [ln[2:] for ln in build_lines(load_site(site_name)) if ln.startswith("  ")]
+    start = lines.index("hpcprov_horovod_unpack") + 1
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("hpcprov_cmake_below"))
+    return lines[start:end]
+
+
+def test_build_time_patches_are_guarded_by_their_facts_in_the_plan() -> None:
+    cpu = conditional_patch_lines("local")
+    assert cpu[0].startswith("hpcprov_file_horovod_0_28_1_cxx17_patch |")
+    assert "if hpcprov_at_least libstdc++ 13; then" in cpu
+    assert "if hpcprov_at_least python 3.12; then" in cpu
+    assert not any("cuda-std14" in ln for ln in cpu)        # a CPU build
+    gpu = conditional_patch_lines("neuron")
+    i = gpu.index("if hpcprov_at_least libstdc++ 14; then")
+    assert "horovod-0.28.1-cuda-std14.patch" in gpu[i + 1] and gpu[i + 2] == "fi"
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The real Horovod 0.28.1 sdist from the package index."""
+    folder = tmp_path_factory.mktemp("sdist")
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary",
+                           ":all:", "--no-build-isolation", "horovod==0.28.1", "-d", str(folder)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (path,) = folder.glob("horovod-0.28.1.tar.gz")
+    return path
+
+
+def unpacked(sdist: Path, into: Path) -> Path:
+    with tarfile.open(sdist) as tar:
+        members = [m for m in tar.getmembers()
+                   if m.name.split("/", 2)[1:2] in (["horovod"], ["CMakeLists.txt"])]
+        tar.extractall(into, members=members, filter="data")
+    return into / "horovod-0.28.1"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("site_name", "stdlib", "want"), [
+    ("local", "12", {"cxx17"}),
+    ("local", "13", {"cxx17", "std-includes"}),
+    ("local", "14", {"cxx17", "std-includes"}),           # a CPU build: no CUDA kernels
+    ("neuron", "14", {"std-includes", "cuda-std14"}),      # torch 1.12: no cxx17 patch
+])
+def test_the_build_applies_the_patches_its_toolchain_needs(
+        sdist: Path, tmp_path: Path, site_name: str, stdlib: str, want: set[str]) -> None:
+    """The build step's own patch lines, run on the real sdist; the compiler stands for one
+    whose libstdc++ has the given release (its preprocessor answers _GLIBCXX_RELEASE), the
+    Python is this one (3.11 here: the distutils patch stays out)."""
+    src = unpacked(sdist, tmp_path / "src")
+    cxx = tmp_path / "cxx"
+    cxx.write_text(f"#!/bin/sh\ncat >/dev/null; echo {stdlib}\n")
+    cxx.chmod(0o755)
+    lines = conditional_patch_lines(site_name)
+    (tmp_path / "prefix" / "build" / "horovod").mkdir(parents=True)
+    proc = bash(tmp_path, "\n".join(lines), {"PATH": f"{python_bin(tmp_path)}:/usr/bin:/bin",
+                                             "CXX": str(cxx), "HPCPROV_SRC": str(src)})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    applied = {line.split("horovod-0.28.1-", 1)[1].removesuffix(".patch")
+               for line in proc.stdout.splitlines() if line.startswith("hpcprov: applying")}
+    assert applied == want
+    group_table = (src / "horovod/common/group_table.h").read_text()
+    assert ("#include <string>" in group_table) == ("std-includes" in want)
+    cuda = (src / "horovod/common/ops/cuda/CMakeLists.txt").read_text()
+    assert ("set(CMAKE_CUDA_STANDARD 14)" in cuda) == ("cuda-std14" in want)
+
+
+@pytest.mark.slow
+def test_the_distutils_patch_lets_horovodrun_load_without_distutils(sdist: Path,
+                                                                    tmp_path: Path) -> None:
+    """Python 3.12 has no distutils: the unpatched js_run fails to import, the patched one
+    imports and finds executables as before (distutils blocked here, on 3.11)."""
+    src = unpacked(sdist, tmp_path / "src")
+    probe = ("import sys; sys.modules['distutils'] = sys.modules['distutils.spawn'] = None; "
+             "import horovod.runner.js_run as j; print(j.find_executable('sh'))")
+    before = subprocess.run([sys.executable, "-c", probe], cwd=src, capture_output=True,
+                            text=True, timeout=60)
+    assert before.returncode != 0 and "distutils" in before.stderr
+    patch = Path(__file__).resolve().parents[1] / "provision/patches"
+    subprocess.run(["patch", "-p1", "--forward", "-i",
+                    str(patch / "horovod-0.28.1-no-distutils.patch")], cwd=src, check=True,
+                   capture_output=True)
+    after = subprocess.run([sys.executable, "-c", probe], cwd=src, capture_output=True,
+                           text=True, timeout=60)
+    assert after.returncode == 0, after.stderr
+    assert after.stdout.strip().endswith("/sh")
+
+
+# ---- NCCL from PyTorch's nvidia-nccl wheel ------------------------------------------------
+
+def nccl_wheel(root: Path, version: tuple[int, int, int] = (2, 28, 9)) -> Path:
+    """What `pip install nvidia-nccl-cu13` puts in site-packages (its real file names)."""
+    nccl = root / "nvidia" / "nccl"
+    (nccl / "include").mkdir(parents=True)
+    (nccl / "lib").mkdir()
+    major, minor, patch = version
+    (nccl / "include" / "nccl.h").write_text(
+        f"#define NCCL_MAJOR {major}\n#define NCCL_MINOR {minor}\n#define NCCL_PATCH {patch}\n")
+    (nccl / "include" / "nccl_device.h").write_text("/* more headers */\n")
+    (nccl / "lib" / "libnccl.so.2").write_bytes(b"\x7fELF not really\n")
+    (nccl / "__init__.py").write_text("")
+    return nccl
+
+
+def test_the_nccl_home_links_the_wheel_pytorch_uses(tmp_path: Path) -> None:
+    wheel = nccl_wheel(tmp_path / "site")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    home = tmp_path / "state" / "nccl"
+    proc = subprocess.run([sys.executable, str(PROGRAM), str(home)], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == str(home)
+    # what Horovod's FindNCCL looks for, each a link to the very file PyTorch loads
+    for name, target in (("include/nccl.h", "include/nccl.h"),
+                         ("include/nccl_device.h", "include/nccl_device.h"),
+                         ("lib/libnccl.so", "lib/libnccl.so.2"),
+                         ("lib/libnccl.so.2", "lib/libnccl.so.2")):
+        assert (home / name).is_symlink() and (home / name).resolve() == wheel / target
+    # run again (a resumed setup, or a newer wheel): the links are replaced, not doubled
+    again = subprocess.run([sys.executable, str(PROGRAM), str(home)], capture_output=True,
+                           text=True, env=env, timeout=60)
+    assert again.returncode == 0 and sorted(p.name for p in (home / "lib").iterdir()) == [
+        "libnccl.so", "libnccl.so.2"]
+
+
+def test_without_a_wheel_nccl_the_program_says_nothing_and_fails(tmp_path: Path) -> None:
+    (tmp_path / "site" / "nvidia" / "cublas").mkdir(parents=True)   # other nvidia wheels only
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "site")}
+    proc = subprocess.run([sys.executable, str(PROGRAM), str(tmp_path / "home")],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert (proc.returncode, proc.stdout) == (1, "")
+    assert not (tmp_path / "home").exists()
+
+
+def nccl_choice(tmp_path: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "state").mkdir(exist_ok=True)
+    body = (f'hpcprov_nccl_home {PROGRAM}\necho "HOME=${{HOROVOD_NCCL_HOME:-}}"\n'
+            'echo "LINK=${HOROVOD_NCCL_LINK:-}"\n'
+            'hpcprov_horovod_key 0.28.1 none "" /dev/null | grep "^nccl="')
+    return bash(tmp_path, body,
+                {"PATH": f"{python_bin(tmp_path)}:/usr/bin:/bin", **env})
+
+
+def test_the_build_takes_pytorchs_nccl_and_the_key_records_its_version(tmp_path: Path) -> None:
+    nccl_wheel(tmp_path / "site")
+    proc = nccl_choice(tmp_path, {"PYTHONPATH": str(tmp_path / "site")})
+    assert proc.returncode == 0, proc.stderr
+    assert f"HOME={tmp_path}/state/nccl" in proc.stdout and "LINK=SHARED" in proc.stdout
+    assert "NCCL from PyTorch's nvidia-nccl wheel" in proc.stdout
+    assert "nccl=2.28.9." in proc.stdout
+
+
+def test_an_nccl_the_site_names_wins_and_a_module_nccl_comes_after_pytorchs(
+        tmp_path: Path) -> None:
+    named = tmp_path / "site-nccl"
+    (named / "include").mkdir(parents=True)
+    (named / "include" / "nccl.h").write_text(
+        "#define NCCL_MAJOR 2\n#define NCCL_MINOR 21\n#define NCCL_PATCH 5\n")
+    nccl_wheel(tmp_path / "site")
+    proc = nccl_choice(tmp_path, {"PYTHONPATH": str(tmp_path / "site"),
+                                  "HOROVOD_NCCL_HOME": str(named)})
+    assert f"HOME={named}" in proc.stdout and "nccl=2.21.5." in proc.stdout
+    assert "set by the site" in proc.stdout and "LINK=\n" in proc.stdout
+    # a module's NCCL_HOME counts only when PyTorch brings no NCCL of its own
+    proc = nccl_choice(tmp_path, {"PYTHONPATH": str(tmp_path / "site"), "NCCL_HOME": str(named)})
+    assert "nccl=2.28.9." in proc.stdout
+    proc = nccl_choice(tmp_path, {"NCCL_HOME": str(named)})
+    assert f"HOME={named}" in proc.stdout and "set by a module" in proc.stdout
+    proc = nccl_choice(tmp_path, {})
+    assert "HOME=\n" in proc.stdout and "Horovod searches the CUDA toolkit" in proc.stdout
+
+
+def test_only_nccl_builds_that_name_no_nccl_look_for_pytorchs(tmp_path: Path) -> None:
+    assert not links_wheel_nccl(load_site("local"))            # a CPU build
+    neuron = load_site("neuron")
+    assert links_wheel_nccl(neuron)
+    lines = build_lines(neuron)
+    nccl = lines.index('hpcprov_nccl_home "$STATE/programs/nccl_home.py"')
+    key = next(i for i, ln in enumerate(lines) if "hpcprov_horovod_key" in ln)
+    assert nccl < key                                           # the key reads its version
+    path = write_profile(tmp_path, "named", """
+        extends: neuron
+        name: named
+        horovod: {env: {HOROVOD_NCCL_HOME: /opt/nccl}}
+        """)
+    from hpcprov.profiles import load
+
+    named = load(str(path))
+    assert not links_wheel_nccl(named)
+    assert not any("nccl_home" in ln for ln in build_lines(named))
+    # the key is computed with the profile's HOROVOD_NCCL_HOME set, so it reads that NCCL
+    (key,) = [ln for ln in build_lines(named) if "hpcprov_horovod_key" in ln]
+    assert key.startswith("HOROVOD_NCCL_HOME=/opt/nccl ") or " HOROVOD_NCCL_HOME=/opt/nccl " in key
+
+
+# ---- CMake 3 where PATH has CMake 4 --------------------------------------------------------
+
+@pytest.mark.slow
+def test_the_build_installs_cmake_3_where_path_has_cmake_4(cmake4: Path, tmp_path: Path) -> None:
+    env = {"PATH": f"{cmake4}:{python_bin(tmp_path)}:/usr/bin:/bin"}
+    proc = bash(tmp_path, "hpcprov_cmake_below 4\ncommand -v cmake\ncmake --version", env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "cmake 4." in proc.stdout and "installing cmake<4" in proc.stdout
+    assert f"{tmp_path}/prefix/build/cmake/cmake/data/bin/cmake\n" in proc.stdout
+    assert "cmake version 3." in proc.stdout.split("building with", 1)[1]
+
+
+@pytest.mark.slow
+def test_a_cmake_3_on_path_is_used_and_no_cmake_at_all_is_fixed_too(tmp_path: Path) -> None:
+    # this machine's own CMake 3 (Debian's): nothing to do
+    proc = bash(tmp_path, "hpcprov_cmake_below 4; command -v cmake",
+                {"PATH": f"{python_bin(tmp_path)}:/usr/bin:/bin"})
+    assert proc.returncode == 0 and proc.stdout.strip() == "/usr/bin/cmake"
+    assert not (tmp_path / "prefix" / "build" / "cmake").exists()
+    # no cmake on PATH at all (PATH: the tools the function uses, no cmake): installed too
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for tool in ("bash", "awk", "head", "rm", "cat", "grep", "tail"):
+        (bare / tool).symlink_to(f"/usr/bin/{tool}")
+    proc = bash(tmp_path, "hpcprov_cmake_below 4\ncmake --version",
+                {"PATH": f"{python_bin(tmp_path)}:{bare}"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "cmake not found: installing cmake<4" in proc.stdout
+
+
+def test_without_a_cmake_3_to_install_the_build_stops_naming_the_fixes(tmp_path: Path) -> None:
+    """An offline site whose wheelhouse has no cmake wheel: exit 3 and the two fixes."""
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "cmake").write_text('#!/bin/sh\necho "cmake version 4.4.4"\n')
+    (fake / "cmake").chmod(0o755)
+    empty = tmp_path / "wheels"
+    empty.mkdir()
+    proc = bash(tmp_path, f"hpcprov_cmake_below 4 --no-index --find-links {empty}",
+                {"PATH": f"{fake}:{python_bin(tmp_path)}:/usr/bin:/bin"})
+    assert proc.returncode == 3
+    (line,) = [ln for ln in proc.stderr.splitlines() if ln.startswith("hpcprov: error:")]
+    assert "cmake on PATH is 4.4.4" in line and "load a cmake/3 module" in line
+    assert "cmake<4 wheel in the profile's wheelhouse" in line
+
+
+# ---- the recipe for one GPU node (docs/gpu.md) ---------------------------------------------
+
+RECIPE = Path(__file__).resolve().parents[1] / "docs" / "gpu"
+
+
+def test_the_recipes_profile_checks_and_plans_the_nccl_build(tmp_path: Path) -> None:
+    """The profile run.sh writes for a node like the one of issue 15 passes `site check`, and
+    its setup plan makes the NCCL home, builds for sm_90 and brings its own CMake 3."""
+    proc = subprocess.run([sys.executable, str(RECIPE / "profile.py"), str(tmp_path),
+                           str(tmp_path / "wheels"), "1", "NVIDIA H100 80GB HBM3",
+                           "2.11.0+cu130"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    path = proc.stdout.strip()
+    check = subprocess.run([sys.executable, "-m", "hpcprov.cli", "site", "check", path],
+                           capture_output=True, text=True, timeout=120)
+    assert check.returncode == 0, check.stdout + check.stderr
+    plan = subprocess.run([sys.executable, "-m", "hpcprov.cli", "setup", "--site", path,
+                           "--dry-run"], capture_output=True, text=True, timeout=120)
+    assert plan.returncode == 0, plan.stderr
+    script = plan.stdout
+    assert 'hpcprov_nccl_home "$STATE/programs/nccl_home.py"' in script
+    assert "HOROVOD_BUILD_CUDA_CC_LIST=90" in script and "HOROVOD_GPU_OPERATIONS=NCCL" in script
+    assert "hpcprov_cmake_below 4 --no-index --find-links" in script
+    assert "torch==2.11.0+cu130" in script
+    bad = subprocess.run([sys.executable, str(RECIPE / "profile.py"), str(tmp_path)],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage: profile.py")
+
+
+@pytest.mark.slow
+def test_the_recipes_kit_installs_hpcprov_without_the_index(tmp_path: Path) -> None:
+    """prepare.sh (for this machine's Python) gathers a kit from which hpcprov installs with
+    --no-index, as run.sh does on the node; the kit has Horovod's sdist and a CMake 3."""
+    py = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    kit = tmp_path / "kit"
+    proc = subprocess.run(["bash", str(RECIPE / "prepare.sh"), str(kit), py],
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    names = {p.name for p in (kit / "wheels").iterdir()}
+    assert "horovod-0.28.1.tar.gz" in names
+    assert any(n.startswith("cmake-3.") for n in names)
+    assert {"run.sh", "profile.py"} <= {p.name for p in kit.iterdir()}
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True,
+                   timeout=300)
+    install = subprocess.run([str(tmp_path / "venv/bin/python"), "-m", "pip", "install", "-q",
+                              "--no-index", "--find-links", str(kit / "wheels"), "hpcprov"],
+                             capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, install.stderr[-3000:]
+    sites = subprocess.run([str(tmp_path / "venv/bin/hpcprov"), "sites"], capture_output=True,
+                           text=True, timeout=120)
+    assert sites.returncode == 0 and "local" in sites.stdout
