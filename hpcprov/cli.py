@@ -527,6 +527,12 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
 @click.option("--compare", metavar="latest|FILE",
               help="compare with a stored run (a regression over 10%% fails)")
 @click.option("--no-history", is_flag=True, help="do not store this run in the history")
+@click.option("--allocation", type=click.Choice(["one", "per-job"]),
+              help="one: every job a step of one allocation, a single wait in the queue "
+                   "(default where the scheduler can, Slurm); per-job: a job per check")
+@click.option("--quick", is_flag=True,
+              help="a smoke run: 4 MiB messages, 5 iterations, 8 training steps (bandwidth "
+                   "not judged); explicit sizes win")
 @json_option
 def validate_cmd(site: str | None, partition: str | None, nodes: int | None, checks: str,
                  prefix: str | None, ranks_per_node: int | None, device: str | None,
@@ -534,7 +540,7 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None, che
                  iters: int, link_bytes: int, steps: int, timeout: float, pending_timeout: float,
                  workdir: str | None, options: tuple[str, ...], junit: str | None,
                  report: str | None, compare: str | None, no_history: bool,
-                 as_json: bool) -> None:
+                 allocation: str | None, quick: bool, as_json: bool) -> None:
     """Submit multi-node allreduce and training jobs, measure, judge, report (exit 0 = pass)."""
     from hpcprov.validate.api import ValidateOptions, validate
     from hpcprov.validate.judge import Outcome
@@ -546,7 +552,7 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None, che
         ranks_per_node=ranks_per_node, device=device, max_bytes=max_bytes, iters=iters,
         link_bytes=link_bytes, steps=steps, timeout=timeout, pending_timeout=pending_timeout,
         workdir=workdir, options=options, junit=junit, report=report, compare=compare,
-        history=not no_history)
+        history=not no_history, allocation=allocation, quick=quick)
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
     data = validate(opts, say)
     if as_json:
@@ -554,9 +560,11 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None, che
     else:
         click.echo(table([Outcome(**x) for x in data["outcomes"]]))
         verdict = "PASS" if data["ok"] else "FAIL"
+        queued = (f", {data['submissions']} submission(s) ({data['allocation']})"
+                  if data.get("submissions") else "")
         click.echo(f"hpcprov: {verdict}: {data['site']}/{data['partition']}, "
                    f"{data['nodes']} node(s), {data['seconds']:.1f} s (harness overhead "
-                   f"{data['overhead_s']:.2f} s); run directory {data['rundir']}")
+                   f"{data['overhead_s']:.2f} s{queued}); run directory {data['rundir']}")
     if not data["ok"]:
         raise click.exceptions.Exit(1)
 

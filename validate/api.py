@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +21,10 @@ from hpcprov.errors import UsageError
 from hpcprov.layout import expand_prefix, read_manifest
 from hpcprov.options import parse_option
 from hpcprov.profiles import load
+from hpcprov.schedulers.allocation import OneAllocation
+from hpcprov.schedulers.base import Executor
 from hpcprov.validate import report as rep
-from hpcprov.validate.plan import CHECKS, DEFAULT_CHECKS, Options
+from hpcprov.validate.plan import CHECKS, DEFAULT_CHECKS, Options, allocation_script
 from hpcprov.validate.run import default_rundir, run_validation
 
 
@@ -50,6 +52,16 @@ class ValidateOptions:
     compare: str | None = None           # "latest" or a stored run's file
     history: bool = True
     extra: dict[str, str] = field(default_factory=dict)
+    # "one": every job a step of one allocation (one wait in the queue); "per-job": a job
+    # each; None: one allocation where the scheduler can run steps (Slurm), else per job
+    allocation: str | None = None
+    quick: bool = False                  # a smoke run: QUICK's sizes where left at defaults
+
+
+# --quick: small messages, few iterations and steps (a verdict that it works, in well under
+# a minute on the testbed; bandwidth references are not reached, so not judged)
+QUICK = {"max_bytes": 4 * 1024 * 1024, "iters": 5, "link_bytes": 4 * 1024 * 1024, "steps": 8}
+ALLOCATIONS = ("one", "per-job")
 
 
 @dataclass(frozen=True)
@@ -59,6 +71,7 @@ class Prepared:
     options: Options
     prefix: Path | None
     rundir: Path
+    allocation: str = "per-job"           # "one" or "per-job", resolved for the scheduler
 
 
 def _checked(o: ValidateOptions) -> tuple[str, ...]:
@@ -68,8 +81,27 @@ def _checked(o: ValidateOptions) -> tuple[str, ...]:
     return o.checks
 
 
+def _allocation(o: ValidateOptions, backend: Any, site: str) -> str:
+    if o.allocation is not None and o.allocation not in ALLOCATIONS:
+        raise UsageError(f"--allocation {o.allocation!r}: choose from {', '.join(ALLOCATIONS)}")
+    steps = backend.allocation_nodes() is not None
+    if o.allocation == "one" and not steps:
+        raise UsageError(f"--allocation one: {backend.title} jobs cannot run other jobs as "
+                         f"steps of one allocation (site {site}); use --allocation per-job")
+    return o.allocation or ("one" if steps else "per-job")
+
+
+def _quick(o: ValidateOptions) -> ValidateOptions:
+    """The options with QUICK's sizes for every knob left at its default."""
+    if not o.quick:
+        return o
+    defaults = ValidateOptions()
+    return replace(o, **{k: v for k, v in QUICK.items() if getattr(o, k) == getattr(defaults, k)})
+
+
 def prepare(o: ValidateOptions) -> Prepared:
     """Resolve the options against the site; every mistake is a one-line UsageError."""
+    o = _quick(o)
     s = load(o.site)
     wanted = _checked(o)
     try:
@@ -95,7 +127,8 @@ def prepare(o: ValidateOptions) -> Prepared:
                    train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,
                    extra=extra, link_bytes=o.link_bytes)
     rundir = Path(expand_prefix(o.workdir or default_rundir(opts)))
-    return Prepared(opts, _ready(s, o.prefix), rundir)
+    allocation = _allocation(o, backend, s.name)
+    return Prepared(opts, _ready(s, o.prefix), rundir, allocation)
 
 
 def _ready(site: Any, prefix: str | None) -> Path | None:
@@ -140,9 +173,16 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
     JSON document `hpcprov validate --json` prints; ``data["ok"]`` is the verdict."""
     ready = prepare(o)
     site = ready.options.site
-    data = run_validation(ready.options, str(ready.prefix) if ready.prefix else None,
-                          ready.rundir, schedulers.of(site).executor(), o.timeout,
+    prefix = str(ready.prefix) if ready.prefix else None
+    backend = schedulers.of(site)
+    executor: Executor = backend.executor()
+    if ready.allocation == "one":
+        executor = OneAllocation(executor, backend, ready.rundir / "allocation",
+                                 lambda queue: allocation_script(ready.options, prefix, queue))
+    data = run_validation(ready.options, prefix, ready.rundir, executor, o.timeout,
                           o.pending_timeout, say)
+    data["allocation"] = ready.allocation
+    data["quick"] = o.quick
     if o.compare:
         _compare(data, site.name, o.compare)
     if o.history:

@@ -24,6 +24,7 @@ from hpcprov.validate.plan import (
     job_rounds,
     job_script,
     link_job,
+    placement,
     plan_jobs,
 )
 from hpcprov.validate.programs.runtime import CHECK_BUILD
@@ -122,7 +123,8 @@ class _Rounds:
             (self.rundir / f"{job.id}.exit").unlink(missing_ok=True)
             try:
                 handles.append(self.executor.submit(script, self.rundir / f"{job.id}.out",
-                                                    self.rundir / f"{job.id}.exit"))
+                                                    self.rundir / f"{job.id}.exit",
+                                                    placement(job, self.o)))
                 submitted.append(job)
             except HpcprovError as exc:  # the scheduler refused it: an error, not the end
                 results.append(_not_run(job, f"refused by the scheduler: {exc}"))
@@ -201,12 +203,15 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
     copy_programs(rundir)
     rounds = _Rounds(o, prefix, rundir, executor, timeout_s, pending_timeout_s, progress)
     results: list[JobResult] = []
-    for rnd in job_rounds(plan_jobs(o)):
-        results += rounds.run(rnd)
     links: dict | None = None
-    if "links" in o.checks:  # the one search check
-        found, links = _search_links(o, rounds)
-        results += found
+    try:
+        for rnd in job_rounds(plan_jobs(o)):
+            results += rounds.run(rnd)
+        if "links" in o.checks:  # the one search check
+            found, links = _search_links(o, rounds)
+            results += found
+    finally:
+        executor.close()
     outcomes = _judge(o, [r for r in results if REGISTRY[r.check].judge is not None])
     if links is not None:
         outcomes += link_outcomes(links["search"], links["busbw"],
@@ -225,6 +230,9 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
                   "reason": r.reason}
                  for r in results],
         "events": executor.events,
+        # how many jobs went through the scheduler's queue (one allocation: 1, unless a
+        # node failure ended it and a new one was needed)
+        "submissions": sum(1 for e in executor.events if e["event"] == "submitted"),
     }
     if links is not None:
         data["links"] = _links_data(links)

@@ -223,9 +223,32 @@ class Backend:
         """Problems of a request that only this scheduler has."""
         return []
 
+    # ---- steps of one allocation (hpcprov/schedulers/allocation.py) --------------------
+    def allocation_nodes(self) -> str | None:
+        """Shell text that prints the allocation's nodes, one per line, inside a job; None
+        where a job's script cannot run other jobs' launches as steps of its allocation."""
+        return None
+
+    def step_env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
+        """The variables that make a job script, run as a step inside a larger allocation,
+        see only its own nodes and tasks (its launchers read them), and the text of a host
+        file to write at ``hostfile`` where they name one (None: no file)."""
+        raise NotImplementedError
+
     # ---- effects -----------------------------------------------------------------------
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a job runs inside an allocation: how many nodes (or exactly these, in order),
+    tasks per node, and whether its launcher starts the tasks through the scheduler (srun)."""
+
+    count: int
+    tasks_per_node: int
+    nodes: tuple[str, ...] = ()
+    starts_tasks: bool = False
 
 
 @dataclass
@@ -276,8 +299,14 @@ class Executor:
             raise HpcprovError(f"{command} refused {script.name}: "
                                f"{(proc.stderr or proc.stdout).strip()}")
 
-    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+    def submit(self, script: Path, output: Path, exit_file: Path,
+               place: Placement | None = None) -> Handle:
+        """Submit a job script (``place``: where it runs, for executors that run jobs as
+        steps of one allocation; a job of its own is placed by its script)."""
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what the executor holds beyond its jobs (an allocation): nothing here."""
 
     def refresh(self, handles: list[Handle]) -> None:
         raise NotImplementedError

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
-from hpcprov.schedulers.base import Backend, Executor, Handle, final_state
+from hpcprov.schedulers.base import Backend, Executor, Handle, Placement, final_state
 
 
 class Local(Backend):
@@ -37,7 +37,8 @@ class LocalExecutor(Executor):
 
     name = "local"
 
-    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+    def submit(self, script: Path, output: Path, exit_file: Path,
+               place: Placement | None = None) -> Handle:
         env = dict(self.env or os.environ)
         if os.geteuid() == 0:  # Open MPI refuses root unless told (mpirun launchers)
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")

@@ -43,6 +43,7 @@ from hpcprov.schedulers.base import (
     Executor,
     Handle,
     PerNode,
+    Placement,
     Setting,
     final_state,
     head_options,
@@ -216,7 +217,8 @@ class LsfExecutor(Executor):
     name = "lsf"
     FORMAT = "jobid stat exit_code exec_host delimiter='|'"
 
-    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+    def submit(self, script: Path, output: Path, exit_file: Path,
+               place: Placement | None = None) -> Handle:
         proc = self._run("bsub", "-o", str(output), "-e", str(output), stdin=script)
         self._submitted(proc, "bsub", script)
         m = re.search(r"Job <(\d+)>", proc.stdout)

@@ -30,6 +30,7 @@ from hpcprov.schedulers.base import (
     Backend,
     Executor,
     Handle,
+    Placement,
     Setting,
     final_state,
     read_exit,
@@ -207,7 +208,8 @@ class PbsExecutor(Executor):
 
     name = "pbs"
 
-    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+    def submit(self, script: Path, output: Path, exit_file: Path,
+               place: Placement | None = None) -> Handle:
         proc = self._run("qsub", "-o", str(output), "-j", "oe", str(script))
         self._submitted(proc, "qsub", script)
         h = Handle(proc.stdout.strip(), script, output, exit_file, time.monotonic())

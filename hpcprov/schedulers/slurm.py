@@ -33,6 +33,7 @@ from hpcprov.schedulers.base import (
     Executor,
     Handle,
     PerNode,
+    Placement,
     Setting,
     final_state,
     head_options,
@@ -195,6 +196,27 @@ class Slurm(Backend):
     def lint(self, req: JobRequest) -> list[Finding]:
         return short_name_findings(req, SHORT_NAMES, flag)
 
+    def allocation_nodes(self) -> str | None:
+        return HOSTNAMES
+
+    def step_env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
+        """What srun, mpirun (Open MPI reads the allocation from these) and the generated
+        host lists read. srun takes -N and -n from SLURM_NNODES and SLURM_NTASKS but no node
+        list from the environment: a step that starts its tasks with srun gets a host file
+        (one line per task, SLURM_DISTRIBUTION=arbitrary), which places them exactly."""
+        nodes, per = place.nodes, place.tasks_per_node
+        names = hostlist.collect_hostlist(list(nodes))
+        tasks = str(len(nodes) * per)
+        env = {"SLURM_JOB_NODELIST": names, "SLURM_NODELIST": names,
+               "SLURM_NNODES": str(len(nodes)), "SLURM_JOB_NUM_NODES": str(len(nodes)),
+               "SLURM_NTASKS": tasks, "SLURM_NPROCS": tasks,
+               "SLURM_NTASKS_PER_NODE": str(per),
+               "SLURM_TASKS_PER_NODE": f"{per}(x{len(nodes)})"}
+        if not place.starts_tasks:
+            return env, None
+        env.update(SLURM_HOSTFILE=str(hostfile), SLURM_DISTRIBUTION="arbitrary")
+        return env, "".join(f"{node}\n" * per for node in nodes)
+
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return SlurmExecutor(env)
 
@@ -212,7 +234,8 @@ class SlurmExecutor(Executor):
         super().__init__(env)
         self._health_at = 0.0
 
-    def submit(self, script: Path, output: Path, exit_file: Path) -> Handle:
+    def submit(self, script: Path, output: Path, exit_file: Path,
+               place: Placement | None = None) -> Handle:
         proc = self._run("sbatch", "--parsable", f"--output={output}", f"--error={output}",
                          str(script))
         self._submitted(proc, "sbatch", script)

@@ -49,6 +49,8 @@ def test_allreduce_across_two_nodes_passes_with_every_implementation(
                           "--junit", str(junit), "--report", str(report))
     assert proc.returncode == 0, (data.get("outcomes"), proc.stderr)
     assert data["ok"] and data["scheduler"] == "slurm"
+    # Slurm's default: every job a step of one allocation, a single wait in the queue
+    assert data["allocation"] == "one" and data["submissions"] == 1
     jobs = {j["id"]: j for j in data["jobs"]}
     assert {"allreduce-torch-gloo", "allreduce-horovod-gloo", "allreduce-horovod-mpi"} <= set(jobs)
     for j in jobs.values():
@@ -78,6 +80,32 @@ def test_a_job_that_cannot_run_fails_the_run_and_says_why(testbed, prefix: Path,
     assert all(j["state"] == "PENDING_TIMEOUT" for j in data["jobs"])
 
 
+def test_the_default_checks_run_in_one_allocation_and_per_job_on_request(
+        testbed, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+    """env, allreduce and train (8 jobs, the 1-node baselines among them) as steps of one
+    allocation, each on its own nodes; the same with a job each (--allocation per-job)."""
+    proc, data = validate(testbed, prefix, tmp_path, "--nodes", "2", "--quick")
+    assert proc.returncode == 0, (data.get("outcomes"), proc.stderr)
+    assert (data["allocation"], data["submissions"], data["quick"]) == ("one", 1, True)
+    jobs = {j["id"]: j for j in data["jobs"]}
+    assert len(jobs) == 8 and all(j["state"] == "COMPLETED" for j in jobs.values())
+    for jid, j in jobs.items():
+        assert j["node_list"] == ("gpu01" if jid.endswith("-1node") else "gpu[01-02]"), jid
+        ranks = {r.get("nodes") for r in j["records"] if "nodes" in r}
+        assert ranks <= {1 if jid.endswith("-1node") else 2}, (jid, j["records"])
+    allocation = [e for e in data["events"] if e["event"] == "submitted"]
+    assert len(allocation) == 1
+    steps = [e for e in data["events"] if e["event"] == "started as a step"]
+    assert len(steps) == 8 and all(e["job"].startswith(allocation[0]["job"] + ".")
+                                   for e in steps)
+    per_job = tmp_path / "per-job"
+    per_job.mkdir()
+    proc, data = validate(testbed, prefix, per_job, "--nodes", "2", "--quick",
+                          "--checks", "env,allreduce", "--allocation", "per-job")
+    assert proc.returncode == 0, (data.get("outcomes"), proc.stderr)
+    assert data["allocation"] == "per-job" and data["submissions"] == len(data["jobs"]) == 4
+
+
 def test_training_across_two_nodes_is_in_sync_and_scales_against_one(
         testbed, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
     proc, data = validate(testbed, prefix, tmp_path, "--nodes", "2", "--checks", "train")
@@ -103,10 +131,11 @@ def test_pernode_runs_every_node_at_once_each_pinned(testbed, prefix: Path,  # n
         assert jobs[f"pernode-{node}"]["state"] == "COMPLETED"
         assert jobs[f"pernode-{node}"]["node_list"] == node
         assert all(r["correct"] and r["nodes"] == 1 for r in jobs[f"pernode-{node}"]["records"])
-    # one round: both jobs were submitted before either ended
+    # one round: both jobs started (as steps of the one allocation) before either ended
     events = [e["event"] for e in data["events"]]
-    assert events.index("submitted", 1) < min(i for i, e in enumerate(events)
-                                              if e.startswith("ended"))
+    assert events.index("started as a step", events.index("started as a step") + 1) < min(
+        i for i, e in enumerate(events) if e.startswith("ended"))
+    assert data["submissions"] == 1
     # pass or fail is not asserted here: the testbed's nodes share this machine's 2 cores,
     # so two nodes measured at once differ by 2-3x (the half-the-median rule is unit-tested)
     got = {o["nodes"] for o in data["outcomes"] if o["name"].endswith("busbw")}

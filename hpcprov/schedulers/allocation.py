@@ -1,0 +1,199 @@
+"""Every job of a run as a step of one allocation: one wait in the queue, not one per job.
+
+After maintenance, with the queue full, a validation of eight jobs submitted one after
+another waits in the queue eight times. Here one job holds the nodes for the whole run: its
+script (:func:`pilot_lines`) starts every step file the harness drops into a queue folder,
+in the background, and ends when told (an ``END`` file), after a quiet spell, or at its time
+limit. A step is a job's own generated script run with the variables its backend gives
+(:meth:`Backend.step_env`), so that its launchers see only its nodes and tasks; its EXIT trap
+writes the status file as in a job of its own. The harness's view does not change: a Handle
+per job, the shared wait(), timeouts, cancellation and node faults.
+
+Only backends whose jobs can run other jobs' launches as steps offer this
+(:meth:`Backend.allocation_nodes`); the others keep a job per check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import hostlist
+
+from hpcprov.fsutil import atomic_write
+from hpcprov.schedulers.base import Backend, Executor, Handle, Placement, final_state, read_exit
+from hpcprov.shell import assign, join, quote
+
+IDLE_S = 300  # a pilot with no step to run for this long ends (its harness is gone)
+
+
+def pilot_lines(queue: str, nodes_command: str, idle_s: int = IDLE_S) -> list[str]:
+    """The allocation's script body: write its nodes to QUEUE/nodes, then start each step
+    file (QUEUE/N.step) in a session of its own, stop a step on QUEUE/N.cancel, end on
+    QUEUE/END (after its steps) or when no step ran for ``idle_s`` seconds."""
+    q = quote(queue)
+    return [
+        "set -u",
+        f"q={q}",
+        f'{nodes_command} > "$q/nodes.part" && mv "$q/nodes.part" "$q/nodes"',
+        "last=$SECONDS",
+        'while [ ! -e "$q/END" ]; do',
+        '  for s in "$q"/*.step; do',
+        '    [ -e "$s" ] || continue',
+        '    n=${s%.step}',
+        '    mv "$s" "$n.run"',
+        '    setsid bash "$n.run" &',
+        '    echo "$!" > "$n.pid"',
+        "  done",
+        '  for c in "$q"/*.cancel; do',
+        '    [ -e "$c" ] || continue',
+        '    n=${c%.cancel}',
+        '    kill -TERM -- "-$(cat "$n.pid")" 2>/dev/null || true',
+        '    rm -f "$c"',
+        "  done",
+        '  if [ -n "$(jobs -rp)" ]; then last=$SECONDS; fi',
+        f"  if [ $((SECONDS - last)) -gt {int(idle_s)} ]; then",
+        f'    echo "hpcprov: no step for {int(idle_s)} s: ending the allocation"',
+        "    break",
+        "  fi",
+        "  sleep 0.2",
+        "done",
+        "wait",
+    ]
+
+
+class OneAllocation(Executor):
+    """Runs the jobs it is given as steps of one allocation, submitted (through ``inner``)
+    with the first job; a new one if the allocation ended (a node failed) before the run."""
+
+    def __init__(self, inner: Executor, backend: Backend, folder: Path,
+                 script: Callable[[Path], str]) -> None:
+        super().__init__(inner.env)
+        self.inner, self.backend, self.folder, self.script = inner, backend, folder, script
+        self.name = inner.name
+        self.events = inner.events         # one record of submissions and states
+        self.allocations: list[Handle] = []
+        self.nodes: list[str] | None = None
+        self._waiting: list[tuple[Handle, Placement | None, Path]] = []
+        self._step_files: dict[str, Path] = {}   # job id -> its step's queue path (no suffix)
+        self._seq = 0
+        self.queue = folder
+
+    # ---- the allocation ----------------------------------------------------------------
+    def _allocate(self) -> Handle:
+        self.nodes = None
+        self.queue = self.folder / f"allocation-{len(self.allocations) + 1}"
+        self.queue.mkdir(parents=True, exist_ok=True)
+        script = self.queue / "allocation.sh"
+        script.write_text(self.script(self.queue))
+        handle = self.inner.submit(script, self.queue / "allocation.out",
+                                   self.queue / "allocation.exit")
+        self.allocations.append(handle)
+        return handle
+
+    @property
+    def current(self) -> Handle | None:
+        return self.allocations[-1] if self.allocations else None
+
+    def _read_nodes(self) -> None:
+        if self.nodes is None:
+            try:
+                text = (self.queue / "nodes").read_text()
+            except OSError:
+                return
+            self.nodes = [n for n in text.split() if n]
+
+    # ---- steps -------------------------------------------------------------------------
+    def submit(self, script: Path, output: Path, exit_file: Path,
+               place: Placement | None = None) -> Handle:
+        alloc = self.current
+        if alloc is None or alloc.done:
+            alloc = self._allocate()
+        self._seq += 1
+        h = Handle(f"{alloc.job_id}.{self._seq}", script, output, exit_file, time.monotonic())
+        self._waiting.append((h, place, self.queue / f"{self._seq:04d}"))
+        self._event(h, f"queued in allocation {alloc.job_id}")
+        return h
+
+    def _start(self, h: Handle, place: Placement | None, base: Path) -> None:
+        """Write the step file (atomically: the pilot sees it whole or not at all)."""
+        assert self.nodes is not None
+        if place is None:
+            place = Placement(len(self.nodes), 1)
+        nodes = list(place.nodes) or self.nodes[:place.count]
+        missing = [n for n in nodes if n not in self.nodes]
+        if missing or len(nodes) < place.count:
+            h.state, h.ended = "NOT_IN_ALLOCATION", time.monotonic()
+            h.reason = (f"needs {', '.join(missing) or f'{place.count} node(s)'}, the "
+                        f"allocation has {', '.join(self.nodes)}")
+            self._event(h, h.reason)
+            return
+        fixed = Placement(len(nodes), place.tasks_per_node, tuple(nodes), place.starts_tasks)
+        env, hosts = self.backend.step_env(fixed, base.with_suffix(".hosts"))
+        if hosts is not None:
+            atomic_write(base.with_suffix(".hosts"), hosts)
+        body = [f"export {assign(k, v)}" for k, v in env.items()]
+        body.append(join(["exec", "bash", str(h.script)]) + f" > {quote(str(h.output))} 2>&1")
+        atomic_write(base.with_suffix(".step"), "\n".join(body) + "\n")
+        self._step_files[h.job_id] = base
+        h.state, h.started, h.nodes = "RUNNING", time.monotonic(), \
+            hostlist.collect_hostlist(nodes)
+        self._event(h, "started as a step")
+
+    def refresh(self, handles: list[Handle]) -> None:
+        alloc = self.current
+        if alloc is None:
+            return
+        if not alloc.done:
+            self.inner.refresh([alloc])
+        if alloc.done:
+            for h in handles:
+                if not h.done:
+                    self._ended_with(h, alloc)
+            self._waiting = []
+            return
+        self._read_nodes()
+        if self.nodes is not None:
+            for h, place, base in self._waiting:
+                self._start(h, place, base)
+            self._waiting = []
+        for h in handles:
+            if not h.done and h.job_id in self._step_files:
+                code = read_exit(h.exit_file)
+                if code is not None:
+                    h.exit_code, h.state, h.ended = code, final_state(code), time.monotonic()
+
+    def _ended_with(self, h: Handle, alloc: Handle) -> None:
+        """The allocation ended under a step: the step ends with its state and reason."""
+        code = read_exit(h.exit_file) if h.job_id in self._step_files else None
+        if code is not None:
+            h.exit_code, h.state = code, final_state(code)
+        else:
+            h.state = alloc.state if alloc.state != "COMPLETED" else "FAILED"
+            h.reason = (f"allocation {alloc.job_id} ended ({alloc.state}"
+                        + (f": {alloc.reason}" if alloc.reason else "") + ")")
+            h.bad_nodes = alloc.bad_nodes
+        h.ended = time.monotonic()
+
+    def cancel(self, handle: Handle) -> None:
+        self._waiting = [w for w in self._waiting if w[0] is not handle]
+        base = self._step_files.get(handle.job_id)
+        if base is not None:
+            atomic_write(base.with_suffix(".cancel"), "")
+
+    def usable_nodes(self, partition: str) -> list[str] | None:
+        return self.inner.usable_nodes(partition)
+
+    def close(self, grace_s: float = 60) -> None:
+        """Tell the allocation to end (after its steps); cancel it if it does not."""
+        alloc = self.current
+        if alloc is None or alloc.done:
+            return
+        if alloc.started is None:  # still waiting in the queue: nothing to finish
+            self.inner.cancel(alloc)
+            alloc.state, alloc.ended = "CANCELLED", time.monotonic()
+            self._event(alloc, "cancelled: the run ended before the allocation started")
+            return
+        atomic_write(self.queue / "END", "")
+        self.inner.wait([alloc], grace_s)
