@@ -180,9 +180,20 @@ def build_lines(site: Site) -> list[str]:
     ]
 
 
+# what each framework Horovod builds for is imported as
+FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+
+
 def check_build_lines(site: Site) -> list[str]:
+    """`horovodrun -cb`, run by check_build.py with the built frameworks imported first (its
+    checking processes are forks: they inherit the imports instead of repeating them), and
+    every entry the profile builds expected in its output."""
+    modules = [FRAMEWORK_MODULES[f] for f in site.horovod.frameworks if f in FRAMEWORK_MODULES]
     # the frameworks were installed --no-compile: let these imports write the bytecode
-    lines = ["unset PYTHONDONTWRITEBYTECODE", 'horovodrun -cb | tee "$STATE/check-build.txt"']
+    lines = ["unset PYTHONDONTWRITEBYTECODE", 'mkdir -p "$STATE/programs"',
+             join([file_function("check_build.py")]) + ' > "$STATE/programs/check_build.py"',
+             join(["python", Raw('"$STATE/programs/check_build.py"'), *modules])
+             + ' | tee "$STATE/check-build.txt"']
     want = expected_check_build(site.horovod)
     for key, names in want.items():
         title = CB_SECTIONS[key][0]

@@ -170,9 +170,12 @@ def test_neuron_setup_is_the_seed_build(capsys: pytest.CaptureFixture[str]) -> N
     assert any(contains_run(w, ["pip", "install"]) and "tensorflow-gpu==2.10.0" in w
                for w in pips)
 
-    # verify with horovodrun -cb, after the build
+    # verify with horovodrun -cb, after the build: horovodrun's own -cb (its entry point's
+    # function), run with the built frameworks imported first (check_build.py)
     check = function_body(out, "step_check_build")
-    assert any(line.startswith("horovodrun -cb") for line in check)
+    assert 'python "$STATE/programs/check_build.py" tensorflow torch | tee ' \
+        '"$STATE/check-build.txt"' in check
+    assert 'sys.argv = ["horovodrun", "-cb"]' in out and "run_commandline()" in out
     # ... which must show what the profile builds: TF, PyTorch, MPI, Gloo and NCCL
     expected = [words(line)[1:] for line in check if line.startswith("hpcprov_expect_cb")]
     assert ["Available Frameworks", "TensorFlow"] in expected

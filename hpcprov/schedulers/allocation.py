@@ -165,9 +165,11 @@ class OneAllocation(Executor):
                     h.exit_code, h.state, h.ended = code, final_state(code), time.monotonic()
 
     def _ended_with(self, h: Handle, alloc: Handle) -> None:
-        """The allocation ended under a step: the step ends with its state and reason."""
+        """The allocation ended under a step: the step ends with it. When the allocation
+        failed (a node died, it was cancelled or ran out of time) so did the step, whatever
+        status its trap wrote as it was killed (a killed srun may leave 0 there)."""
         code = read_exit(h.exit_file) if h.job_id in self._step_files else None
-        if code is not None:
+        if code is not None and alloc.state == "COMPLETED":
             h.exit_code, h.state = code, final_state(code)
         else:
             h.state = alloc.state if alloc.state != "COMPLETED" else "FAILED"

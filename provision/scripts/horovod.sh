@@ -111,11 +111,19 @@ hpcprov_nccl_home() {
 }
 
 # hpcprov_horovod_workdir: an empty build folder $PREFIX/build/horovod (with dist/ for the
-# wheel); make then runs -jN (N: the cores, at most 8) unless MAKEFLAGS says otherwise.
+# wheel); make then runs -jN (N: the cores, at most 8) unless MAKEFLAGS says otherwise. Where
+# ccache is installed (and the site sets no compiler launcher), compiles go through it, with
+# paths taken relative to $PREFIX: a second build of the same sources (another prefix, another
+# framework set) reuses the objects it shares with the first. The wheel does not change.
 hpcprov_horovod_workdir() {
   rm -rf "$PREFIX/build/horovod"
   mkdir -p "$PREFIX/build/horovod/dist"
   export MAKEFLAGS="${MAKEFLAGS:--j$(($(nproc) < 8 ? $(nproc) : 8))}"
+  if command -v ccache >/dev/null 2>&1 && [ -z "${CMAKE_CXX_COMPILER_LAUNCHER:-}" ]; then
+    export CMAKE_CXX_COMPILER_LAUNCHER=ccache CMAKE_CUDA_COMPILER_LAUNCHER=ccache
+    export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$PREFIX}" CCACHE_NOHASHDIR="${CCACHE_NOHASHDIR:-1}"
+    echo "hpcprov: compiling through ccache ($(command -v ccache))"
+  fi
 }
 
 # hpcprov_horovod_unpack: unpack the sdist downloaded into $PREFIX/build/horovod; sets

@@ -100,10 +100,11 @@ def test_the_default_checks_run_in_one_allocation_and_per_job_on_request(
                                    for e in steps)
     per_job = tmp_path / "per-job"
     per_job.mkdir()
-    proc, data = validate(testbed, prefix, per_job, "--nodes", "2", "--quick",
-                          "--checks", "env,allreduce", "--allocation", "per-job")
+    proc, data = validate(testbed, prefix, per_job, "--nodes", "2", "--checks", "env",
+                          "--allocation", "per-job")
     assert proc.returncode == 0, (data.get("outcomes"), proc.stderr)
-    assert data["allocation"] == "per-job" and data["submissions"] == len(data["jobs"]) == 4
+    assert data["allocation"] == "per-job" and data["submissions"] == len(data["jobs"]) == 1
+    assert not [e for e in data["events"] if e["event"] == "started as a step"]
 
 
 def test_training_across_two_nodes_is_in_sync_and_scales_against_one(

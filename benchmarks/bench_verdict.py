@@ -1,0 +1,80 @@
+"""Time to a verdict: `hpcprov validate` on the real Slurm testbed, one allocation or a job each."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks import Context, Result
+
+NAME = "verdict"
+TITLE = "Time to a verdict (`hpcprov validate --site testbed -N 2`)"
+PREFIX = os.environ.get("HPCPROV_BENCH_TESTBED_PREFIX",
+                        "/var/lib/hpcprov-testbed/scratch/bench/prefix")
+METHOD = f"""\
+`hpcprov validate --site testbed -N 2 --device cpu` with its default checks (env, allreduce,
+train: 8 jobs, the two 1-node training baselines among them) on the real 2-node Slurm testbed
+(`python -m hpcprov.testbed up`), as root, in a prefix provisioned with
+`hpcprov setup --site testbed` (`HPCPROV_BENCH_TESTBED_PREFIX`, default `{PREFIX}`). Each row
+is the run's wall time (the JSON's `seconds`, from the first submission to the verdict; the
+process adds its start-up, under a second), and beside it the JSON's split: `jobs_seconds`
+(the time jobs were in flight) and `overhead_s` (the rest: the harness), and `submissions`
+(how many jobs went through `sbatch`):
+
+- **one allocation** (`--allocation one`, Slurm's default): one `sbatch`, every job a step;
+- **a job each** (`--allocation per-job`): one `sbatch` per job, as before;
+- **quick** (`--quick`, one allocation): 4 MiB messages, 5 iterations, 8 training steps.
+
+The testbed's queue is empty, so a submission waits only for the controller to start it
+(about a second each here); on a cluster after maintenance each submission waits in a full
+queue, which one allocation pays once instead of eight times. The testbed's nodes share this
+machine's 2 cores, so these are timings of the harness and the jobs' start-up, not of a
+network."""
+
+RUNS = (("one allocation", ("--allocation", "one")),
+        ("a job each", ("--allocation", "per-job")),
+        ("quick", ("--quick",)))
+
+
+def _validate(args: tuple[str, ...], env: dict[str, str], work: Path) -> dict:
+    argv = [sys.executable, "-m", "hpcprov.cli", "validate", "--site", "testbed", "--nodes",
+            "2", "--device", "cpu", "--env", PREFIX, "--json", "--no-history", "--workdir",
+            str(work), *args]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
+    data = json.loads(proc.stdout or "{}")
+    if proc.returncode != 0 or not data.get("ok"):
+        raise RuntimeError(f"validate {' '.join(args)} failed: {proc.stderr[-500:]}")
+    return data
+
+
+def run(ctx: Context) -> list[Result]:
+    state = Path("/var/lib/hpcprov-testbed/etc/slurm.conf")
+    manifest = Path(PREFIX) / ".hpcprov" / "manifest.json"
+    if os.geteuid() != 0 or not state.exists() or not manifest.exists():
+        why = ("not available: needs root, the testbed up and a prefix set up for it "
+               f"(hpcprov setup --site testbed --prefix {PREFIX})")
+        return [Result(label, "s", status=why) for label, _ in RUNS]
+    env = {**os.environ, "SLURM_CONF": str(state)}
+    base = Path("/var/lib/hpcprov-testbed/scratch")
+    repeat = 1 if ctx.quick else min(ctx.repeat, 3)
+    results = []
+    for label, args in RUNS:
+        walls, jobs, overhead, submissions = [], [], [], []
+        for i in range(repeat):
+            with tempfile.TemporaryDirectory(dir=base) as tmp:
+                ctx.log(f"{label}: run {i + 1} of {repeat}")
+                data = _validate(args, env, Path(tmp) / "run")
+            walls.append(data["seconds"])
+            jobs.append(data["jobs_seconds"])
+            overhead.append(data["overhead_s"])
+            submissions.append(data["submissions"])
+        results.append(Result(label, "s", walls,
+                              note=f"jobs {min(jobs):.1f}-{max(jobs):.1f} s, harness "
+                                   f"{min(overhead):.2f}-{max(overhead):.2f} s, "
+                                   f"{max(submissions)} submission(s), "
+                                   f"{len(data['jobs'])} jobs"))
+    return results
