@@ -183,14 +183,14 @@ def git_commit(root: Path = ROOT) -> str:
     return f"{commit} + uncommitted changes" if dirty else commit
 
 
-def describe_machine(m: dict[str, Any]) -> str:
+def describe_machine(m: dict[str, Any], load: bool = True) -> str:
     cores = f"{m['cores']} cores"
     if m.get("usable_cores") and m["usable_cores"] != m["cores"]:
         cores += f" ({m['usable_cores']} usable)"
-    load = f"; load average {' / '.join(str(x) for x in m['load'])} at start" \
-        if m.get("load") else ""
+    at = f"; load average {' / '.join(str(x) for x in m['load'])} at start" \
+        if load and m.get("load") else ""
     return (f"{m['cpu']}, {cores}, {m['memory_gib']} GiB memory, {m['kernel']}, "
-            f"{m['python']}{load}")
+            f"{m['python']}{at}")
 
 
 # ------------------------------------------------------------------ storage and Markdown
@@ -259,7 +259,7 @@ def render(sections: list[dict[str, Any]]) -> str:
         out += [f"## {s['title']} (`{s['name']}`)", ""]
         where = "" if newest and run["machine"]["cpu"] == newest["run"]["machine"]["cpu"] \
             and run["machine"]["cores"] == newest["run"]["machine"]["cores"] \
-            else f" on {describe_machine(run['machine'])}"
+            else f" on {describe_machine(run['machine'], load=False)}"
         quick = " (a `--quick` run)" if run.get("quick") else ""
         again = f"python -m benchmarks --only {s['name']}" + (" --quick" if run.get("quick")
                                                                else "")
