@@ -28,6 +28,13 @@ METHOD = f"""\
   `--quick`). Target: <= 20 s (issue 16; it was 60 s).
 - **warm**: the same command again on the finished prefix (nothing changed): it must say
   "nothing to do". Target: <= 1 s.
+- **bare steps**: the same setup done by hand (`benchmarks/bare_setup.sh`: a virtualenv,
+  torch and numpy, Horovod's sdist with the C++17 patch built with PyTorch, MPI and Gloo,
+  installed, `horovodrun -cb`, a 2-process allreduce), run right after the cold setup with
+  the same cache settings; the ratio row is cold / bare. Target: <= 1.1 (issue 16).
+
+Every run has pip's cache and ccache off (`PIP_NO_CACHE_DIR=1`, `CCACHE_DISABLE=1`), so
+"cold" compiles everything.
 
 The per-step rows come from each run's journal (`PREFIX/.hpcprov/journal.json`, the runner's
 own clock around each step). torch is installed from this machine's local wheel directory,
@@ -51,6 +58,17 @@ def _setup(prefix: Path, env: dict[str, str]) -> tuple[float, dict[str, float]]:
                   if s.get("status") == "done"}
 
 
+def _bare(prefix: Path, env: dict[str, str]) -> float:
+    """The bare steps (bare_setup.sh) into ``prefix``: wall seconds."""
+    here = Path(__file__).resolve().parent
+    proof = here.parent / "provision" / "programs" / "allreduce_pytorch.py"
+    patch = here.parent / "provision" / "patches" / "horovod-0.28.1-cxx17.patch"
+    t0 = time.perf_counter()
+    Process(["bash", str(here / "bare_setup.sh"), str(prefix), str(patch), str(proof)], env,
+            timeout=3600).once()
+    return time.perf_counter() - t0
+
+
 def _step_rows(kind: str, per_run: list[dict[str, float]]) -> list[Result]:
     steps = list(per_run[0]) if per_run else []
     return [Result(f"{kind}: step {step}", "s", [r.get(step, 0.0) for r in per_run])
@@ -61,7 +79,8 @@ def run(ctx: Context) -> list[Result]:
     ctx.cache.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="provision-", dir=ctx.cache))
     wheelhouse = base / "wheelhouse"
-    env = {**os.environ, "HPCPROV_WHEELHOUSE": str(wheelhouse), "PIP_NO_CACHE_DIR": "1"}
+    env = {**os.environ, "HPCPROV_WHEELHOUSE": str(wheelhouse), "PIP_NO_CACHE_DIR": "1",
+           "CCACHE_DISABLE": "1"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     results: list[Result] = []
     try:
@@ -73,6 +92,10 @@ def run(ctx: Context) -> list[Result]:
             cold_walls.append(wall)
             cold_steps.append(steps)
         results.append(Result("cold (nothing cached)", "s", cold_walls))
+        ctx.log("bare steps (the same setup by hand: several minutes)")
+        bare = _bare(base / "bare", env)
+        results.append(Result("bare steps (the same by hand)", "s", [bare]))
+        results.append(Result("cold / bare steps", "x", [cold_walls[0] / bare], target=1.1))
         hits = 1 if ctx.quick else HIT_RUNS
         hit_walls, hit_steps = [], []
         for i in range(hits):
@@ -97,8 +120,9 @@ def run(ctx: Context) -> list[Result]:
             top = sorted(hit.items(), key=lambda kv: -kv[1])[:3]
             ctx.note("Where a wheelhouse-hit setup spends its time (median per step): "
                      + ", ".join(f"{k} {v:.1f} s" for k, v in top) + ". `check-build` is "
-                     "`horovodrun -cb`, which starts a Python process per framework and "
-                     "feature it reports, each importing torch.")
+                     "`horovodrun -cb`, which forks a process per framework and feature it "
+                     "reports; hpcprov runs it with torch imported first, so the forks "
+                     "inherit the import (the first import also writes torch's bytecode).")
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return results
