@@ -58,8 +58,9 @@ class ValidateOptions:
     quick: bool = False                  # a smoke run: QUICK's sizes where left at defaults
 
 
-# --quick: small messages, few iterations and steps (a verdict that it works, in well under
-# a minute on the testbed; bandwidth references are not reached, so not judged)
+# --quick: small messages, few iterations and steps (a verdict that every path works; the
+# bandwidth references are not reached, so not judged; 113 s on the testbed, where the
+# jobs' start-up dominates: docs/validation.md)
 QUICK = {"max_bytes": 4 * 1024 * 1024, "iters": 5, "link_bytes": 4 * 1024 * 1024, "steps": 8}
 ALLOCATIONS = ("one", "per-job")
 

@@ -305,17 +305,13 @@ def placement(job: Job, o: Options) -> Placement:
 
 def allocation_request(o: Options, prefix: str | None) -> JobRequest:
     """The one allocation of a run: the run's nodes (every partition node the pernode and
-    links checks use, pinned), as many tasks per node as its biggest job."""
+    links checks use, pinned), as many tasks per node as its biggest job. It runs no launch
+    itself, so it activates no environment (its steps do)."""
     pinned = list(o.node_names) if {"pernode", "links"} & set(o.checks) else []
     rpn = max(ranks_per_node(o), 2 if "pernode" in o.checks else 1)
-    options = dict(o.extra)
-    if pinned:
-        options.update(schedulers.of(o.site).pin(",".join(pinned)) or {})
-    return JobRequest(site=o.site, nodes=max(o.nodes, len(pinned)), partition=o.partition,
-                      launcher=_any_launcher(o.site), tasks_per_node=rpn,
-                      gpus_per_node=None if o.device == "cuda" else 0, command=(),
-                      job_name="hpcprov-validate", options=options, prefix=prefix,
-                      activate=False)
+    whole = Job("allocation", "allocation", "allocation", max(o.nodes, len(pinned)), rpn,
+                _any_launcher(o.site), "", (), node=",".join(pinned) or None)
+    return replace(job_request(whole, o, prefix, "hpcprov-validate"), activate=False)
 
 
 def allocation_script(o: Options, prefix: str | None, queue: Path) -> str:

@@ -62,6 +62,11 @@ hpcprov_at_least() {
   return 1
 }
 
+# hpcprov_cmake_version: the version of the cmake on PATH (3.25.1), nothing when there is none.
+hpcprov_cmake_version() {
+  cmake --version 2>/dev/null | awk 'NR==1 {print $3}'
+}
+
 # hpcprov_cmake_below MAJOR [PIP_ARG...]: make sure the build's cmake is older than MAJOR
 # (Horovod's gloo fails to configure with CMake 4). When cmake is missing or too new, install
 # cmake<MAJOR with pip (PIP_ARGs: the profile's index options, so a wheelhouse serves offline
@@ -69,7 +74,7 @@ hpcprov_at_least() {
 hpcprov_cmake_below() {
   local major="$1" have dir="$PREFIX/build/cmake"
   shift
-  have=$(cmake --version 2>/dev/null | awk 'NR==1 {print $3}')
+  have=$(hpcprov_cmake_version)
   if [ -n "$have" ] && [ "${have%%.*}" -lt "$major" ]; then
     return 0
   fi

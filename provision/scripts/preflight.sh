@@ -37,7 +37,7 @@ hpcprov_check_cxx() {
 # or the profile's wheelhouse (hpcprov_cmake_below).
 hpcprov_check_cmake() {
   local have
-  have=$(cmake --version 2>/dev/null | awk 'NR==1 {print $3}')
+  have=$(hpcprov_cmake_version)
   if [ -n "$have" ] && [ "${have%%.*}" -le "$1" ]; then
     echo "hpcprov: CMake $have ($(command -v cmake)) configures the Horovod build"
   else
