@@ -14,6 +14,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import benchmarks as bench  # noqa: E402
+from benchmarks import bench_reframe as bench_reframe_module  # noqa: E402
 
 
 def _section(name: str, results: list[bench.Result], date: str) -> dict[str, object]:
@@ -94,3 +95,87 @@ def test_the_scale_benchmarks_site_is_a_validated_profile_with_the_big_partition
     site = bench_scale.big_site()
     assert site.partitions["big"].nodes == bench_scale.NODES
     assert site.partitions["big"].gpus == site.partition()[1].gpus
+
+
+def _reframe_spec(prefix: str, *env: tuple[str, str]) -> bench_reframe_module.Spec:
+    """The ReFrame job's spec from the bundled testbed profile, with more variables."""
+    from dataclasses import replace
+
+    from hpcprov.profiles import load_site
+
+    spec = bench_reframe_module.spec_for(load_site("testbed"), prefix)
+    return replace(spec, env=(*spec.env, *env))
+
+
+def test_the_reframe_job_is_the_job_hpcprov_generates_for_its_allreduce_check(
+        tmp_path: Path) -> None:
+    """bench_reframe: the site it gives `hpcprov validate` plans the torch gloo allreduce
+    alone, with the job script `--site testbed` generates; the ReFrame job's environment,
+    launch and program are the lines of that script."""
+    from dataclasses import replace
+
+    from hpcprov.profiles import load_site
+    from hpcprov.shell import join
+    from hpcprov.validate.plan import Options, job_script, plan_jobs
+    from hpcprov.validate.run import command_for
+
+    b = bench_reframe_module
+    prefix, rundir = "/scratch/bench/prefix", tmp_path / "run"
+    quick = {"max_bytes": 4 * 1024 * 1024, "iters": 5}
+    testbed = Options(load_site("testbed"), b.PARTITION, b.NODES, ("allreduce",),
+                      device="cpu", **quick)
+    bench_site = replace(testbed, site=load_site(str(b.site_profile(tmp_path / "site"))))
+    [job] = plan_jobs(bench_site)
+    assert job.id == b.JOB_ID and len(plan_jobs(testbed)) > 1  # the Horovod jobs left out
+    script = job_script(job, bench_site, prefix, str(rundir),
+                        command_for(job, bench_site, rundir))
+    original = next(j for j in plan_jobs(testbed) if j.id == b.JOB_ID)
+    assert script == job_script(original, testbed, prefix, str(rundir),
+                                command_for(original, testbed, rundir))
+
+    spec = _reframe_spec(prefix)
+    lines = script.splitlines()
+    assert all(cmd in lines for cmd in spec.prepare_cmds())
+    assert all(f"export {k}={v}" in lines for k, v in spec.env_vars())
+    assert all(cmd in lines for cmd in b.MASTER_ADDR)
+    assert join(["srun", *spec.srun_options, "python", str(rundir / "allreduce.py"),
+                 *b.PROGRAM_ARGS]) in lines
+    assert all(f"#SBATCH {opt}" in lines for opt in spec.access)
+    assert f"#SBATCH --cpus-per-task={spec.cpus_per_task}" in lines
+
+
+def test_the_reframe_configuration_and_check_are_python_with_their_shell_values_quoted(
+        tmp_path: Path) -> None:
+    import ast
+    import shlex
+
+    b = bench_reframe_module
+    spec = _reframe_spec("/scratch/my prefix", ("GREETING", "a b; c"))
+    trap = ["t0=$(date +%s.%N)", "trap 'echo done' EXIT"]
+    text = b.reframe_config(spec, tmp_path / "run dir", "slurm", trap)
+    scope: dict[str, object] = {}
+    exec(compile(text, "config.py", "exec"), scope)
+    config = scope["site_configuration"]
+    assert isinstance(config, dict)
+    [system] = config["systems"]
+    [part] = system["partitions"]
+    assert (part["scheduler"], part["launcher"], part["prepare_cmds"]) == ("slurm", "srun", trap)
+    assert part["access"] == ["--partition=amd_a100nv_8", "--comment=python"]
+    [environ] = config["environments"]
+    assert "source '/scratch/my prefix/venvs/horovod/bin/activate'" in environ["prepare_cmds"]
+    assert ["GREETING", "'a b; c'"] in environ["env_vars"]
+    assert ["MASTER_PORT", "29500"] in environ["env_vars"]
+    assert config["general"][0]["report_file"] == str(tmp_path / "run dir" / "report.json")
+
+    check = b.reframe_check(spec, tmp_path / "my programs", (*b.PROGRAM_ARGS, "--x", "a b'"))
+    tree = ast.parse(check)
+    [cls] = [n for n in tree.body if isinstance(n, ast.ClassDef)]
+    attrs = {t.id: ast.literal_eval(n.value) for n in cls.body if isinstance(n, ast.Assign)
+             for t in n.targets if isinstance(t, ast.Name)}
+    # ReFrame joins executable_opts with spaces: the shell must split them back
+    assert shlex.split(" ".join(attrs["executable_opts"])) == [
+        "allreduce.py", *b.PROGRAM_ARGS, "--x", "a b'"]
+    assert attrs["sourcesdir"] == str(tmp_path / "my programs")
+    assert (attrs["num_tasks"], attrs["num_tasks_per_node"], attrs["num_cpus_per_task"]) == (
+        2, 1, 4)
+    assert "--mpi=pmix" in check and attrs["valid_systems"] == ["testbed:amd_a100nv_8"]
