@@ -182,17 +182,23 @@ def build_lines(site: Site) -> list[str]:
 
 # what each framework Horovod builds for is imported as
 FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet"}
+# what a training process of that framework imports later, on first use (compiled at setup:
+# a job that cannot write bytecode would compile it in every process)
+LAZY_MODULES = {"pytorch": ("torch._dynamo",)}
 
 
 def check_build_lines(site: Site) -> list[str]:
     """`horovodrun -cb`, run by check_build.py with the built frameworks imported first (its
     checking processes are forks: they inherit the imports instead of repeating them), and
     every entry the profile builds expected in its output."""
-    modules = [FRAMEWORK_MODULES[f] for f in site.horovod.frameworks if f in FRAMEWORK_MODULES]
+    frameworks = site.horovod.frameworks
+    modules = [FRAMEWORK_MODULES[f] for f in frameworks if f in FRAMEWORK_MODULES]
+    warm = [m for f in frameworks for m in LAZY_MODULES.get(f, ())]
     # the frameworks were installed --no-compile: let these imports write the bytecode
     lines = ["unset PYTHONDONTWRITEBYTECODE", 'mkdir -p "$STATE/programs"',
              join([file_function("check_build.py")]) + ' > "$STATE/programs/check_build.py"',
-             join(["python", Raw('"$STATE/programs/check_build.py"'), *modules])
+             join(["python", Raw('"$STATE/programs/check_build.py"'), *modules,
+                   *(("--warm", *warm) if warm else ())])
              + ' | tee "$STATE/check-build.txt"']
     want = expected_check_build(site.horovod)
     for key, names in want.items():

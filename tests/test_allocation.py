@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -210,3 +211,13 @@ def test_one_allocation_is_slurms_default_and_refused_where_steps_cannot_run(
     fast = prepared("testbed", quick=True, iters=7)
     assert fast.options.max_bytes == QUICK["max_bytes"] and fast.options.iters == 7
     assert fast.options.train_steps == QUICK["steps"]
+    # ... and no 1-node training baselines: the smoke run does not measure scaling
+    from hpcprov.validate.plan import plan_jobs
+
+    def trains(opts: object) -> list[str]:
+        return [j.id for j in plan_jobs(replace(opts, nodes=2, checks=("train",)))]
+
+    full = prepared("testbed")
+    assert any(j.endswith("-1node") for j in trains(full.options))
+    assert trains(fast.options) == [j for j in trains(full.options)
+                                    if not j.endswith("-1node")] != []

@@ -163,6 +163,8 @@ def test_every_launcher_form_names_hosts_on_the_high_speed_network(
             assert argv[argv.index("-H") + 1] == "nid001-hsn0:4,nid002-hsn0:4"
         if launcher == "mpirun":
             assert "MASTER_ADDR=nid001-hsn0" in argv
+        if launcher == "horovodrun":  # the partition's Gloo interface: no discovery by ssh
+            assert argv[argv.index("--network-interfaces") + 1] == "hsn0"
 
 
 def test_hosts_given_on_the_command_line_are_renamed_too(
@@ -171,6 +173,14 @@ def test_hosts_given_on_the_command_line_are_renamed_too(
                  "-H", "nid[007-008]", "--", "python", "train.py")
     assert words(out.splitlines()[-1])[:5] == [
         "horovodrun", "-np", "8", "-H", "nid007-hsn0:4,nid008-hsn0:4"]
+    # one node: horovodrun's local hosts need the loopback, not the partition's interface
+    one = run_ok(capsys, "launch", "--site", str(site_path), "-N", "1", "-l", "horovodrun",
+                 "--", "python", "train.py")
+    assert "--network-interfaces" not in one
+    # a partition that names no Gloo interface leaves the discovery to horovodrun
+    plain = run_ok(capsys, "launch", "--site", str(site_path), "-N", "2", "-l", "horovodrun",
+                   "-p", "gpu-hbm80g", "--", "python", "train.py")
+    assert "--network-interfaces" not in plain
 
 
 def test_a_launcher_can_keep_the_schedulers_names(capsys: pytest.CaptureFixture[str],

@@ -111,6 +111,18 @@ def test_local_setup_builds_proves_and_records(local_ready: tuple[Path, dict],  
     proof = step_log(prefix, "prove-allreduce")
     for rank in (0, 1):
         assert f"torch allreduce ok on rank {rank} of 2: sum 3.0" in proof
+    # what a training process imports (torch, and torch._dynamo on its optimizer's first
+    # use) was byte-compiled at setup: a job that cannot write bytecode compiles nothing
+    probe = ("import importlib.util, os, sys, torch, torch._dynamo, horovod.torch\n"
+             "print(sum(1 for m in list(sys.modules.values())\n"
+             "          if (getattr(m, '__file__', None) or '').endswith('.py')\n"
+             "          and 'site-packages' in m.__file__\n"
+             "          and not os.path.exists(importlib.util.cache_from_source(m.__file__))))")
+    python = prefix / "venvs" / "horovod" / "bin" / "python"
+    proc = subprocess.run([str(python), "-c", probe], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["0"], "modules without bytecode after setup"
 
 
 def test_the_activate_file_gives_the_environment(local_ready: tuple[Path, dict]) -> None:  # type: ignore[type-arg]

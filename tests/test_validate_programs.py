@@ -468,6 +468,81 @@ def test_envcheck_require_in_process(programs: Path) -> None:
     assert r["cuda_visible_devices"] == ""
 
 
+PROBE = """
+import os, sys
+with open(os.environ["HPCPROV_PROBE_LOG"], "a") as f:
+    f.write(__name__ + " " + str(os.getpid()) + "\\n")
+"""
+
+
+def probes(folder: Path, **bodies: str) -> Path:
+    """Modules that log (name, pid) when imported, each followed by its body."""
+    folder.mkdir()
+    for name, body in bodies.items():
+        (folder / f"{name}.py").write_text(PROBE + body)
+    return folder / "imports.log"
+
+
+def imported_by(log: Path) -> dict[str, int]:
+    return {name: int(pid) for name, pid in (ln.split() for ln in log.read_text().splitlines())}
+
+
+def test_envcheck_imports_every_module_in_one_child(programs: Path, tmp_path: Path) -> None:
+    log = probes(tmp_path / "mods", probe_a="", probe_b="")
+    env = job_env(PYTHONPATH=str(tmp_path / "mods"), HPCPROV_PROBE_LOG=str(log))
+    result = run([sys.executable, str(programs / "envcheck.py"), "--imports",
+                  "probe_a,json,probe_b"], programs, env)
+    assert result.rc == 0, result
+    pids = imported_by(log)
+    assert pids["probe_a"] == pids["probe_b"]  # one child, not one per module
+    assert result.results[0]["import_ok"] == {"probe_a": True, "json": True, "probe_b": True}
+    assert "HPCPROV_CB" not in result.out  # -cb only when asked
+
+
+def test_envcheck_a_crash_names_its_module_and_the_rest_go_on(programs: Path,
+                                                              tmp_path: Path) -> None:
+    log = probes(tmp_path / "mods", probe_a="", crashes="os.abort()\n", probe_b="")
+    env = job_env(PYTHONPATH=str(tmp_path / "mods"), HPCPROV_PROBE_LOG=str(log))
+    result = run([sys.executable, str(programs / "envcheck.py"), "--imports",
+                  "probe_a,crashes,probe_b", "--require", "probe_b"], programs, env)
+    assert result.rc == 0, result  # the required module imported
+    (r,) = result.results
+    assert r["import_ok"] == {"probe_a": True, "crashes": False, "probe_b": True}
+    assert r["imports"]["crashes"].startswith(
+        "error: the import crashed the interpreter (signal 6)")
+    pids = imported_by(log)
+    assert pids["probe_a"] == pids["crashes"] != pids["probe_b"]  # a new child after it
+
+
+def test_envcheck_a_hung_import_times_out_and_the_rest_go_on(programs: Path,
+                                                            tmp_path: Path) -> None:
+    log = probes(tmp_path / "mods", hangs="import threading\nthreading.Event().wait()\n")
+    env = job_env(PYTHONPATH=str(tmp_path / "mods"), HPCPROV_PROBE_LOG=str(log))
+    result = run([sys.executable, str(programs / "envcheck.py"), "--imports", "hangs,json",
+                  "--import-timeout", "2"], programs, env)
+    (r,) = result.results
+    assert r["import_ok"] == {"hangs": False, "json": True}
+    assert r["imports"]["hangs"] == "error: import timed out after 2 s"
+
+
+@pytest.mark.parametrize("where", ["child", "in-process"])
+def test_envcheck_answers_horovodrun_cb_tagged(programs: Path, where: str) -> None:
+    if not importable("horovod.torch"):
+        pytest.skip("horovod.torch does not import in this interpreter")
+    from hpcprov.checkbuild import parse_check_build
+    from hpcprov.validate.judge import CB_LINE
+
+    flags = ["--in-process"] if where == "in-process" else []
+    result = run([sys.executable, str(programs / "envcheck.py"), *flags, "--imports",
+                  "torch,horovod.torch", "--check-build"], programs, job_env())
+    assert result.rc == 0, result
+    text = "\n".join(m.group(1) for ln in result.out.splitlines()
+                     for m in [CB_LINE.search(ln)] if m)
+    found = parse_check_build(text)
+    assert "PyTorch" in found["frameworks"] and "Gloo" in found["controllers"], result
+    assert result.results[0]["import_ok"] == {"torch": True, "horovod.torch": True}
+
+
 def test_the_time_budget_per_size_counts_the_whole_iteration() -> None:
     """--max-seconds-per-size caps refill + barrier + allreduce + check, not the timed call
     alone: with a barrier that takes 10 ms (a rank late to line up), a 0.1 s budget leaves

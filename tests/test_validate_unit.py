@@ -28,7 +28,6 @@ from hpcprov.validate.plan import (
     plan_jobs,
     status_trap,
 )
-from hpcprov.validate.programs.runtime import CHECK_BUILD
 from hpcprov.validate.report import compare, junit, markdown, table
 from hpcprov.validate.run import command_for, copy_programs
 
@@ -116,16 +115,19 @@ def test_the_checks_are_one_registry_of_planners_and_judges() -> None:
         judge([job("l", "links", [])], {})
 
 
-def test_every_program_and_their_runtime_are_copied_and_the_cb_tag_is_quoted(
+def test_every_program_and_their_runtime_are_copied_and_env_answers_cb_where_built(
         tmp_path: Path) -> None:
     copy_programs(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["allreduce.py", "envcheck.py",
                                                           "runtime.py", "train.py"]
     o = Options(load_site("testbed"), "amd_a100nv_8", 1, ("env",))
     (env,) = plan_jobs(o)
-    bash, flag, run = command_for(env, o, tmp_path)
-    assert (bash, flag) == ("bash", "-c")
-    assert f"| sed 's/^/{CHECK_BUILD} /'; python " in run
+    assert command_for(env, o, tmp_path) == (
+        "python", str(tmp_path / "envcheck.py"), *env.args, "--check-build")
+    container = Options(load_site("technion"), next(iter(load_site("technion").partitions)), 1,
+                        ("env",))
+    (env,) = plan_jobs(container)
+    assert "--check-build" not in command_for(env, container, tmp_path)
 
 
 def test_the_status_file_gives_exit_status_and_the_jobs_own_run_time(tmp_path) -> None:

@@ -171,14 +171,15 @@ def _train_runs(o: Options) -> list[tuple[str, str, tuple[str, ...]]]:
 
 
 def plan_train(o: Options) -> list[Job]:
-    """train: every API on the nodes, and on more than one node a 1-node baseline each."""
+    """train: every API on the nodes, and on more than one node a 1-node baseline each
+    (unless left out: no scaling efficiency then)."""
     rpn = ranks_per_node(o)
     common = ("--steps", str(o.train_steps), "--device", o.device)
     jobs = []
     for impl, launcher, args in _train_runs(o):
         jobs.append(Job(f"train-{impl}", "train", impl, o.nodes, rpn, launcher,
                         "train.py", (*args, *common)))
-        if o.nodes > 1:
+        if o.nodes > 1 and o.baselines:
             jobs.append(Job(f"train-{impl}-1node", "train", impl, 1, rpn, launcher,
                             "train.py", (*args, *common), baseline=True))
     return jobs
@@ -240,6 +241,7 @@ class Options:
     node_names: tuple[str, ...] = ()  # the partition's nodes (pernode), found at run time
     extra: dict[str, str] = field(default_factory=dict)  # scheduler options (-o)
     link_bytes: int = 64 * 1024 * 1024  # the message size of the links check's pair jobs
+    baselines: bool = True  # the 1-node training runs scaling efficiency divides by
 
 
 def plan_jobs(o: Options) -> list[Job]:

@@ -13,7 +13,6 @@ from pathlib import Path
 from hpcprov.checkbuild import expected_check_build
 from hpcprov.errors import HpcprovError
 from hpcprov.schedulers.base import Executor, Handle, read_run_seconds
-from hpcprov.shell import join
 from hpcprov.validate.judge import JobResult, Outcome, judge, parse_records
 from hpcprov.validate.links import LinkSearch, Pair, judge_pairs, link_outcomes, pair_busbw
 from hpcprov.validate.plan import (
@@ -27,7 +26,6 @@ from hpcprov.validate.plan import (
     placement,
     plan_jobs,
 )
-from hpcprov.validate.programs.runtime import CHECK_BUILD
 
 
 def copy_programs(rundir: Path) -> None:
@@ -45,16 +43,11 @@ def _checks_horovod_build(o: Options) -> bool:
 
 
 def command_for(job: Job, o: Options, rundir: Path) -> tuple[str, ...]:
-    """The command a job's launch runs: its program, for env after ``horovodrun -cb``
-    with every line of that tagged for the judge."""
-    program = str(rundir / job.program)
-    if job.check == "env":
-        run = join(["python", program, *job.args])
-        if _checks_horovod_build(o):
-            tag = join(["sed", f"s/^/{CHECK_BUILD} /"])
-            run = f"horovodrun -cb 2>&1 | {tag}; {run}"
-        return ("bash", "-c", run)
-    return ("python", program, *job.args)
+    """The command a job's launch runs: its program; the env check's also answers
+    ``horovodrun -cb`` (with the frameworks it imports already imported), every line of
+    that tagged for the judge."""
+    cb = ("--check-build",) if job.check == "env" and _checks_horovod_build(o) else ()
+    return ("python", str(rundir / job.program), *job.args, *cb)
 
 
 def _result(job: Job, h: Handle) -> JobResult:

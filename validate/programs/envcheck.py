@@ -2,9 +2,15 @@
 """Environment check of the hpcprov validation suite, run on every node (or rank) of a job.
 
 Runs in the user's environment with the standard library only (and runtime.py beside it,
-for rank discovery and the record); the frameworks are imported each in a child process of
-this Python (``--in-process``: in this one), so an import that crashes the interpreter (an
-ABI mismatch, a missing library) is reported instead of taking the check down with it.
+for rank discovery and the record). The frameworks are imported in one child process of this
+Python, one after another (``--in-process``: in this one), so an import that crashes the
+interpreter (an ABI mismatch, a missing library) is reported instead of taking the check down
+with it; the modules after it are imported in a new child. One child, not one per module:
+each of torch, horovod and horovod.torch imports torch, which is most of the check's time.
+
+With ``--check-build`` the child then answers ``horovodrun -cb`` (Horovod's own code, as the
+``horovodrun`` command runs it) with the frameworks already imported: its checking processes
+are forks that inherit them. Each line of its answer is printed tagged ``HPCPROV_CB``.
 
 Every process prints one line (compact JSON after the tag)::
 
@@ -23,37 +29,30 @@ Exit status: 0, or 1 when a module named by ``--require`` does not import.
 """
 
 import argparse
+import contextlib
 import importlib
+import io
 import json
 import os
+import queue
 import shutil
 import socket
 import subprocess
 import sys
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
-from runtime import CHILD, RESULT, discover_ranks, emit
+from runtime import CHECK_BUILD, CHILD, RESULT, discover_ranks, emit
 
 CHECK = "env"
 DEFAULT_IMPORTS = "torch,tensorflow,horovod,horovod.torch,horovod.tensorflow"
 MARK = CHILD + " "
-
-# a child imports one module and prints what describe() below returns
-CHILD_SOURCE = r"""
-import importlib, json, sys
-name = sys.argv[1]
-module = importlib.import_module(name)
-top = sys.modules[name.split(".")[0]]
-version = getattr(module, "__version__", None) or getattr(top, "__version__", None)
-info = {"version": str(version or "unknown")}
-if name == "torch":
-    info["cuda_device_count"] = int(module.cuda.device_count())
-print(MARK + json.dumps(info))
-""".replace("MARK", repr(MARK))
+CB_MARK = CHECK_BUILD + " "
+CB_TIMEOUT = 300.0  # seconds for horovodrun -cb, after the imports
 
 
 def describe(name):
-    """Import ``name``; its version (and torch's CUDA device count), as CHILD_SOURCE does."""
+    """Import ``name``; its version (and torch's CUDA device count)."""
     module = importlib.import_module(name)
     top = sys.modules[name.split(".")[0]]
     version = getattr(module, "__version__", None) or getattr(top, "__version__", None)
@@ -68,29 +67,109 @@ def last_line(text):
     return lines[-1] if lines else ""
 
 
-def import_isolated(name, timeout):
-    """(ok, info or error text), importing ``name`` in a child of this interpreter."""
-    env = dict(os.environ)
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        proc = subprocess.run([sys.executable, "-c", CHILD_SOURCE, name], capture_output=True,
-                              text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return False, f"error: import timed out after {timeout:g} s"
-    for line in proc.stdout.splitlines():
-        if line.startswith(MARK) and proc.returncode == 0:
-            return True, json.loads(line[len(MARK):])
-    if proc.returncode < 0:
-        return False, f"error: the import crashed the interpreter (signal {-proc.returncode}); " \
-            + last_line(proc.stderr)
-    return False, "error: " + (last_line(proc.stderr) or f"exit status {proc.returncode}")
-
-
 def import_here(name):
+    """(ok, info or error text), importing ``name`` in this interpreter."""
     try:
         return True, describe(name)
     except Exception as exc:  # any failure of the import is the answer
         return False, f"error: {type(exc).__name__}: {exc}".splitlines()[0]
+
+
+def check_build_lines():
+    """``horovodrun -cb``'s answer, as lines (run in this process: what is imported stays)."""
+    from horovod.runner.launch import run_commandline
+
+    out = io.StringIO()
+    argv = sys.argv
+    sys.argv = ["horovodrun", "-cb"]
+    try:
+        with contextlib.redirect_stdout(out):
+            run_commandline()
+    except SystemExit:
+        pass
+    finally:
+        sys.argv = argv
+    return out.getvalue().splitlines()
+
+
+def child(names, check_build):
+    """The child's work: import each module, a MARK line for each as it is done (so that a
+    crash names the module it happened in), then ``horovodrun -cb`` if asked."""
+    for name in names:
+        ok, info = import_here(name)
+        sys.stdout.write(MARK + json.dumps({"name": name, "ok": ok, "info": info}) + "\n")
+        sys.stdout.flush()
+    if check_build:
+        try:
+            lines = check_build_lines()
+        except Exception as exc:  # reported as -cb's answer: the judge finds nothing built
+            lines = [f"error: {type(exc).__name__}: {exc}".splitlines()[0]]
+        sys.stdout.write("".join(CB_MARK + line + "\n" for line in lines))
+        sys.stdout.flush()
+
+
+def _reader(stream, lines):
+    """Put each line of ``stream`` on the queue, then None."""
+    for line in stream:
+        lines.put(line)
+    lines.put(None)
+
+
+def _slurp(stream, into):
+    into.append(stream.read())
+
+
+def import_isolated(names, timeout, check_build=False):
+    """({name: (ok, info or error text)}, -cb's lines): the imports in children of this
+    interpreter, one child for all of them unless one crashes it or takes longer than
+    ``timeout`` seconds (its module gets the error; the rest go on in a new child)."""
+    env = dict(os.environ)
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    results, cb_lines, left = {}, [], list(names)
+    pending_cb = check_build
+    while left or pending_cb:
+        proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child",
+                                 *(["--check-build"] if pending_cb else []), *left],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        lines = queue.Queue()
+        threading.Thread(target=_reader, args=(proc.stdout, lines), daemon=True).start()
+        errors = []
+        stderr = threading.Thread(target=_slurp, args=(proc.stderr, errors), daemon=True)
+        stderr.start()
+        timed_out = False
+        while True:
+            try:
+                line = lines.get(timeout=timeout if left else CB_TIMEOUT)
+            except queue.Empty:
+                proc.kill()
+                timed_out = True
+                break
+            if line is None:
+                break
+            if line.startswith(MARK):
+                got = json.loads(line[len(MARK):])
+                results[got["name"]] = (got["ok"], got["info"])
+                left.remove(got["name"])
+            elif line.startswith(CB_MARK):
+                cb_lines.append(line[len(CB_MARK):].rstrip("\n"))
+        code = proc.wait()
+        stderr.join(10)
+        why = (f"timed out after {timeout if left else CB_TIMEOUT:g} s" if timed_out
+               else f"crashed the interpreter (signal {-code})" if code < 0
+               else f"exit status {code}")
+        if not left:  # every import answered: the child was in -cb, or done
+            if pending_cb and code != 0 and not cb_lines:
+                cb_lines.append(f"error: horovodrun -cb {why}; " + last_line("".join(errors)))
+            break
+        name = left.pop(0)  # the import the child was in when it ended
+        if timed_out:
+            results[name] = (False, f"error: import timed out after {timeout:g} s")
+        elif code < 0:
+            results[name] = (False, f"error: the import {why}; " + last_line("".join(errors)))
+        else:
+            results[name] = (False, "error: " + (last_line("".join(errors)) or why))
+    return results, cb_lines
 
 
 def nvidia_smi_gpus():
@@ -119,10 +198,13 @@ def parse_args(argv=None):
                         help=f"modules to import, comma-separated (default {DEFAULT_IMPORTS})")
     parser.add_argument("--require", default="",
                         help="modules that must import (also imported): exit 1 otherwise")
+    parser.add_argument("--check-build", action="store_true",
+                        help="also print horovodrun -cb's answer, each line tagged "
+                             + CHECK_BUILD)
     parser.add_argument("--in-process", action="store_true",
-                        help="import in this interpreter instead of one child per module")
+                        help="import in this interpreter instead of a child")
     parser.add_argument("--import-timeout", type=float, default=300.0,
-                        help="seconds per import in its child")
+                        help="seconds per import in the child")
     return parser.parse_args(argv)
 
 
@@ -131,19 +213,20 @@ def main(argv=None):
     required = names(args.require)
     wanted = names(args.imports)
     wanted += [n for n in required if n not in wanted]
+    extra = [] if "torch" in wanted else ["torch"]  # how GPUs are counted
 
-    results = {}
-    for name in wanted:
-        if args.in_process:
-            results[name] = import_here(name)
-        else:
-            results[name] = import_isolated(name, args.import_timeout)
+    if args.in_process:
+        results = {name: import_here(name) for name in wanted + extra}
+        cb_lines = check_build_lines() if args.check_build else []
+    else:
+        results, cb_lines = import_isolated(wanted + extra, args.import_timeout,
+                                            args.check_build)
+    if cb_lines:
+        sys.stdout.write("".join(CB_MARK + line + "\n" for line in cb_lines))
+        sys.stdout.flush()
 
     gpus, source = None, None
-    torch = results.get("torch")
-    if torch is None:  # not asked for, but it is how GPUs are counted
-        torch = import_here("torch") if args.in_process \
-            else import_isolated("torch", args.import_timeout)
+    torch = results.get("torch", (False, None))
     if torch[0]:
         gpus, source = torch[1].get("cuda_device_count"), "torch"
     if gpus is None:
@@ -155,8 +238,9 @@ def main(argv=None):
         "rank_source": rank_source, "python": sys.version.split()[0],
         "executable": sys.executable,
         "modules": names(os.environ.get("LOADEDMODULES", "").replace(":", ",")),
-        "imports": {n: (info["version"] if ok else info) for n, (ok, info) in results.items()},
-        "import_ok": {n: ok for n, (ok, _info) in results.items()},
+        "imports": {n: (results[n][1]["version"] if results[n][0] else results[n][1])
+                    for n in wanted},
+        "import_ok": {n: results[n][0] for n in wanted},
         "gpus_visible": gpus or 0, "gpu_source": source,
         "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     })
@@ -164,4 +248,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--child"]:  # import_isolated's child: --child [--check-build] NAME...
+        cb = sys.argv[2:3] == ["--check-build"]
+        child(sys.argv[3 if cb else 2:], cb)
+        sys.exit(0)
     sys.exit(main())
