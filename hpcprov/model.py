@@ -325,6 +325,10 @@ class CondaSpec(Strict):
 
 class VenvSpec(Strict):
     creator: Literal["venv", "virtualenv", "uv"] = "venv"
+    installer: Literal["pip", "uv", "auto"] = Field(
+        "pip", description="what installs the frameworks and packages: pip, uv (`uv pip "
+        "install`: from its cache a package is linked, not unpacked again; pip's own "
+        "configuration is passed on to it), or auto (uv where it is on the PATH, else pip)")
     python: str = Field("python3", description="interpreter that creates the venv")
     system_site_packages: bool = False
     wheelhouse: list[str] = Field(default_factory=list, description="--find-links locations")

@@ -87,6 +87,15 @@ def _conflict(match: re.Match[str], log: str) -> str:
     return _with_given(text, log)
 
 
+def _uv_unsolvable(match: re.Match[str], log: str) -> str:
+    """uv's "No solution found": its own reason (a missing package, a conflicting pin or
+    constraint), with what it was given from pip's configuration."""
+    why = match[1].strip().rstrip(".") if match[1] else "see the log"
+    return _with_given(f"uv cannot install the packages: {why[0].lower() + why[1:]}: ask "
+                       "for versions that exist where it looks and that the constraints "
+                       "allow", log)
+
+
 _Explain = Callable[[re.Match[str], str], str]
 _RULES: tuple[tuple[re.Pattern[str], str | _Explain], ...] = (
     (re.compile(r"No space left on device|ENOSPC|Disk quota exceeded"),
@@ -95,6 +104,8 @@ _RULES: tuple[tuple[re.Pattern[str], str | _Explain], ...] = (
     (re.compile(r"Cannot install (.+?) because these package versions have conflicting "
                 r"dependencies|ResolutionImpossible"), _conflict),
     (re.compile(r"No matching distribution found for (\S+)"), _no_distribution),
+    (re.compile(r"No solution found when resolving dependencies:?\s*(?:\S*\s*)?"
+                r"(?:cause: )?(Because [^\n]*)?"), _uv_unsolvable),
     (re.compile(r"module\(s\) are unknown: (.+)|Unable to locate a modulefile for (.+)"),
      "a module is missing here: {0} (modules in the profile; see 'module avail')"),
     (re.compile(r"Could not resolve host|Temporary failure in name resolution|"

@@ -92,6 +92,12 @@ def preflight_lines(site: Site, need_mb: int) -> list[str]:
         lines.append("hpcprov_modules_build")
     if site.python.backend == "conda" and not site.python.conda.installer_file:
         lines.append(_tool("curl", "downloads the Miniconda installer"))
+    venv = site.python.venv
+    if site.python.backend == "venv" and "uv" in (venv.creator, venv.installer):
+        lines.append(_tool("uv", f"venv.{'creator' if venv.creator == 'uv' else 'installer'}"
+                                 ": uv in the profile",
+                           hint="load the site's uv module or python3 -m pip install --user "
+                                "uv, or name pip/venv in the profile"))
     if builds_horovod(site):
         lines += _build_tool_lines(site)
     lines.append(join(["hpcprov_check_disk", str(need_mb)]))

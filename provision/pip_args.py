@@ -1,4 +1,5 @@
-"""pip's arguments for a site's wheelhouse policy, and the call that logs what pip was given.
+"""pip's arguments for a site's wheelhouse policy, the call that logs what pip was given, and
+the install lines of the profile's installer (pip, uv or whichever is there).
 
 Used by the plan and by the Horovod steps (which the plan imports): it imports neither.
 """
@@ -7,7 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcprov.shell import Template, join
+from hpcprov.provision.library import file_function
+from hpcprov.shell import Raw, Template, join
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
@@ -34,3 +36,21 @@ def pip_settings_line(site: Site) -> str:
 def pip_install(site: Site, *specs: str, extra: tuple[str, ...] = ()) -> str:
     """``python -m pip install EXTRA... INDEX-ARGS... SPECS...``."""
     return join(["python", "-m", "pip", "install", *extra, *pip_index_args(site), *specs])
+
+
+def install_lines(site: Site, *specs: str) -> list[str]:
+    """Install ``specs`` into the environment with the profile's installer, without
+    byte-compiling (check-build's imports compile what jobs use): pip; uv, given pip's own
+    configuration as well (hpcprov_uv_install); or auto, uv where it is on the PATH."""
+    installer = site.python.venv.installer if site.python.backend == "venv" else "pip"
+    pip = pip_install(site, *specs, extra=("--no-compile",))
+    if installer == "pip":
+        return [pip]
+    program = Raw('"$STATE/programs/pip_to_uv.py"')
+    uv = join(["hpcprov_uv_install", program, *pip_index_args(site), *specs])
+    lines = ['mkdir -p "$STATE/programs"',
+             join([file_function("pip_to_uv.py")]) + " > " + program]
+    if installer == "uv":
+        return [*lines, uv]
+    return [*lines, "if command -v uv >/dev/null 2>&1; then", f"  {uv}", "else",
+            f"  {pip}", "fi"]

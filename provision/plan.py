@@ -20,7 +20,12 @@ from hpcprov.provision import horovod_steps as hs
 from hpcprov.provision import library
 from hpcprov.provision.horovod import pip_spec, site_build_env
 from hpcprov.provision.library import Embedded
-from hpcprov.provision.pip_args import pip_index_args, pip_install, pip_settings_line
+from hpcprov.provision.pip_args import (
+    install_lines,
+    pip_index_args,
+    pip_install,
+    pip_settings_line,
+)
 from hpcprov.shell import Raw, Template, assign, env_prefix, join
 
 if TYPE_CHECKING:
@@ -93,9 +98,10 @@ def _installer_name(site: Site) -> str:
 
 
 def _framework_steps(site: Site) -> list[Step]:
-    """conda frameworks one by one; every pip package in one resolver run, without
-    byte-compiling (--no-compile: the modules a process imports are compiled then, which
-    halves torch's install time; check-build's imports compile the common ones)."""
+    """conda frameworks one by one; every pip package in one resolver run (of pip or uv, as
+    the profile says), without byte-compiling (--no-compile: the modules a process imports
+    are compiled then, which halves torch's install time; check-build's imports compile
+    what jobs use)."""
     py = site.python
     lines: list[str] = []
     network = False
@@ -111,7 +117,7 @@ def _framework_steps(site: Site) -> list[Step]:
     pip_specs += py.packages
     if pip_specs:
         lines.append(pip_settings_line(site))
-        lines.append(pip_install(site, *pip_specs, extra=("--no-compile",)))
+        lines += install_lines(site, *pip_specs)
         network = network or not site.python.venv.no_index
     if not lines:
         return []

@@ -112,10 +112,12 @@ def test_hostile_local_setup_runs_without_injection(hostile: Path, tmp_path: Pat
     ran_clean(stubs.run(script, *stub_steps(script), name="setup.sh"), tmp_path)
     # the values reached the tools verbatim ($HOME expanded, nothing else)
     pips = [c for c in stubs.calls("python") if "pip" in c and "install" in c]
-    assert any({"foo; touch PWNED11", "$(touch PWNED12)"} <= set(c) for c in pips)
+    uvs = [c for c in stubs.calls("uv") if "pip" in c and "install" in c]  # installer: auto
+    assert any({"foo; touch PWNED11", "$(touch PWNED12)"} <= set(c) for c in pips + uvs)
     wheels = [c for c in stubs.calls("python") if "pip" in c and "wheel" in c]
     assert any("`touch PWNED17`" in c for c in wheels)  # horovod.pip_args reach pip wheel
     assert any(f"{stubs.home}/wh$(touch PWNED16)" in c for c in pips)
+    assert any(f"{stubs.home}/wh$(touch PWNED16)" in c for c in uvs)
     prefix = stubs.home / "x$(touch PWNED1)" / ".hpcprov" / "local"
     assert (prefix / "activate").is_file()  # the literal directory was created
     assert (prefix / "venvs" / "horovod" / "bin" / "activate").is_file()

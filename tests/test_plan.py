@@ -84,7 +84,11 @@ def test_the_whole_script_runs_every_step_in_order(tmp_path: Path,
     assert (prefix / "activate").is_file()
     pip = [c for c in stubs.calls("python") if "install" in c]
     assert any("horovod==0.28.1" in c and "download" in c for c in stubs.calls("python"))
-    assert any("torch==2.13.0" in c for c in pip)
+    # local's installer is auto: uv where it is (here a stub), into the environment's python
+    uv = [c for c in stubs.calls("uv") if c[1:3] == ["pip", "install"]]
+    assert any("torch==2.13.0" in c and c[3:5] == ["--python", str(stubs.bin / "python")]
+               for c in uv)
+    assert not any("torch==2.13.0" in c for c in pip)
 
 
 def test_a_failing_step_stops_the_run_and_names_itself(tmp_path: Path,

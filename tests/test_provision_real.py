@@ -12,6 +12,7 @@ import hashlib
 import http.server
 import json
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -296,11 +297,13 @@ def own_pip_env(tmp_path: Path, wheelhouse: Path, constraint: Path | None = None
     return {**env, "PIP_CONFIG_FILE": str(conf)}, links
 
 
-def failed_setup_of_torch_999(tmp_path: Path, env: dict[str, str]) -> str:
+def failed_setup_of_torch_999(tmp_path: Path, env: dict[str, str], installer: str = "pip"
+                              ) -> str:
     """`hpcprov setup` of a profile asking for torch==9.9.9: its one-line diagnosis."""
     sites = tmp_path / "sites"
     write_profile(sites, "nosuch", "extends: local\nname: nosuch\npython:\n  frameworks:\n"
-                  "    pytorch: {version: '9.9.9', packages: ['torch==9.9.9']}\n")
+                  "    pytorch: {version: '9.9.9', packages: ['torch==9.9.9']}\n"
+                  f"  venv: {{installer: {installer}}}\n")
     prefix = tmp_path / "p"
     proc = hpcprov("setup", "--site", "nosuch", "--prefix", str(prefix),
                    env={**env, "HPCPROV_SITES_PATH": str(sites)})
@@ -328,6 +331,19 @@ def test_a_version_outside_a_pip_constraint_names_the_constraint_and_its_file(
     why = failed_setup_of_torch_999(tmp_path, env)
     assert "pip cannot install torch==9.9.9: it conflicts with the constraint torch<=2.14.1" \
         in why
+    assert f"constraints {constraints} (global.constraint, install.constraint in pip's " \
+        "configuration)" in why
+
+
+def test_uv_given_pips_configuration_names_the_constraint_too(tmp_path: Path,
+                                                              wheelhouse: Path) -> None:
+    if shutil.which("uv") is None:
+        pytest.skip("uv is not installed here (.ci/run installs it)")
+    constraints = tmp_path / "constraints.txt"
+    constraints.write_text("torch<=2.14.1\n", encoding="utf-8")
+    env, _ = own_pip_env(tmp_path, wheelhouse, constraint=constraints)
+    why = failed_setup_of_torch_999(tmp_path, env, installer="uv")
+    assert "uv cannot install the packages: because" in why and "torch==9.9.9" in why
     assert f"constraints {constraints} (global.constraint, install.constraint in pip's " \
         "configuration)" in why
 

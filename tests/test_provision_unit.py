@@ -279,9 +279,10 @@ def test_every_pip_install_step_logs_the_pip_settings_first(site: str) -> None:
     steps = [s for s in plan.steps if s.id != "create-env"
              and any("pip install" in ln for ln in s.lines)]
     assert steps
-    for step in steps:
-        first_pip = min(i for i, ln in enumerate(step.lines) if "pip install" in ln)
-        assert step.lines[first_pip - 1].startswith("hpcprov_pip_settings"), step.id
+    for step in steps:  # before the first install, of pip or (installer: auto) uv
+        first = min(i for i, ln in enumerate(step.lines)
+                    if "pip install" in ln or "hpcprov_uv_install" in ln)
+        assert any(ln.startswith("hpcprov_pip_settings") for ln in step.lines[:first]), step.id
     assert "hpcprov_pip_settings" in plan.library
 
 

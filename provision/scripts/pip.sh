@@ -28,3 +28,17 @@ hpcprov_ensure_pip() {
   fi
   "$@"
 }
+
+# hpcprov_uv_install PROGRAM ARGS...: `uv pip install` into the environment's Python with
+# ARGS (the profile's index arguments and the packages) and with pip's own configuration
+# (PROGRAM, pip_to_uv.py, prints it as uv's options: uv reads none of pip's files or
+# variables), so that an install made with uv sees the constraints and indexes pip would.
+hpcprov_uv_install() {
+  local program="$1" given
+  shift
+  given="$(python "$program")" || return $?
+  local -a from_pip=()
+  if [ -n "$given" ]; then mapfile -t from_pip <<< "$given"; fi
+  echo "hpcprov: installing with $(uv --version) (from pip's configuration:${from_pip[*]:+ ${from_pip[*]}})"
+  uv pip install --python "$(command -v python)" "${from_pip[@]}" "$@"
+}
