@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import Context, Result
+from benchmarks import ROOT, Context, Result
 
 NAME = "verdict"
 TITLE = "Time to a verdict (`hpcprov validate --site testbed -N 2`)"
@@ -35,7 +36,8 @@ process adds its start-up, under a second), and beside it the JSON's split: `job
   empty prefix, `hpcprov setup --site testbed --prefix P` with the site's wheelhouse
   (`HPCPROV_WHEELHOUSE`; Horovod installed from it, not built), then
   `hpcprov validate --site testbed -N 2 --quick --env P`; the whole wall time of both
-  processes, the setup's share in the note.
+  processes, the setup's share in the note; where uv is installed, again with the profile
+  naming uv as its installer (`python.venv.installer: uv`: torch linked from uv's cache).
 
 A run's time is its time to a verdict, pass or fail: the note says which checks failed (on
 this shared 2-core machine the testbed's bandwidth and scaling references can be missed).
@@ -49,6 +51,7 @@ RUNS = (("one allocation", ("--allocation", "one")),
         ("a job each", ("--allocation", "per-job")),
         ("quick", ("--quick",)))
 NEW_USER = "new user: setup from the wheelhouse, then validate --quick"
+NEW_USER_UV = "new user, the site installing with uv"
 NEW_USER_TARGET = 90.0  # issue 16: an empty prefix to a validated 2-node verdict
 
 
@@ -65,7 +68,8 @@ def _testbed_env() -> dict[str, str]:
     return env
 
 
-def _new_user(ctx: Context, env: dict[str, str], base: Path, repeat: int) -> Result:
+def _new_user(ctx: Context, env: dict[str, str], base: Path, repeat: int,
+              label: str = NEW_USER) -> Result:
     """An empty prefix -> `hpcprov setup --site testbed` (Horovod from the wheelhouse) ->
     `hpcprov validate --quick` in it: the path a new user of a provisioned site takes."""
     walls, setups, hits = [], [], []
@@ -87,7 +91,7 @@ def _new_user(ctx: Context, env: dict[str, str], base: Path, repeat: int) -> Res
             if not data["ok"]:
                 raise RuntimeError("validate --quick failed in the new prefix")
     how = "from the wheelhouse" if all(hits) else "BUILT (no wheelhouse hit)"
-    return Result(NEW_USER, "s", walls, target=NEW_USER_TARGET,
+    return Result(label, "s", walls, target=NEW_USER_TARGET,
                   note=f"setup {min(setups):.1f}-{max(setups):.1f} s ({how}), the rest "
                        f"validate --quick and its process start-up; verdict PASS")
 
@@ -138,6 +142,18 @@ def run(ctx: Context) -> list[Result]:
                                       else "PASS")))
     if os.environ.get("HPCPROV_WHEELHOUSE"):
         results.append(_new_user(ctx, env, base, repeat))
+        if shutil.which("uv", path=env.get("PATH")):
+            # the same site, its profile naming uv as installer (a user profile of that name
+            # first on the search path: the run directory and the jobs are the testbed's)
+            sites = ROOT / ".bench-cache" / "verdict-uv-site"
+            sites.mkdir(parents=True, exist_ok=True)
+            from hpcprov.loader import bundled_site_dir
+
+            bundled = json.dumps(str(bundled_site_dir() / "testbed.yaml"))
+            (sites / "testbed.yaml").write_text(f"extends: {bundled}\npython:\n  venv: "
+                                                "{installer: uv}\n")
+            uv_env = {**env, "HPCPROV_SITES_PATH": str(sites)}
+            results.append(_new_user(ctx, uv_env, base, repeat, NEW_USER_UV))
     else:
         results.append(Result(NEW_USER, "s", target=NEW_USER_TARGET,
                               status="not available: set HPCPROV_WHEELHOUSE to a wheelhouse "
