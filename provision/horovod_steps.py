@@ -16,7 +16,7 @@ from hpcprov.checkbuild import CB_SECTIONS, expected_check_build
 from hpcprov.kinds import ModuleSystem
 from hpcprov.provision.compat import patches_for
 from hpcprov.provision.horovod import pip_spec, site_build_env
-from hpcprov.provision.library import file_function
+from hpcprov.provision.library import file_function, program_file
 from hpcprov.provision.pip_args import pip_index_args, pip_settings_line
 from hpcprov.shell import Raw, env_prefix, join
 
@@ -164,8 +164,8 @@ def _compile_lines(site: Site) -> list[str]:
 def _nccl_lines(site: Site) -> list[str]:
     if not links_wheel_nccl(site):
         return []
-    return [join([file_function("nccl_home.py")]) + ' > "$STATE/programs/nccl_home.py"',
-            'hpcprov_nccl_home "$STATE/programs/nccl_home.py"']
+    write, path = program_file("nccl_home.py")
+    return [write, join(["hpcprov_nccl_home", path])]
 
 
 def build_lines(site: Site) -> list[str]:
@@ -175,7 +175,7 @@ def build_lines(site: Site) -> list[str]:
         join(["python", "-m", "pip", "install", "--no-compile", *pip_index_args(site),
               *BUILD_REQUIREMENTS]),
         'mkdir -p "$STATE/programs"',
-        join([file_function("abi_facts.py")]) + ' > "$STATE/programs/abi_facts.py"',
+        program_file("abi_facts.py")[0],
         *_nccl_lines(site),
         key_line(site),
         "if ! " + join(["hpcprov_wheelhouse_get", *site.paths.wheelhouse_trust]) + "; then",
@@ -201,9 +201,9 @@ def check_build_lines(site: Site) -> list[str]:
     modules = [FRAMEWORK_MODULES[f] for f in frameworks if f in FRAMEWORK_MODULES]
     warm = [m for f in frameworks for m in LAZY_MODULES.get(f, ())]
     # the frameworks were installed --no-compile: let these imports write the bytecode
-    lines = ["unset PYTHONDONTWRITEBYTECODE", 'mkdir -p "$STATE/programs"',
-             join([file_function("check_build.py")]) + ' > "$STATE/programs/check_build.py"',
-             join(["python", Raw('"$STATE/programs/check_build.py"'), *modules,
+    write, program = program_file("check_build.py")
+    lines = ["unset PYTHONDONTWRITEBYTECODE", 'mkdir -p "$STATE/programs"', write,
+             join(["python", program, *modules,
                    *(("--warm", *warm) if warm else ())])
              + ' | tee "$STATE/check-build.txt"']
     want = expected_check_build(site.horovod)

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcprov.shell import Raw, join
+
 HERE = Path(__file__).parent
 SCRIPTS = HERE / "scripts"
 PROGRAMS = HERE / "programs"
@@ -84,6 +86,13 @@ def functions() -> dict[str, str]:
 def file_function(name: str) -> str:
     """The name of the function that prints the program or patch file ``name``."""
     return "hpcprov_file_" + re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def program_file(name: str) -> tuple[str, Raw]:
+    """(the line that writes the program ``name`` into $STATE/programs, its path there as a
+    shell word): a step writes a program it runs, then names it by that path."""
+    path = Raw(f'"$STATE/programs/{name}"')
+    return join([file_function(name)]) + " > " + path, path
 
 
 @functools.cache

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcprov.provision.library import file_function
-from hpcprov.shell import Raw, Template, join
+from hpcprov.provision.library import program_file
+from hpcprov.shell import Template, join
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
@@ -46,10 +46,9 @@ def install_lines(site: Site, *specs: str) -> list[str]:
     pip = pip_install(site, *specs, extra=("--no-compile",))
     if installer == "pip":
         return [pip]
-    program = Raw('"$STATE/programs/pip_to_uv.py"')
+    write, program = program_file("pip_to_uv.py")
     uv = join(["hpcprov_uv_install", program, *pip_index_args(site), *specs])
-    lines = ['mkdir -p "$STATE/programs"',
-             join([file_function("pip_to_uv.py")]) + " > " + program]
+    lines = ['mkdir -p "$STATE/programs"', write]
     if installer == "uv":
         return [*lines, uv]
     return [*lines, "if command -v uv >/dev/null 2>&1; then", f"  {uv}", "else",
