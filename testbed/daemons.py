@@ -13,7 +13,7 @@ from pathlib import Path
 
 from .config import ClusterShape
 from .errors import TestbedError
-from .layout import HOST_ADDR, MARIADB_PORT, SLURMCTLD_PORT, SLURMDBD_PORT, Node
+from .layout import HOST_ADDR, MARIADB_PORT, QOS_NAMES, SLURMCTLD_PORT, SLURMDBD_PORT, Node
 from .network import node_command
 from .system import (
     log_tail,
@@ -58,6 +58,14 @@ def start_accounting(shape: ClusterShape, env: dict[str, str], timeout: float) -
         return pidfile.exists() and port_open(HOST_ADDR, SLURMDBD_PORT)
 
     wait_for("slurmdbd", ready, timeout, log)
+    add_qos(env)
+
+
+def add_qos(env: dict[str, str]) -> None:
+    """The QOS that profiles routing by constraint and QOS ask for (``-q regular``); slurmctld
+    reads them from slurmdbd when it starts, and refuses a QOS that does not exist."""
+    for name in QOS_NAMES:
+        run(["sacctmgr", "-i", "add", "qos", f"name={name}"], env=env)
 
 
 def _start_mariadb(sd: Path, env: dict[str, str], timeout: float) -> None:

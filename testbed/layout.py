@@ -28,6 +28,11 @@ HOST_ADDR = f"{NET_PREFIX}.1"
 NETNS_PREFIX = "hpctb-"
 MAX_NODES = 4
 ALL_PARTITION = "all"  # exists with 3+ nodes: every node, both node types
+# Each node also answers to its name on the "high-speed network" (an alias of its one link),
+# as sites name nodes ``<node>-ib`` or ``<node>i``: profiles can rendezvous on those names.
+FAST_NAME_SUFFIX = "-ib"
+# A QOS that exists (with accounting): profiles that route by constraint and QOS ask for it.
+QOS_NAMES = ("regular",)
 
 SLURMCTLD_PORT = 16817
 SLURMD_PORT = 6818
@@ -44,6 +49,7 @@ class Partition:
     sockets: int
     cores_per_socket: int
     memory_mb: int
+    feature: str
     default: bool = False
     max_time: str = "2-00:00:00"
 
@@ -55,8 +61,9 @@ class Partition:
 
 # Miniatures of two KISTI Neuron partitions (core/memory figures as advertised
 # by Neuron's node types; the nodes claim them via SlurmdParameters=config_overrides).
-A100_PARTITION = Partition("amd_a100nv_8", 8, 2, 32, 1_000_000, default=True)
-V100_PARTITION = Partition("cas_v100_4", 4, 2, 20, 384_000)
+# Each node type has a Slurm feature (``-C a100``), as sites that route by constraint have.
+A100_PARTITION = Partition("amd_a100nv_8", 8, 2, 32, 1_000_000, "a100", default=True)
+V100_PARTITION = Partition("cas_v100_4", 4, 2, 20, 384_000, "v100")
 PARTITIONS = {p.name: p for p in (A100_PARTITION, V100_PARTITION)}
 
 
@@ -77,6 +84,11 @@ class Node:
     def veth(self) -> str:
         """Host side of the node's veth pair (<= 15 characters)."""
         return NETNS_PREFIX + self.name
+
+    @property
+    def fast_name(self) -> str:
+        """The node's alias on the "high-speed network" (``gpu01-ib``)."""
+        return self.name + FAST_NAME_SUFFIX
 
     @property
     def gpus(self) -> int:

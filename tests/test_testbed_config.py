@@ -65,6 +65,9 @@ def test_four_nodes_add_the_v100_partition_and_all():
     assert nodes["gpu04"]["NodeAddr"] == "10.251.0.14"
     assert (nodes["gpu03"]["CoresPerSocket"], nodes["gpu03"]["RealMemory"],
             nodes["gpu03"]["Gres"]) == ("20", "384000", "gpu:4")
+    # each node type is also a feature, so profiles can route by constraint (-C a100)
+    assert {name: n["Features"] for name, n in nodes.items()} == {
+        "gpu01": "gpu,a100", "gpu02": "gpu,a100", "gpu03": "gpu,v100", "gpu04": "gpu,v100"}
     parts = {p["PartitionName"]: p for p in _conf_lines(conf, "PartitionName")}
     assert {name: (p["Nodes"], p["Default"]) for name, p in parts.items()} == {
         "amd_a100nv_8": ("gpu[01-02]", "YES"),
@@ -162,15 +165,16 @@ def test_hosts_name_the_controller_and_every_node():
              if not line.startswith("#")]
     by_addr = {addr: names for addr, names in lines}
     assert by_addr[HOST_ADDR] == "login1 hpctb-ctl"
+    # each node by its name and its name on the "high-speed network" (the same link here)
     assert [by_addr[f"10.251.0.1{i}"] for i in range(1, 5)] == [
-        "gpu01", "gpu02", "gpu03", "gpu04"]
+        "gpu01 gpu01-ib", "gpu02 gpu02-ib", "gpu03 gpu03-ib", "gpu04 gpu04-ib"]
     assert by_addr["127.0.0.1"] == "localhost"
 
 
 def test_ssh_config_maps_names_to_addresses_with_the_testbed_key():
     text = _render(2)["ssh/ssh_config"]
-    assert re.findall(r"Host (gpu\d\d)\n\s+HostName (\S+)", text) == [
-        ("gpu01", "10.251.0.11"), ("gpu02", "10.251.0.12")]
+    assert re.findall(r"Host (gpu\d\d gpu\d\d-ib)\n\s+HostName (\S+)", text) == [
+        ("gpu01 gpu01-ib", "10.251.0.11"), ("gpu02 gpu02-ib", "10.251.0.12")]
     assert f"IdentityFile {STATE}/ssh/id_ed25519" in text
     assert "StrictHostKeyChecking no" in text
 
