@@ -16,6 +16,8 @@ from hpcprov.errors import HpcprovError
 from hpcprov.walltime import walltime_seconds
 
 if TYPE_CHECKING:
+    import re
+
     from hpcprov.schedulers.base import Completed
 
 
@@ -168,6 +170,19 @@ def memory_mb(text: str | None) -> int | None:
         return int(float(m.group(1)) * scale)
     except ValueError:
         return None
+
+
+def text_blocks(text: str, header: re.Pattern[str]) -> list[tuple[str, list[str]]]:
+    """(name, lines) for each block of a command's text that a line matching ``header``
+    starts (its first group names the block); lines before the first block are dropped."""
+    out: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        m = header.match(line)
+        if m:
+            out.append((m.group(1), []))
+        elif out:
+            out[-1][1].append(line)
+    return out
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,20 @@ import os
 import shlex
 import sys
 import time
+from collections.abc import Callable
 
 from .cluster import MAX_NODES, Testbed, TestbedError
+
+# Commands that change the running testbed with one call, and the line that reports it (a
+# format string over the command's arguments).
+_ACTIONS: dict[str, tuple[Callable[[Testbed, argparse.Namespace], None], str]] = {
+    "down": (lambda tb, a: tb.down(), "testbed down"),
+    "kill-node": (lambda tb, a: tb.kill_node(a.node),
+                  "{node} is off; Slurm notices within about 30 s"),
+    "slow-link": (lambda tb, a: tb.slow_link(a.node, a.rate),
+                  "{node}'s link is limited to {rate} both ways"),
+    "clear-link": (lambda tb, a: tb.clear_link(a.node), "{node}'s link is back to full speed"),
+}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,9 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"use it with: export SLURM_CONF={tb.slurm_conf}")
             return 0
         tb = Testbed.from_state(args.state_dir)
-        if args.cmd == "down":
-            tb.down()
-            print("testbed down")
+        if args.cmd in _ACTIONS:
+            act, done = _ACTIONS[args.cmd]
+            act(tb, args)
+            print(done.format_map(vars(args)))
             return 0
         if args.cmd == "status":
             st = tb.status()
@@ -82,18 +95,6 @@ def main(argv: list[str] | None = None) -> int:
         if args.cmd == "env":
             for k, v in tb.env().items():
                 print(f"export {k}={shlex.quote(v)}")
-            return 0
-        if args.cmd == "kill-node":
-            tb.kill_node(args.node)
-            print(f"{args.node} is off; Slurm notices within about 30 s")
-            return 0
-        if args.cmd == "slow-link":
-            tb.slow_link(args.node, args.rate)
-            print(f"{args.node}'s link is limited to {args.rate} both ways")
-            return 0
-        if args.cmd == "clear-link":
-            tb.clear_link(args.node)
-            print(f"{args.node}'s link is back to full speed")
             return 0
         if args.cmd == "exec":
             if os.geteuid() != 0:

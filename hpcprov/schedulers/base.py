@@ -146,6 +146,14 @@ def head_options(req: JobRequest, *, batch: bool, queue: str) -> list[Option]:
     return opts
 
 
+def with_overrides(req: JobRequest, opts: list[Option]) -> list[Option]:
+    """How a job's options end: the backend's (``opts``), then the partition's own ones;
+    the user's (``req.options``) replace those of the same name, the others go last."""
+    from hpcprov.options import override
+
+    return override([*opts, *req.part.options.items()], req.options)
+
+
 class Backend:
     """Base of the scheduler backends; each module exports one instance as ``BACKEND``."""
 
@@ -173,7 +181,10 @@ class Backend:
         return []
 
     def shell(self, req: JobRequest) -> str:
-        """The job script's interpreter line, without ``#!``."""
+        """The job script's interpreter line, without ``#!``: the site's ``shell`` setting
+        where the backend has one."""
+        if "shell" in self.settings:
+            return str(self.section(req.site).shell)
         return "/bin/bash"
 
     def prolog(self, req: JobRequest) -> list[str]:
@@ -298,6 +309,28 @@ class Executor:
         if proc.returncode != 0:
             raise HpcprovError(f"{command} refused {script.name}: "
                                f"{(proc.stderr or proc.stdout).strip()}")
+
+    def _accepted(self, job_id: str, script: Path, output: Path, exit_file: Path) -> Handle:
+        """The handle of a job the scheduler took under ``job_id``, recorded as submitted."""
+        h = Handle(job_id, script, output, exit_file, time.monotonic())
+        self._event(h, "submitted")
+        return h
+
+    def _started(self, h: Handle) -> None:
+        """Mark a job running the first time the scheduler says it runs."""
+        if h.started is None:
+            h.started, h.state = time.monotonic(), "RUNNING"
+            self._event(h, "state")
+
+    def _finished(self, h: Handle, code: int | None, why: str, unknown: str) -> None:
+        """End a job the scheduler says ended (or no longer knows) with status ``code``, else
+        the status file's; its reason ``why``, or ``unknown`` when neither gave a status."""
+        if code is None:
+            code = read_exit(h.exit_file)
+        h.exit_code, h.ended = code, time.monotonic()
+        h.state = final_state(code)
+        h.reason = why or (unknown if code is None else "")
+        self._event(h, "state")
 
     def submit(self, script: Path, output: Path, exit_file: Path,
                place: Placement | None = None) -> Handle:

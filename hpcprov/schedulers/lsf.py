@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 import re
-import time
 from pathlib import Path
 from typing import Literal
 
@@ -31,13 +30,14 @@ from hpcprov.draft_facts import (
     as_int,
     optional,
     required,
+    text_blocks,
     walltime_text,
 )
 from hpcprov.errors import HpcprovError, UsageError
 from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
 from hpcprov.kinds import LauncherKind
-from hpcprov.options import Option, override
+from hpcprov.options import Option
 from hpcprov.schedulers.base import (
     Backend,
     Executor,
@@ -45,10 +45,9 @@ from hpcprov.schedulers.base import (
     PerNode,
     Placement,
     Setting,
-    final_state,
     head_options,
-    read_exit,
     slots_list,
+    with_overrides,
 )
 from hpcprov.shell import Raw, Template
 from hpcprov.walltime import walltime_seconds
@@ -136,14 +135,10 @@ class Lsf(Backend):
             opts.append(("output", conf.output))
             if conf.error:
                 opts.append(("error", conf.error))
-        opts += list(req.part.options.items())
-        return override(opts, req.options)
+        return with_overrides(req, opts)
 
     def directives(self, req: JobRequest) -> list[str]:
         return ["#BSUB " + directive(n, v) for n, v in self.options(req, batch=True)]
-
-    def shell(self, req: JobRequest) -> str:
-        return str(self.section(req.site).shell)
 
     def prolog(self, req: JobRequest) -> list[str]:
         return ['cd "$LS_SUBCWD"']
@@ -224,9 +219,7 @@ class LsfExecutor(Executor):
         m = re.search(r"Job <(\d+)>", proc.stdout)
         if not m:
             raise HpcprovError(f"bsub gave no job id for {script.name}: {proc.stdout.strip()}")
-        h = Handle(m.group(1), script, output, exit_file, time.monotonic())
-        self._event(h, "submitted")
-        return h
+        return self._accepted(m.group(1), script, output, exit_file)
 
     def refresh(self, handles: list[Handle]) -> None:
         for h in handles:
@@ -237,9 +230,8 @@ class LsfExecutor(Executor):
                 h.nodes = exec_hosts(info["exec_host"])
             if not info or state in _FINISHED:
                 self._ended(h, info)
-            elif state in _RUNNING and h.started is None:
-                h.started, h.state = time.monotonic(), "RUNNING"
-                self._event(h, "state")
+            elif state in _RUNNING:
+                self._started(h)
 
     def _ended(self, h: Handle, info: dict[str, str]) -> None:
         code: int | None = None
@@ -247,13 +239,7 @@ class LsfExecutor(Executor):
             code = 0
         elif info.get("exit_code", "-").isdigit():
             code = int(info["exit_code"])
-        if code is None:
-            code = read_exit(h.exit_file)
-        h.exit_code, h.ended = code, time.monotonic()
-        h.state = final_state(code)
-        h.reason = "" if code is not None else ("LSF no longer knows the job and it left no "
-                                                "status file")
-        self._event(h, "state")
+        self._finished(h, code, "", "LSF no longer knows the job and it left no status file")
 
     def cancel(self, handle: Handle) -> None:
         self._run("bkill", handle.job_id)
@@ -269,18 +255,6 @@ HOSTS_CMD = ["bhosts", "-l"]
 GPUS_CMD = ["bhosts", "-l", "-gpu"]
 _BLOCK_QUEUE = re.compile(r"^QUEUE:\s*(\S+)")
 _BLOCK_HOST = re.compile(r"^HOST:?\s+(\S+)\s*$")
-
-
-def _blocks(text: str, header: re.Pattern[str]) -> list[tuple[str, list[str]]]:
-    """(name, lines) for each block that a line matching ``header`` starts."""
-    out: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
-        m = header.match(line)
-        if m:
-            out.append((m.group(1), []))
-        elif out:
-            out[-1][1].append(line)
-    return out
 
 
 def _minutes(text: str) -> str | None:
@@ -327,7 +301,7 @@ def parse_queues(text: str) -> list[Queue]:
     description calls it the default queue (bqueues has no field for that)."""
     cmd = " ".join(QUEUES_CMD)
     out = []
-    for name, lines in _blocks(text, _BLOCK_QUEUE):
+    for name, lines in text_blocks(text, _BLOCK_QUEUE):
         desc = " ".join(ln.strip().removeprefix("--").strip() for ln in lines
                         if ln.strip().startswith("--"))
         status = next((lines[i + 1].split()[2] for i, ln in enumerate(lines[:-1])
@@ -353,7 +327,7 @@ def _row(lines: list[str], head: str) -> dict[str, str]:
 def parse_hosts(text: str) -> dict[str, Node]:
     """``bhosts -l``: each host's status and job slots (MAX), taken as its cores."""
     out = {}
-    for name, lines in _blocks(text, _BLOCK_HOST):
+    for name, lines in text_blocks(text, _BLOCK_HOST):
         row = _row(lines, "STATUS")
         slots = as_int(row.get("MAX"))
         out[name] = Node(name=name, cpus=slots, cores=slots, state=row.get("STATUS", ""))
@@ -364,7 +338,7 @@ def parse_gpus(text: str) -> dict[str, tuple[int, str | None]]:
     """``bhosts -l -gpu``: host -> (GPUs, model) from NGPUS and the STATIC ATTRIBUTES
     table (model None where the GPUs differ)."""
     out = {}
-    for name, lines in _blocks(text, _BLOCK_HOST):
+    for name, lines in text_blocks(text, _BLOCK_HOST):
         count = as_int(_row(lines, "NGPUS").get("NGPUS")) or 0
         models = set()
         for i, line in enumerate(lines):

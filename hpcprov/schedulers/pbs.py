@@ -7,7 +7,6 @@ server keeps job history, else from the status file the job script's EXIT trap w
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 from hpcprov.draft_facts import (
@@ -19,23 +18,23 @@ from hpcprov.draft_facts import (
     memory_mb,
     optional,
     required,
+    text_blocks,
     walltime_text,
 )
 from hpcprov.errors import UsageError
 from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
 from hpcprov.kinds import LauncherKind
-from hpcprov.options import Option, override, required_options, short_name_findings
+from hpcprov.options import Option, required_options, short_name_findings
 from hpcprov.schedulers.base import (
     Backend,
     Executor,
     Handle,
     Placement,
     Setting,
-    final_state,
-    read_exit,
     slots_list,
     unique_hosts,
+    with_overrides,
 )
 from hpcprov.shell import Raw, Template
 
@@ -123,14 +122,10 @@ class Pbs(Backend):
             opts.append(("error", conf.error))
         if conf.join_output:
             opts.append(("join", "oe"))
-        opts += list(req.part.options.items())
-        return override(opts, req.options)
+        return with_overrides(req, opts)
 
     def directives(self, req: JobRequest) -> list[str]:
         return ["#PBS " + directive(n, v) for n, v in self.options(req, batch=True)]
-
-    def shell(self, req: JobRequest) -> str:
-        return str(self.section(req.site).shell)
 
     def prolog(self, req: JobRequest) -> list[str]:
         return ['cd "$PBS_O_WORKDIR"']
@@ -212,9 +207,7 @@ class PbsExecutor(Executor):
                place: Placement | None = None) -> Handle:
         proc = self._run("qsub", "-o", str(output), "-j", "oe", str(script))
         self._submitted(proc, "qsub", script)
-        h = Handle(proc.stdout.strip(), script, output, exit_file, time.monotonic())
-        self._event(h, "submitted")
-        return h
+        return self._accepted(proc.stdout.strip(), script, output, exit_file)
 
     def refresh(self, handles: list[Handle]) -> None:
         for h in handles:
@@ -227,21 +220,14 @@ class PbsExecutor(Executor):
             if not info or state in _DONE:
                 self._ended(h, info)
             elif state in _RUNNING:
-                if h.started is None:
-                    h.started, h.state = time.monotonic(), "RUNNING"
-                    self._event(h, "state")
+                self._started(h)
             else:  # Q, H, W, T, S, U, M: not running (yet)
                 h.reason = info.get("comment", "")
 
     def _ended(self, h: Handle, info: dict[str, str]) -> None:
         code, why = exit_status(info.get("Exit_status"))
-        if code is None:
-            code = read_exit(h.exit_file)
-        h.exit_code, h.ended = code, time.monotonic()
-        h.state = final_state(code)
-        h.reason = why or ("the server no longer knows the job and it left no status file"
-                           if code is None else "")
-        self._event(h, "state")
+        self._finished(h, code, why,
+                       "the server no longer knows the job and it left no status file")
 
     def cancel(self, handle: Handle) -> None:
         self._run("qdel", handle.job_id)
@@ -261,14 +247,7 @@ def blocks(text: str, header: re.Pattern[str]) -> list[tuple[str, dict[str, str]
     """(name, attributes) for each block of ``pbsnodes -av`` / ``qstat -Qf`` / ``-Bf``
     output: a line ``header`` matches names it, indented ``name = value`` lines follow
     (a value continues on lines that start with a tab)."""
-    out: list[tuple[str, list[str]]] = []
-    for line in text.splitlines():
-        m = header.match(line)
-        if m:
-            out.append((m.group(1), []))
-        elif out:
-            out[-1][1].append(line)
-    return [(name, fields("\n".join(lines))) for name, lines in out]
+    return [(name, fields("\n".join(lines))) for name, lines in text_blocks(text, header)]
 
 
 _NODE = re.compile(r"^(\S.*?)\s*$")

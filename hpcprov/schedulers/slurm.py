@@ -27,7 +27,7 @@ from hpcprov.draft_facts import (
 )
 from hpcprov.findings import Finding
 from hpcprov.job import JobRequest
-from hpcprov.options import Option, override, short_name_findings
+from hpcprov.options import Option, short_name_findings
 from hpcprov.schedulers.base import (
     Backend,
     Executor,
@@ -39,6 +39,7 @@ from hpcprov.schedulers.base import (
     head_options,
     read_exit,
     slots_list,
+    with_overrides,
 )
 from hpcprov.shell import Raw
 
@@ -144,15 +145,11 @@ class Slurm(Backend):
             if conf.error:
                 opts.append(("error", conf.error))
         opts += self.gpu_request(req)
-        opts += list(req.part.options.items())
-        return override(opts, req.options)
+        return with_overrides(req, opts)
 
     def directives(self, req: JobRequest) -> list[str]:
         return ["#SBATCH " + _directive_value(flag(n, v))
                 for n, v in self.options(req, batch=True)]
-
-    def shell(self, req: JobRequest) -> str:
-        return str(self.section(req.site).shell)
 
     def submit_argv(self, script: str) -> list[str]:
         return ["sbatch", script]
@@ -239,10 +236,7 @@ class SlurmExecutor(Executor):
         proc = self._run("sbatch", "--parsable", f"--output={output}", f"--error={output}",
                          str(script))
         self._submitted(proc, "sbatch", script)
-        h = Handle(proc.stdout.strip().split(";")[0], script, output, exit_file,
-                   time.monotonic())
-        self._event(h, "submitted")
-        return h
+        return self._accepted(proc.stdout.strip().split(";")[0], script, output, exit_file)
 
     def refresh(self, handles: list[Handle]) -> None:
         for h in handles:
