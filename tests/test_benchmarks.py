@@ -179,3 +179,53 @@ def test_the_reframe_configuration_and_check_are_python_with_their_shell_values_
     assert (attrs["num_tasks"], attrs["num_tasks_per_node"], attrs["num_cpus_per_task"]) == (
         2, 1, 4)
     assert "--mpi=pmix" in check and attrs["valid_systems"] == ["testbed:amd_a100nv_8"]
+
+
+def test_the_reliability_table_counts_each_case_once_by_its_rule(tmp_path: Path) -> None:
+    """benchmarks/reliability.py: a JUnit report's cases land in the first matching rule's
+    row; passed held, failed and xfailed were tried and did not hold, skipped was not tried;
+    slow cases only collected are counted apart; what no rule names is listed, not counted."""
+    from benchmarks import reliability as rel
+
+    report = tmp_path / "report.xml"
+    report.write_text(
+        '<testsuites><testsuite name="pytest">'
+        '<testcase classname="tests.test_second_user" name="test_a[x]"/>'
+        '<testcase classname="tests.test_second_user" name="test_a[y]">'
+        '<failure message="boom">trace</failure></testcase>'
+        '<testcase classname="tests.test_second_user" name="test_b">'
+        '<skipped type="pytest.xfail" message="known hole"/></testcase>'
+        '<testcase classname="tests.test_second_user" name="test_c">'
+        '<skipped type="pytest.skip" message="needs root"/></testcase>'
+        '<testcase classname="tests.test_hostile_input" name="test_fifo_given_to_site"/>'
+        '<testcase classname="tests.test_hostile_input" name="test_one_match_gives_no_warning"/>'
+        '</testsuite></testsuites>')
+    slow = ["tests/test_provision_real.py::test_interrupt_crash_lock_and_resume",
+            "tests/test_provision_real.py::test_tensorflow_and_pytorch_variant"]
+    rows, uncounted = rel.tally(rel.cases_from_junit(report), slow)
+    by = {r.category: r for r in rows}
+    second = by[rel.SECOND]
+    assert (second.tried, second.held, second.skipped) == (3, 1, 1)
+    assert [c.split(": ")[1] for c in second.not_held] == ["failed", "xfailed"]
+    assert (by[rel.SPECIAL].tried, by[rel.SPECIAL].held) == (1, 1)
+    assert by[rel.REAL].collected == 1 and by[rel.REAL].tried == 0
+    assert uncounted == ["tests/test_hostile_input.py::test_one_match_gives_no_warning",
+                         "tests/test_provision_real.py::test_tensorflow_and_pytorch_variant"]
+    text = rel.markdown(rows, {"date": "d", "commit": "c", "command": "x", "seconds": "1"})
+    assert "| **Total run** | **4** | **2** | **2** | **1** |" in text
+    assert "collected only (slow" in text
+
+
+def test_the_reliability_script_counts_every_rule_it_names() -> None:
+    """The script runs (collecting only: cheap), and each rule still names some test."""
+    proc = subprocess.run([sys.executable, "-m", "benchmarks.reliability", "--collect-only",
+                           "--json"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    from benchmarks import reliability as rel
+
+    counted = {r["category"]: r["collected_only"] for r in data["rows"]}
+    assert set(counted) == set(rel.ORDER) and all(counted.values()), counted
+    for rule in rel.RULES:
+        assert (REPO / rule.file).is_file(), rule
+    assert data["commit"] and data["command"].endswith("--collect-only")

@@ -194,6 +194,18 @@ def test_publishing_sets_explicit_modes_under_a_group_umask(house: House) -> Non
     assert hit(house.run(GET)) == house.state / "horovod-wheel" / WHEEL
 
 
+def test_publishing_works_in_a_setgid_sticky_group_wheelhouse(house: House) -> None:
+    """The wheelhouse as docs/security.md tells sites to make it (install -d -m 3775): the
+    publish folder inherits the setgid bit (mode 02700) and is still the folder made (it
+    once was refused, and nothing was ever cached there)."""
+    house.wh.mkdir()
+    house.wh.chmod(0o3775)
+    proc = house.run(PUT, umask=0o002)
+    assert f"cached in the wheelhouse: {house.entry}" in proc.stdout, proc.stderr
+    assert house.entry.stat().st_mode & 0o777 == 0o755
+    assert hit(house.run(GET)) == house.state / "horovod-wheel" / WHEEL
+
+
 def attacker_dir(root: Path) -> Path:
     """A folder another user made writable by everyone, to catch what is published."""
     trap = root / "attacker"

@@ -293,7 +293,9 @@ def put(wh, key, keyfile, wheel, extra):
         tmp = os.path.basename(tempfile.mkdtemp(prefix=".tmp-" + key + "-", dir=wh))
         dfd = os.open(tmp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=wfd)
         mine = os.fstat(dfd)
-        if mine.st_uid != os.geteuid() or stat.S_IMODE(mine.st_mode) != 0o700:
+        # the permission bits only: in a setgid wheelhouse (as sites are told to make it)
+        # the new folder inherits the setgid bit, 02700
+        if mine.st_uid != os.geteuid() or mine.st_mode & 0o777 != 0o700:
             raise OSError(f"the new folder {tmp} is not the one made")
         name = os.path.basename(wheel)
         sums = f"{write_new(dfd, name, src_fd=src)}  {name}\n"
