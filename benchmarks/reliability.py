@@ -105,7 +105,7 @@ class Row:
     tried: int = 0
     held: int = 0
     not_held: list[str] = field(default_factory=list)  # "file::name: why"
-    skipped: int = 0
+    skipped: list[str] = field(default_factory=list)  # "file::name: why"
     collected: int = 0  # slow rows: collected, not run
     files: set[str] = field(default_factory=set)
 
@@ -120,11 +120,11 @@ def outcome(case: ET.Element) -> tuple[str, str]:
     for tag in ("failure", "error"):
         found = case.find(tag)
         if found is not None:
-            return "failed", (found.get("message") or tag).splitlines()[0][:200]
+            return "failed", (found.get("message") or tag).splitlines()[0][:500]
     skipped = case.find("skipped")
     if skipped is not None:
         kind = "xfailed" if skipped.get("type") == "pytest.xfail" else "skipped"
-        return kind, (skipped.get("message") or "").splitlines()[0][:200]
+        return kind, ((skipped.get("message") or "").splitlines() or [""])[0][:500]
     return "passed", ""
 
 
@@ -156,7 +156,7 @@ def tally(cases: Iterable[tuple[str, str, str, str]], collected: Iterable[str],
         row = rows[rule.category]
         row.files.add(file)
         if kind == "skipped":
-            row.skipped += 1
+            row.skipped.append(f"{file}::{name}: {message}")
             continue
         row.tried += 1
         if kind == "passed":
@@ -213,17 +213,18 @@ def markdown(rows: list[Row], meta: dict[str, str]) -> str:
                          f"| {files} |")
             continue
         lines.append(f"| {r.category} | {r.tried} | {r.held} | {len(r.not_held)} | "
-                     f"{r.skipped} | run | {files} |")
+                     f"{len(r.skipped)} | run | {files} |")
         total.tried += r.tried
         total.held += r.held
         total.not_held += r.not_held
         total.skipped += r.skipped
     lines.append(f"| **Total run** | **{total.tried}** | **{total.held}** | "
-                 f"**{len(total.not_held)}** | **{total.skipped}** | | |")
-    if total.not_held:
-        lines += ["", "Not held:", ""]
-        lines += [f"* `{case.split(': ', 1)[0]}`: {case.split(': ', 1)[1]}"
-                  for case in total.not_held]
+                 f"**{len(total.not_held)}** | **{len(total.skipped)}** | | |")
+    for title, cases in (("Not held", total.not_held), ("Skipped", total.skipped)):
+        if cases:
+            lines += ["", f"{title}:", ""]
+            lines += [f"* `{case.split(': ', 1)[0]}`: {case.split(': ', 1)[1]}"
+                      for case in cases]
     return "\n".join(lines) + "\n"
 
 
