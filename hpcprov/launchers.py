@@ -6,8 +6,9 @@ directives already fix the geometry) or ``"allocation"`` typed by hand inside sa
 
 Whatever the kind, hosts are named on the partition's high-speed network when the profile
 says how (``network.host_name``, a launcher's ``host_name``): the rendezvous host
-(MASTER_ADDR, torchrun's --rdzv_endpoint) and every mpirun/horovodrun host list. Every srun
-step carries the job's CPU and GPU binding (:meth:`Backend.task_step`).
+(MASTER_ADDR, torchrun's --rdzv_endpoint) and horovodrun's host list when it runs Gloo.
+mpirun (and horovodrun running mpirun) keeps the scheduler's names (:func:`list_host_name`).
+Every srun step carries the job's CPU and GPU binding (:meth:`Backend.task_step`).
 """
 
 from __future__ import annotations
@@ -97,11 +98,33 @@ def expand_hosts(hosts: tuple[str, ...]) -> list[str]:
     return out
 
 
+def horovodrun_uses_gloo(req: JobRequest) -> bool:
+    """Whether horovodrun starts its ranks itself over ssh (Gloo) rather than through
+    mpirun: told ``--gloo``, or not told ``--mpi`` where the site builds no MPI controller."""
+    args = req.launch.args
+    return "--gloo" in args or ("--mpi" not in args
+                                and "mpi" not in req.site.horovod.controllers)
+
+
+def list_host_name(req: JobRequest, horovodrun: bool) -> str | None:
+    """The host name template for an mpirun/horovodrun host list: the launcher's own
+    ``host_name`` where it has one; else the partition's where horovodrun starts the ranks
+    over ssh itself, and none where an MPI does. An MPI started inside the scheduler's
+    allocation knows the nodes by the scheduler's names only and refuses any other (Open
+    MPI: "All nodes which are allocated for this job are already filled"); MPI's own traffic
+    takes the fast network by MPI's settings (``network.env``, e.g.
+    ``OMPI_MCA_btl_tcp_if_include`` or ``UCX_NET_DEVICES``)."""
+    if req.launch.host_name is not None or (horovodrun and horovodrun_uses_gloo(req)):
+        return req.host_name
+    return None
+
+
 def host_slots(req: JobRequest, horovodrun: bool = False) -> tuple[list[str], list[str]]:
     """(``-H`` or ``--hostfile`` words, setup lines) for mpirun/horovodrun: the launcher's
     host file, the hosts given on the command line, else what the scheduler's job knows;
-    each host on the network the host name template names."""
-    slots, launcher, template = req.ranks_per_node, req.launch, req.host_name
+    each host on the network :func:`list_host_name` names."""
+    slots, launcher = req.ranks_per_node, req.launch
+    template = list_host_name(req, horovodrun)
     if launcher.hosts == "hostfile" and not req.hosts:
         hostfile = Template(launcher.hostfile or "")
         if template:
@@ -111,7 +134,8 @@ def host_slots(req: JobRequest, horovodrun: bool = False) -> tuple[list[str], li
     if req.hosts:
         hosts = [renamed(h, template) for h in expand_hosts(req.hosts)]
         return ["-H", ",".join(f"{h}:{slots}" for h in hosts)], []
-    return schedulers.of(req.site).host_slots(req, slots, horovodrun=horovodrun), []
+    return schedulers.of(req.site).host_slots(req, slots, horovodrun=horovodrun,
+                                               template=template), []
 
 
 def _srun_geometry(req: JobRequest, context: Context, tasks_per_node: int) -> list[str]:

@@ -196,7 +196,8 @@ class Network(Strict, EnvMixin):
     host_name: str | None = Field(
         None, description="the node's name on the high-speed network, a template over the "
         "name the scheduler lists ({host}), e.g. '{host}-ib' or '{host}i'; every launcher "
-        "uses it for MASTER_ADDR, torchrun's --rdzv_endpoint and mpirun/horovodrun hosts")
+        "uses it for MASTER_ADDR and torchrun's --rdzv_endpoint, horovodrun for its hosts "
+        "when it runs Gloo; mpirun keeps the scheduler's names, which its allocation knows")
     nccl_socket_ifname: str | None = Field(
         None, description="NCCL_SOCKET_IFNAME: NCCL's bootstrap interfaces, e.g. ib0 or hsn")
     gloo_socket_ifname: str | None = Field(
@@ -444,7 +445,9 @@ class Launcher(Strict):
     per_task_output: str | None = Field(None, description="srun --output pattern per task")
     host_name: str | None = Field(
         None, description="replaces the partition's network.host_name for this launcher "
-        "('{host}': the names the scheduler lists)")
+        "('{host}': the names the scheduler lists); set here, it also renames mpirun's and "
+        "horovodrun's host lists, which otherwise keep the scheduler's names where an MPI "
+        "starts the ranks (an MPI in an allocation refuses other names)")
 
     @field_validator(*LAUNCHER_KEYS)
     @classmethod

@@ -154,22 +154,45 @@ def test_every_launcher_form_names_hosts_on_the_high_speed_network(
         (call,) = run_with_stubs(no_activate(out), tmp_path)
         argv, env = call["argv"], call["env"]
         assert isinstance(argv, list) and isinstance(env, dict)
+        if launcher in ("mpirun", "horovodrun"):
+            # the MPI that starts the ranks inside the allocation knows Slurm's names only
+            hosts = argv.pop(argv.index("-H") + 1)
+            assert hosts == "nid001:4,nid002:4", (kind, call)
         text = " ".join(argv)
-        assert "nid001-hsn0" in text or env.get("MASTER_ADDR") == "nid001-hsn0", (kind, call)
+        if launcher != "horovodrun":  # no rendezvous of its own: Horovod's is MPI's
+            assert "nid001-hsn0" in text or env.get("MASTER_ADDR") == "nid001-hsn0", call
         assert not re.search(r"nid00[12](?!-hsn0)", text + str(env)), (kind, call)
         if launcher == "torchrun":
             assert "--rdzv_endpoint=nid001-hsn0:29500" in argv
-        if launcher in ("mpirun", "horovodrun"):
-            assert argv[argv.index("-H") + 1] == "nid001-hsn0:4,nid002-hsn0:4"
         if launcher == "mpirun":
             assert "MASTER_ADDR=nid001-hsn0" in argv
         if launcher == "horovodrun":  # the partition's Gloo interface: no discovery by ssh
             assert argv[argv.index("--network-interfaces") + 1] == "hsn0"
 
 
+@pytest.mark.parametrize("args", [["--gloo"], []])
+def test_horovodrun_over_gloo_starts_ranks_on_the_high_speed_names(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, site_path: Path,
+        args: list[str]) -> None:
+    """horovodrun starts Gloo ranks over ssh itself, so its hosts are the fast names: when
+    told --gloo, or when the site's Horovod has no MPI controller to run instead."""
+    controllers = "[mpi, gloo]" if args else "[gloo]"
+    path = write_profile(tmp_path / "sites", "gloo", (
+        f"extends: {site_path}\nname: gloo\nhorovod: {{controllers: {controllers}}}\n"
+        f"launchers:\n  horovodrun: {{kind: horovodrun, args: {json.dumps(args)}}}\n"))
+    out = run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-l", "horovodrun",
+                 "--", "python", "x.py")
+    (call,) = run_with_stubs(out, tmp_path)
+    argv = call["argv"]
+    assert isinstance(argv, list) and argv[argv.index("-H") + 1] == "nid001-hsn0:4,nid002-hsn0:4"
+
+
 def test_hosts_given_on_the_command_line_are_renamed_too(
-        capsys: pytest.CaptureFixture[str], site_path: Path) -> None:
-    out = run_ok(capsys, "launch", "--site", str(site_path), "-N", "2", "-l", "horovodrun",
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, site_path: Path) -> None:
+    path = write_profile(tmp_path / "sites", "given", (
+        f"extends: {site_path}\nname: given\n"
+        "launchers:\n  horovodrun: {kind: horovodrun, args: [--gloo]}\n"))
+    out = run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-l", "horovodrun",
                  "-H", "nid[007-008]", "--", "python", "train.py")
     assert words(out.splitlines()[-1])[:5] == [
         "horovodrun", "-np", "8", "-H", "nid007-hsn0:4,nid008-hsn0:4"]
@@ -212,11 +235,30 @@ def test_a_hostname_rendezvous_uses_the_short_name_on_the_network(
     assert "--rdzv_endpoint=nid009-hsn0:29500" in call["argv"]
 
 
-def test_a_pbs_host_file_is_renamed_for_mpirun(capsys: pytest.CaptureFixture[str],
-                                                tmp_path: Path) -> None:
+def test_mpirun_keeps_the_pbs_host_file_and_rendezvous_on_the_fast_name(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = write_profile(tmp_path, "sock", (
         "extends: sockeye\nname: sock\n"
         "partitions:\n  gpu:\n    network: {host_name: '{host}-ib'}\n"))
+    out = run_ok(capsys, "jobscript", "--site", str(path), "-N", "2", "-o", "account=a",
+                 "--no-activate", "--", "python", "x.py")
+    check_shell(out, tmp_path)
+    nodefile = tmp_path / "nodefile"
+    nodefile.write_text("se001\nse001\nse002\nse002\n")
+    (call,) = run_with_stubs(out.replace('cd "$PBS_O_WORKDIR"', ""), tmp_path,
+                             env={"PBS_NODEFILE": str(nodefile)})
+    argv = call["argv"]
+    assert isinstance(argv, list)
+    assert argv[argv.index("--hostfile") + 1] == str(nodefile)  # the allocation's names
+    assert "MASTER_ADDR=se001-ib" in argv
+
+
+def test_a_launchers_own_host_name_renames_the_pbs_host_file(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "sock", (
+        "extends: sockeye\nname: sock\n"
+        "launchers:\n  mpirun: {kind: mpirun, hosts: hostfile, hostfile: $PBS_NODEFILE,\n"
+        "           oversubscribe: true, rendezvous_env: true, host_name: '{host}-ib'}\n"))
     out = run_ok(capsys, "jobscript", "--site", str(path), "-N", "2", "-o", "account=a",
                  "--no-activate", "--", "python", "x.py")
     check_shell(out, tmp_path)
@@ -235,8 +277,8 @@ def test_a_pbs_job_without_a_launcher_hostfile_gets_renamed_hosts(
         capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     path = write_profile(tmp_path, "sock2", (
         "extends: sockeye\nname: sock2\n"
-        "partitions:\n  gpu:\n    network: {host_name: 'ib-{host}'}\n"
-        "launchers:\n  mpirun: {kind: mpirun, hosts: list, hostfile: null}\n"))
+        "launchers:\n  mpirun: {kind: mpirun, hosts: list, hostfile: null,"
+        " host_name: 'ib-{host}'}\n"))
     req = JobRequest(site=load_site(str(path)), nodes=2, command=("python", "x.py"),
                      options={"account": "a"})
     assert "pbs-slots" not in {f.code for f in lint(req)}  # -H host:slots, not the file
@@ -303,6 +345,41 @@ def test_an_lsf_kind_of_node_asks_for_no_queue(capsys: pytest.CaptureFixture[str
         "  gpuv100: {routing: options, options: {resource: 'select[gpu_v100]'}}\n"))
     out = run_ok(capsys, "jobscript", "--site", str(path), "--", "python", "x.py")
     assert "#BSUB -q" not in out and '#BSUB -R "select[gpu_v100]"' in out
+
+
+SINFO_NODES = """\
+nid001 idle gpu,hbm80g
+nid001 idle gpu,hbm80g
+nid002 mix gpu
+nid003 drain gpu,hbm80g
+nid004 idle cpu
+"""
+
+
+@pytest.mark.parametrize(("picks", "nodes"), [
+    ({"constraint": "gpu", "qos": "regular"}, ["nid001", "nid002"]),
+    ({"constraint": "gpu&hbm80g"}, ["nid001"]),            # nid003 is drained
+    ({"constraint": "hbm80g|cpu"}, ["nid001", "nid004"]),
+    ({"partition": "batch"}, ["nid001", "nid002", "nid004"]),
+    ({"qos": "regular"}, None),                             # Slurm's default partition
+    ({"constraint": "[gpu*2&hbm80g]"}, None),               # not evaluated: unknown
+])
+def test_the_nodes_of_a_kind_of_node_are_found_by_their_features(
+        tmp_path: Path, picks: dict[str, str], nodes: list[str] | None) -> None:
+    """`validate --partition KIND` finds a routed kind's nodes (links, pernode): not with
+    `sinfo -p KIND`, which names no partition, but by the features its constraint asks."""
+    from hpcprov.schedulers.slurm import SlurmExecutor
+
+    log = tmp_path / "sinfo.args"
+    stub = tmp_path / "bin" / "sinfo"
+    stub.parent.mkdir()
+    stub.write_text(f'#!/bin/bash\necho "$*" >> {log}\ncat <<\'EOF\'\n{SINFO_NODES}EOF\n')
+    stub.chmod(0o755)
+    env = {"PATH": f"{stub.parent}:/usr/bin:/bin"}
+    assert SlurmExecutor(env).usable_nodes("gpu", picks) == nodes
+    if nodes is not None:
+        want = ["-p", "batch"] if "partition" in picks else []
+        assert log.read_text().split() == ["-h", "-N", *want, "-o", "%N", "%t", "%f"]
 
 
 def test_a_flag_option_from_the_command_line(capsys: pytest.CaptureFixture[str]) -> None:

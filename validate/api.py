@@ -24,7 +24,13 @@ from hpcprov.profiles import load
 from hpcprov.schedulers.allocation import OneAllocation
 from hpcprov.schedulers.base import Executor
 from hpcprov.validate import report as rep
-from hpcprov.validate.plan import CHECKS, DEFAULT_CHECKS, Options, allocation_script
+from hpcprov.validate.plan import (
+    CHECKS,
+    DEFAULT_CHECKS,
+    Options,
+    allocation_script,
+    node_picks,
+)
 from hpcprov.validate.run import default_rundir, run_validation
 
 
@@ -120,7 +126,8 @@ def prepare(o: ValidateOptions) -> Prepared:
     if "links" in wanted and backend.pin("node") is None:
         raise UsageError(f"--checks links: pairs of nodes must be pinned to their nodes, which "
                          f"hpcprov cannot do with {backend.title} (site {s.name})")
-    usable = backend.executor().usable_nodes(pname) if per_node else None
+    usable = (backend.executor().usable_nodes(pname, node_picks(s, pname)) if per_node
+              else None)
     here = (os.uname().nodename,) if per_node else ()
     device = o.device or ("cuda" if s.partitions[pname].gpus.count else "cpu")
     opts = Options(s, pname, nodes, wanted, ranks_per_node=o.ranks_per_node,

@@ -243,6 +243,19 @@ class Options:
     link_bytes: int = 64 * 1024 * 1024  # the message size of the links check's pair jobs
     baselines: bool = True  # the 1-node training runs scaling efficiency divides by
 
+    @property
+    def node_picks(self) -> dict[str, str | None] | None:
+        """The options that pick the partition's nodes where its name is no queue
+        (``routing: options``), for finding them; None for a real partition."""
+        return node_picks(self.site, self.partition)
+
+
+def node_picks(site: Site, partition: str) -> dict[str, str | None] | None:
+    """The options that pick a partition's nodes where its name is no queue (``routing:
+    options``); None for a real partition."""
+    part = site.partitions[partition]
+    return dict(part.options) if part.routing == "options" else None
+
 
 def plan_jobs(o: Options) -> list[Job]:
     """The jobs of a validation run, in submission order (the registry's)."""

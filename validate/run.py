@@ -104,7 +104,7 @@ class _Rounds:
         results: list[JobResult] = []
         handles: list[Handle] = []
         submitted: list[Job] = []
-        usable = self.executor.usable_nodes(self.o.partition)
+        usable = self.executor.usable_nodes(self.o.partition, self.o.node_picks)
         for job in rnd:
             why = self._unrunnable(job, usable)
             if why:

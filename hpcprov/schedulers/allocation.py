@@ -184,8 +184,9 @@ class OneAllocation(Executor):
         if base is not None:
             atomic_write(base.with_suffix(".cancel"), "")
 
-    def usable_nodes(self, partition: str) -> list[str] | None:
-        return self.inner.usable_nodes(partition)
+    def usable_nodes(self, partition: str, picks: dict[str, str | None] | None = None
+                     ) -> list[str] | None:
+        return self.inner.usable_nodes(partition, picks)
 
     def close(self, grace_s: float = 60) -> None:
         """Tell the allocation to end (after its steps); cancel it if it does not."""

@@ -202,8 +202,10 @@ class Backend:
         """Shell word for the job's first node (the rendezvous host)."""
         return "localhost"
 
-    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
-        """``-H host:slots,...`` (or ``--hostfile FILE``) words for mpirun/horovodrun."""
+    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool,
+                   template: str | None) -> list[str]:
+        """``-H host:slots,...`` (or ``--hostfile FILE``) words for mpirun/horovodrun, each
+        host renamed by ``template`` (``{host}-ib``) where it is not None."""
         return ["-H", f"localhost:{slots}"]
 
     def job_id(self) -> str | None:
@@ -347,8 +349,11 @@ class Executor:
     def cancel(self, handle: Handle) -> None:
         raise NotImplementedError
 
-    def usable_nodes(self, partition: str) -> list[str] | None:
-        """The partition's nodes that can run jobs now, or None where unknown."""
+    def usable_nodes(self, partition: str, picks: dict[str, str | None] | None = None
+                     ) -> list[str] | None:
+        """The partition's nodes that can run jobs now, or None where unknown. ``picks``:
+        where the partition's name is no queue (``routing: options``), the job options that
+        pick its nodes (constraint, qos, ...)."""
         return None
 
     def wait(self, handles: list[Handle], timeout_s: float, pending_timeout_s: float | None

@@ -160,9 +160,10 @@ class Lsf(Backend):
         skip = "NR > 1 " if self.section(req.site).launch_node_in_hostfile else ""
         return Raw(f"\"$(awk '{skip}{{print; exit}}' \"$LSB_DJOB_HOSTFILE\")\"")
 
-    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
-        if horovodrun or req.host_name or self.section(req.site).launch_node_in_hostfile:
-            return ["-H", slots_list(self._hosts(req), slots, req.host_name)]
+    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool,
+                   template: str | None) -> list[str]:
+        if horovodrun or template or self.section(req.site).launch_node_in_hostfile:
+            return ["-H", slots_list(self._hosts(req), slots, template)]
         return ["--hostfile", Template("$LSB_DJOB_HOSTFILE")]
 
     def job_id(self) -> str | None:

@@ -142,12 +142,13 @@ class Pbs(Backend):
     def first_node(self, req: JobRequest) -> str:
         return Raw('"$(head -n 1 "$PBS_NODEFILE")"')
 
-    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
+    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool,
+                   template: str | None) -> list[str]:
         """mpirun reads ``$PBS_NODEFILE`` as it is (one line per slot); horovodrun cannot
         (its host files need ``host slots=N``), nor can hosts renamed to their network
         names, so those get ``-H`` built from the file."""
-        if horovodrun or req.host_name:
-            return ["-H", slots_list(unique_hosts("PBS_NODEFILE"), slots, req.host_name)]
+        if horovodrun or template:
+            return ["-H", slots_list(unique_hosts("PBS_NODEFILE"), slots, template)]
         return ["--hostfile", Template("$PBS_NODEFILE")]
 
     def job_id(self) -> str | None:
@@ -155,7 +156,8 @@ class Pbs(Backend):
 
     def lint(self, req: JobRequest) -> list[Finding]:
         found = short_name_findings(req, SHORT_NAMES, directive)
-        if (req.launch.kind == LauncherKind.mpirun and not req.hosts and not req.host_name
+        renamed = req.launch.host_name is not None and req.host_name  # -H host:slots instead
+        if (req.launch.kind == LauncherKind.mpirun and not req.hosts and not renamed
                 and not req.launch.oversubscribe):
             found.append(Finding("error", "pbs-slots",
                                  "$PBS_NODEFILE lists one line per slot, so mpirun refuses to "

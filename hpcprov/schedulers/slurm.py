@@ -10,6 +10,7 @@ import re
 import shlex
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -162,8 +163,9 @@ class Slurm(Backend):
         # list, and `set -o pipefail` would then fail the job script
         return Raw(f'"$({HOSTNAMES} | sed -n 1p)"')
 
-    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool) -> list[str]:
-        return ["-H", slots_list(HOSTNAMES, slots, req.host_name)]
+    def host_slots(self, req: JobRequest, slots: int, *, horovodrun: bool,
+                   template: str | None) -> list[str]:
+        return ["-H", slots_list(HOSTNAMES, slots, template)]
 
     def job_id(self) -> str | None:
         return Raw('"$SLURM_JOB_ID"')
@@ -264,8 +266,11 @@ class SlurmExecutor(Executor):
                                                f"{dead[n]})" for n in mine)
                 self._event(h, "cancelled: " + h.reason)
 
-    def usable_nodes(self, partition: str) -> list[str] | None:
-        return partition_nodes(partition, self.env)
+    def usable_nodes(self, partition: str, picks: dict[str, str | None] | None = None
+                     ) -> list[str] | None:
+        if picks is None:
+            return partition_nodes(partition, self.env)
+        return picked_nodes(picks, self.env)
 
     def _refresh_job(self, h: Handle) -> None:
         proc = self._run("scontrol", "show", "job", "-o", h.job_id)
@@ -346,6 +351,42 @@ def partition_nodes(partition: str, env: dict[str, str] | None = None) -> list[s
     """The nodes of a Slurm partition that can take jobs now (sinfo)."""
     return sorted(n for n, st in _sinfo_states(["-p", partition], env).items()
                   if not _unusable(st))
+
+
+def feature_test(constraint: str) -> Callable[[set[str]], bool] | None:
+    """What ``--constraint`` asks of a node's features, where it is features joined by
+    ``&`` (all of them) or by ``|`` (any); None for Slurm's richer forms (counts, brackets,
+    both operators), which hpcprov does not evaluate."""
+    word = r"[A-Za-z0-9_.:+-]+"
+    if re.fullmatch(rf"{word}(&{word})*", constraint):
+        wanted = set(constraint.split("&"))
+        return wanted.issubset
+    if re.fullmatch(rf"{word}(\|{word})+", constraint):
+        anyof = set(constraint.split("|"))
+        return lambda features: bool(anyof & features)
+    return None
+
+
+def picked_nodes(picks: dict[str, str | None], env: dict[str, str] | None = None
+                 ) -> list[str] | None:
+    """The nodes that can take jobs now among those a partition-less request picks
+    (``routing: options``): the partition it names, if any, narrowed by the features its
+    constraint asks for. None where that cannot be told: no constraint and no partition
+    (Slurm's default partition, or a submit plugin, decides) or a constraint hpcprov does
+    not evaluate."""
+    constraint, partition = picks.get("constraint"), picks.get("partition")
+    test = feature_test(constraint) if constraint else None
+    if test is None and not (partition and not constraint):
+        return None
+    select = ["-p", partition] if partition else []
+    proc = Executor(env)._run("sinfo", "-h", "-N", *select, "-o", "%N %t %f")
+    usable = set()
+    for line in proc.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 3 and not _unusable(parts[1]) and (
+                test is None or test(set(parts[2].split(",")))):
+            usable.add(parts[0])
+    return sorted(usable)
 
 
 # ---- discovery for `hpcprov site draft` ----------------------------------------------

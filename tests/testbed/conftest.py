@@ -12,18 +12,24 @@ working directory (under the testbed's scratch dir, visible on every node;
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hpcprov_tests import hpcprov_argv
 
 from hpcprov.testbed.cluster import Testbed, TestbedError
+
+# Test modules import helpers from here as ``hpcprov_testbed_tests`` (tests/ is no package).
+sys.modules.setdefault("hpcprov_testbed_tests", sys.modules[__name__])
 
 REQUIRE = os.environ.get("HPCPROV_REQUIRE_TESTBED") == "1"
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY",
@@ -146,3 +152,38 @@ def slurm(testbed: Testbed, request) -> SlurmClient:
 def python() -> str:
     """The interpreter running the tests; the nodes share its file system."""
     return sys.executable
+
+
+@contextlib.contextmanager
+def reconfigured(testbed: Testbed, **config: object) -> Iterator[Testbed]:
+    """The session's testbed brought up otherwise (node count, accounting), then back."""
+    testbed.down()
+    other = Testbed(**{"nodes": len(testbed.nodes), "accounting": testbed.accounting,
+                       "policy": testbed.policy, **config},  # type: ignore[arg-type]
+                    state_dir=testbed.state_dir)
+    other.up()
+    try:
+        yield other
+    finally:
+        other.down()
+        testbed.up()
+
+
+@pytest.fixture
+def four_nodes(testbed: Testbed) -> Iterator[Testbed]:
+    """The session's testbed as 4 nodes (gpu03-04 are V100 nodes; partition `all`), back
+    to 2 afterwards."""
+    with reconfigured(testbed, nodes=4) as big:
+        yield big
+
+
+@pytest.fixture(scope="session")
+def prefix(testbed: Testbed, wheelhouse: Path) -> Path:
+    """The testbed profile set up for real once (a wheelhouse hit) in the shared scratch."""
+    target = testbed.scratch / "pytest-validate" / "prefix"
+    shutil.rmtree(target.parent, ignore_errors=True)
+    env = {**testbed.environ(), "HPCPROV_WHEELHOUSE": str(wheelhouse)}
+    proc = subprocess.run([*hpcprov_argv(), "setup", "--site", "testbed", "--prefix",
+                           str(target)], capture_output=True, text=True, env=env, timeout=3600)
+    assert proc.returncode == 0, proc.stderr
+    return target

@@ -7,16 +7,15 @@ reconfiguring added."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hpcprov_testbed_tests import reconfigured
 from hpcprov_tests import hpcprov_argv
 
 from hpcprov.testbed.cluster import Testbed
@@ -49,19 +48,6 @@ def answer(text: str, scratch: Path) -> str:
         out.append(line)
     return "\n".join(out) + "\n"
 
-
-@contextlib.contextmanager
-def reconfigured(testbed: Testbed, nodes: int) -> Iterator[Testbed]:
-    """The session's testbed brought up with another node count, then back."""
-    testbed.down()
-    other = Testbed(nodes=nodes, accounting=testbed.accounting, policy=testbed.policy,
-                    state_dir=testbed.state_dir)
-    other.up()
-    try:
-        yield other
-    finally:
-        other.down()
-        testbed.up()
 
 
 def login_env(tb: Testbed) -> dict[str, str]:
@@ -131,7 +117,7 @@ def test_draft_runs_jobs_on_two_and_four_nodes_and_diff_sees_new_partitions(
     same = hpcprov(slurm.env, work, "site", "draft", "--diff", str(two))
     assert same.returncode == 0, same.stdout + same.stderr
 
-    with reconfigured(testbed, 4) as big:
+    with reconfigured(testbed, nodes=4) as big:
         slurm.env = login_env(big)
         diff = hpcprov(slurm.env, work, "site", "draft", "--diff", str(two), "--json")
         assert diff.returncode == 1, diff.stderr

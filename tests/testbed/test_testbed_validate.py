@@ -3,7 +3,6 @@ allreduce implementation the site has, JSON + JUnit + Markdown out, exit 0 only 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import shutil
 import subprocess
@@ -12,22 +11,11 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from hpcprov_testbed_tests import reconfigured
 from hpcprov_tests import hpcprov_argv
-
-from hpcprov.testbed.cluster import Testbed
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
-
-@pytest.fixture(scope="module")
-def prefix(testbed, wheelhouse: Path) -> Path:  # noqa: ANN001
-    target = testbed.scratch / "pytest-validate" / "prefix"
-    shutil.rmtree(target.parent, ignore_errors=True)
-    env = {**testbed.environ(), "HPCPROV_WHEELHOUSE": str(wheelhouse)}
-    proc = subprocess.run([*hpcprov_argv(), "setup", "--site", "testbed", "--prefix",
-                           str(target)], capture_output=True, text=True, env=env, timeout=3600)
-    assert proc.returncode == 0, proc.stderr
-    return target
 
 
 def validate(testbed, prefix: Path, tmp_path: Path, *args: str  # noqa: ANN001
@@ -201,25 +189,6 @@ def test_a_node_that_dies_mid_run_is_named_and_the_run_fails_in_time(
     assert all("gpu02 stopped answering during this run" in j["reason"] for j in later)
 
 
-@contextlib.contextmanager
-def reconfigured(testbed, **config):  # noqa: ANN001, ANN003, ANN201
-    """The session's testbed brought up otherwise (node count, accounting), then back."""
-    testbed.down()
-    other = Testbed(**{"nodes": len(testbed.nodes), "accounting": testbed.accounting,
-                       **config}, state_dir=testbed.state_dir)
-    other.up()
-    try:
-        yield other
-    finally:
-        other.down()
-        testbed.up()
-
-
-@pytest.fixture
-def four_nodes(testbed):  # noqa: ANN001, ANN201
-    """The session's testbed as 4 nodes (partition `all`), back to 2 afterwards."""
-    with reconfigured(testbed, nodes=4) as big:
-        yield big
 
 
 def test_a_slow_link_is_found_by_pairs_and_the_report_names_the_node(
