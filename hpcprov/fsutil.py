@@ -3,8 +3,9 @@
 * :func:`cache_dir`, :func:`config_dir`, :func:`data_dir`: the XDG base directories
   (``$XDG_CACHE_HOME`` etc., else their defaults under ``~``) with ``hpcprov`` appended.
 * :func:`trusted_dir`: a directory hpcprov keeps private data in must be a real directory
-  (not a symlink), owned by this user and writable by nobody else; one somebody else
-  created is not used (it could hold planted entries or symlinks).
+  (not a symlink), owned by this user and writable by nobody else, below folders nobody
+  else can write (or sticky ones, :func:`safe_above`); one somebody else created, or could
+  swap, is not used (it could hold planted entries or symlinks, or be replaced by one).
 * :func:`read_owned`: the bytes of a file of this user's that nobody else can write.
 * :func:`read_regular`: the bytes of a regular file, at most a given size; a FIFO, a device,
   a socket or a directory is refused without blocking or reading from it.
@@ -53,16 +54,56 @@ def owned(st: os.stat_result) -> bool:
     return st.st_uid == os.geteuid() and not st.st_mode & _OTHERS_WRITE
 
 
+def safe_above(path: Path) -> bool:
+    """True when no other user can rename, remove or replace ``path`` through a folder
+    above it: each folder from ``/`` down to ``path``'s parent is this user's or root's, and
+    one that others may write is sticky (as ``/tmp``: there only an entry's owner may rename
+    it). A symlink on the way must be this user's or root's, and its target passes the same
+    test. Checked on every use, so no folder can be swapped for another between the check
+    and a write: nobody else may write any folder on the way. Never raises."""
+    me, todo, links = os.geteuid(), [Path(os.path.abspath(path)).parent], 0
+    try:
+        while todo:
+            below = todo.pop()
+            for folder in (below, *below.parents):
+                st = os.lstat(folder)
+                if st.st_uid not in (me, 0):
+                    return False
+                if stat.S_ISLNK(st.st_mode):
+                    links += 1
+                    if links > 40:  # a loop, or a chain no system would follow
+                        return False
+                    todo.append(Path(os.path.realpath(folder)))
+                elif st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+                    return False
+        return True
+    except OSError:
+        return False
+
+
+def _make_private(path: Path) -> None:
+    """Create ``path`` and the folders missing above it, each mode 0700, each only where
+    the folders above it pass :func:`safe_above`."""
+    missing = []
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        if not safe_above(folder):
+            return
+        folder.mkdir(mode=0o700, exist_ok=True)
+
+
 def trusted_dir(path: Path, create: bool = False) -> bool:
     """True when ``path`` is a real directory (not a symlink) of this user's that nobody
-    else may write. With ``create``, it is made first when missing (mode 0700, as is a
-    missing ``.../hpcprov`` above it). Never raises."""
+    else may write, and nobody else can swap for another (:func:`safe_above`). With
+    ``create``, it is made first when missing (mode 0700, as is a missing ``.../hpcprov``
+    above it), and only below folders that pass that test. Never raises."""
     try:
         if create:
-            path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            path.mkdir(exist_ok=True, mode=0o700)
+            _make_private(path)
         st = os.lstat(path)
-        return stat.S_ISDIR(st.st_mode) and owned(st)
+        return stat.S_ISDIR(st.st_mode) and owned(st) and safe_above(path)
     except OSError:
         return False
 

@@ -524,9 +524,65 @@ def test_a_cache_folder_others_can_change_is_not_used(how: str, cache: Path,
 
 
 def test_new_cache_folders_are_private(cache: Path) -> None:
-    load_site("neuron")
-    assert cache.stat().st_mode & 0o777 == 0o700
-    assert cache.parent.stat().st_mode & 0o777 == 0o700
+    old = os.umask(0o002)  # a group-sharing umask, as HPC sites set
+    try:
+        load_site("neuron")
+    finally:
+        os.umask(old)
+    # every folder hpcprov made (xdg-cache/hpcprov/profiles) is 0700, whatever the umask
+    for folder in (cache, cache.parent, cache.parent.parent):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    assert list(cache.glob("*.json"))
+
+
+@pytest.mark.parametrize(("mode", "owner", "trusted"), [
+    (0o700, "me", True),
+    (0o1777, "me", True),       # sticky (as /tmp): others cannot rename what is mine
+    (0o775, "me", False),       # the group could swap the cache folder for another
+    (0o2775, "me", False),      # setgid is no sticky bit
+    (0o755, "nobody", False),   # its owner could
+])
+def test_no_cache_below_a_folder_another_user_can_change(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: int, owner: str,
+        trusted: bool) -> None:
+    """Below a folder somebody else may write (and is not sticky), or somebody else's, the
+    cache folder could be swapped for a symlink between hpcprov's check and its write: such
+    a cache is neither made nor used, nothing is written there, and commands still work."""
+    if owner != "me":
+        _as_root()
+    above = tmp_path / "shared"
+    above.mkdir()
+    above.chmod(mode)
+    if owner != "me":
+        os.chown(above, 65534, 65534)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(above / "cache"))
+    monkeypatch.delenv("HPCPROV_NO_CACHE", raising=False)
+    assert load_site("neuron").name == "neuron"
+    folder = fsutil.cache_dir("profiles")
+    assert fsutil.trusted_dir(folder) is trusted
+    assert bool(list(folder.glob("*.json")) if folder.is_dir() else []) is trusted
+    if not trusted:
+        assert not (above / "cache").exists()  # made nothing there
+        # one made earlier (by an older hpcprov) is not used either
+        folder.mkdir(parents=True, mode=0o700)
+        assert not fsutil.trusted_dir(folder, create=True)
+        load_site("neuron")
+        assert list(folder.iterdir()) == []
+
+
+def test_a_symlink_above_the_cache_counts_by_its_owner_and_its_target(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    private, shared = tmp_path / "private", tmp_path / "shared"
+    private.mkdir(mode=0o700)
+    shared.mkdir()
+    shared.chmod(0o777)
+    link = tmp_path / "cache-link"
+    link.symlink_to(private)
+    assert fsutil.trusted_dir(link / "hpcprov" / "profiles", create=True)
+    link.unlink()
+    link.symlink_to(shared)  # a target others may write: they could swap what is inside
+    assert not fsutil.trusted_dir(link / "hpcprov" / "profiles", create=True)
+    assert list(shared.iterdir()) == []
 
 
 # ------------------------------------------------------------------ the "ready" cache

@@ -11,10 +11,11 @@ is protected, not that root is.
   one-line warning the docs quote.
 * The caches (profiles, "ready"): nobody pre-creates the victim's cache folders in a cache
   home they can write (XDG_CACHE_HOME on shared scratch) and plants entries or symlinks
-  there; the victim's hpcprov neither believes nor writes through them. One race does get
-  through (xfail, a known hole): where nobody owns the hpcprov/ folder, swapping the
-  victim's cache folder for a symlink between its check and the write, in a loop,
-  redirects the write and the pruning into another folder of the victim's.
+  there; the victim's hpcprov neither believes nor writes through them. Where nobody owns
+  the hpcprov/ folder above the victim's cache folder, swapping that folder for a symlink
+  between the check and the write, in a loop, must not redirect the write or the pruning
+  into another folder of the victim's: hpcprov uses no folder that a folder of another
+  user's lies above.
 
 The victim of the wheelhouse runs under `setpriv` (a user id with no account: its files are
 its own, nobody else's); the victim of the caches is a Python process that imports hpcprov as
@@ -507,7 +508,10 @@ def test_a_profile_cache_folder_nobody_swaps_for_a_symlink_is_not_written_throug
         out = {"hit": profile_cache.load(neuron) is not None}
         """, scratch)
     folder = scratch / "hpcprov" / "profiles"
-    assert first["hit"] and os.lstat(folder).st_uid == VICTIM  # the victim's own folder
+    # no cache below a folder of nobody's: nothing stored, no folder made
+    assert not first["hit"] and not os.path.lexists(folder)
+    folder.mkdir(mode=0o700)  # as an older hpcprov made it: the victim's, in nobody's folder
+    os.chown(folder, VICTIM, VICTIM)
     precious = area / "victim-home" / "notes"
     precious.mkdir()
     (precious / "thesis.entry").write_text("years of work\n")
@@ -570,12 +574,6 @@ print(n)
 """
 
 
-@pytest.mark.xfail(reason="known hole (issue 14): the cache folder is checked by path, then "
-                   "written by path; where another user owns the hpcprov/ folder above it "
-                   "(a cache home on shared scratch), swapping the folder for a symlink "
-                   "between the check and the write redirects the write, and the pruning, "
-                   "into another folder of the victim's. Needs the folder opened once "
-                   "(O_NOFOLLOW) and used through its descriptor.", strict=False)
 def test_nobody_swapping_the_cache_folder_in_a_loop_cannot_redirect_its_writes(
         area: Path, scratch: Path, python_for_others: str) -> None:
     """nobody owns hpcprov/ in the victim's cache home and swaps the victim's profiles/
@@ -585,7 +583,9 @@ def test_nobody_swapping_the_cache_folder_in_a_loop_cannot_redirect_its_writes(
     as_nobody('mkdir -m 777 "$1"', str(scratch / "hpcprov"), umask=0o000)
     assert victim_python('load_site("neuron"); out = {}', scratch) == {}
     folder = scratch / "hpcprov" / "profiles"
-    assert os.lstat(folder).st_uid == VICTIM
+    assert not os.path.lexists(folder)  # hpcprov makes no folder below one of nobody's
+    folder.mkdir(mode=0o700)  # as an older hpcprov did: the victim's, in nobody's folder
+    os.chown(folder, VICTIM, VICTIM)
     precious = area / "victim-home" / "notes"
     precious.mkdir()
     (precious / "thesis.entry").write_text("years of work\n")
