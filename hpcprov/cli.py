@@ -175,8 +175,24 @@ def site_schema() -> None:
     _emit_json(Site.model_json_schema())
 
 
+class _DraftSchedulers(click.Choice):
+    """The schedulers `site draft` can ask: the registered backends with a marker command,
+    in registry order (hpcprov.schedulers.drafting). Read when help or parsing needs them,
+    so that other commands import no scheduler backend for this option."""
+
+    def __init__(self) -> None:
+        # not Choice.__init__, which stores the choices: they are read on each use
+        self.case_sensitive = True
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        from hpcprov.schedulers import drafting
+
+        return tuple(b.name for b in drafting())
+
+
 @site_group.command("draft")
-@click.option("--scheduler", type=click.Choice(["slurm", "pbs", "lsf"]),
+@click.option("--scheduler", type=_DraftSchedulers(),
               help="default: the one whose commands are on PATH")
 @click.option("--output", "-o", "out_path", type=click.Path(dir_okay=False),
               help="write the draft here (default: stdout); an existing file needs --force")
@@ -200,6 +216,7 @@ def site_draft(scheduler: str | None, out_path: str | None, force: bool,
     from pathlib import Path
 
     from hpcprov.draft_run import discover
+    from hpcprov.schedulers import drafting
 
     if out_path and diff_ref:
         _fail("--diff compares and writes nothing: drop --output")
@@ -210,7 +227,7 @@ def site_draft(scheduler: str | None, out_path: str | None, force: bool,
     site = _load(diff_ref) if diff_ref else None
     if site is not None and scheduler is None:
         scheduler = getattr(site.scheduler, "value", site.scheduler)
-        if scheduler not in ("slurm", "pbs", "lsf"):
+        if scheduler not in [b.name for b in drafting()]:
             _fail(f"{diff_ref} has no scheduler to ask (scheduler: {scheduler})")
     findings = discover(scheduler, timeout=timeout)
     for r in findings.ran:

@@ -16,7 +16,6 @@ from hpcprov.draft_facts import Cluster, LocalGpus, Node, Queue, Ran
 from hpcprov.draft_modules import Module, ModulePlan
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")  # hpcprov.model's Name
-TITLES = {"slurm": "Slurm", "pbs": "PBS", "lsf": "LSF"}
 _ARCH = {"x86_64": "x86_64", "amd64": "x86_64", "aarch64": "aarch64", "arm64": "aarch64",
          "ppc64le": "ppc64le"}
 

@@ -1,7 +1,9 @@
 """The text of a drafted site profile, from a draft's :class:`~hpcprov.draft_plan.Findings`.
 
 Pure: each section is built as a commented YAML tree (:mod:`hpcprov.draft_yaml`) in which
-every value's comment names the command it came from. What only the site's documentation
+every value's comment names the command it came from; what is particular to one scheduler
+(its launchers, its own section, hints to a question) comes from its backend's draft
+methods (:class:`hpcprov.schedulers.base.Backend`). What only the site's documentation
 can say (mandatory and forbidden job options, internet on compute nodes, the rendezvous
 network, scratch, the framework versions) is written commented out under a ``QUESTION``
 line; what had to be guessed is listed in ``unverified:``. As written, the draft passes
@@ -11,9 +13,9 @@ key is a question too, and the check's message points at it).
 
 from __future__ import annotations
 
+from hpcprov import schedulers
 from hpcprov.draft_modules import Choice, ModulePlan
 from hpcprov.draft_plan import (
-    TITLES,
     Findings,
     PartSummary,
     login_patterns,
@@ -148,9 +150,8 @@ def _policies(findings: Findings) -> Block:
     """Questions only the site's documentation answers: mandatory and forbidden options,
     internet on compute nodes (all commented out)."""
     p = Block()
-    submit = findings.cluster.settings.get("JobSubmitPlugins", "")
-    hint = [f"Slurm runs job_submit plugin(s) {submit} here (scontrol show config): they can "
-            "refuse jobs that lack an option."] if submit and submit != "(null)" else []
+    c = findings.cluster
+    hint = schedulers.backend(c.scheduler).draft_option_hints(c)
     req = Block()
     account = Block()
     account.add("example", "def-yourgroup")
@@ -231,62 +232,10 @@ def _python(plan: ModulePlan | None) -> Block:
     return py
 
 
-def _launchers(findings: Findings) -> tuple[Block, str]:
-    """The scheduler's usual launchers, and the default one."""
-    sched = findings.cluster.scheduler
-    b = Block()
-    if sched == "slurm":
-        srun = Block()
-        srun.add("kind", "srun")
-        plugins = findings.cluster.mpi_plugins
-        default_mpi = findings.cluster.settings.get("MpiDefault", "")
-        if "pmix" in plugins and not default_mpi.startswith("pmix"):
-            srun.add("mpi", "pmix", f"srun --mpi=list offers pmix; MpiDefault="
-                     f"{default_mpi or '?'} (scontrol show config)")
-        srun.add("rendezvous_env", True, "MASTER_ADDR/MASTER_PORT for torch.distributed")
-        b.add("srun", srun)
-        b.add("torchrun", _kv(kind="torchrun", per_node_wrapper="srun",
-                              rdzv_host="first_node"))
-        b.add("mpirun", _kv(kind="mpirun", rendezvous_env=True))
-        b.add("horovodrun", _kv(kind="horovodrun"))
-        return b, "srun"
-    if sched == "pbs":
-        b.add("mpirun", _kv(kind="mpirun", hosts="hostfile", hostfile="$PBS_NODEFILE",
-                            oversubscribe=True, rendezvous_env=True),
-              "$PBS_NODEFILE lists one line per slot")
-        b.add("torchrun", _kv(kind="torchrun", per_node_wrapper="none",
-                              description="single node only"))
-        b.add("horovodrun", _kv(kind="horovodrun"))
-        return b, "mpirun"
-    b.add("mpirun", _kv(kind="mpirun", rendezvous_env=True))
-    b.add("horovodrun", _kv(kind="horovodrun"), notes=[
-        "no --gloo: under LSF horovodrun starts ranks with jsrun or mpirun"])
-    b.add("torchrun", _kv(kind="torchrun"))
-    return b, "mpirun"
-
-
-def _slurm(findings: Findings, gpus: bool) -> Block:
-    """The slurm section: its version (srun's CPU inheritance depends on it), GPUs as gres."""
-    b = Block()
-    if findings.cluster.version:
-        b.add("version", findings.cluster.version, findings.cluster.sources.get("version", ""))
-    if gpus:
-        b.add("gpu_request", "gres", "GPUs are gres on the nodes (scontrol show node -o)")
-    return b
-
-
-def _kv(**values: object) -> Block:
-    """A block of plain key: value items."""
-    b = Block()
-    for key, value in values.items():
-        b.add(key, value)  # type: ignore[arg-type]
-    return b
-
-
 def _header(findings: Findings) -> list[str]:
     """The comment lines at the top: where and when, how to finish it, what ran."""
     c = findings.cluster
-    title = TITLES.get(c.scheduler, c.scheduler) + (f" {c.version}" if c.version else "")
+    title = schedulers.backend(c.scheduler).title + (f" {c.version}" if c.version else "")
     lines = [f"Site profile drafted by `hpcprov site draft` on {findings.host} at "
              f"{findings.when} ({title}).",
              "Each value's comment names the command it came from. Before using it:",
@@ -308,11 +257,12 @@ def _header(findings: Findings) -> list[str]:
 def profile(findings: Findings, name: str | None = None) -> tuple[Block, list[str]]:
     """The draft's tree and its header lines."""
     c = findings.cluster
+    backend = schedulers.backend(c.scheduler)
     unverified: list[str] = []
     doc = Block()
     doc.add("name", site_name(findings, name), "--name" if name else (
         f"ClusterName ({c.sources.get('name', '')})" if c.name else "from this host's name"))
-    doc.add("description", f"{TITLES.get(c.scheduler, c.scheduler)} cluster drafted by "
+    doc.add("description", f"{backend.title} cluster drafted by "
             f"hpcprov site draft on {findings.when}")
     doc.add("scheduler", c.scheduler, f"{c.sources.get('queues', '')} answered")
     hosts = login_patterns(findings.host)
@@ -334,11 +284,12 @@ def profile(findings: Findings, name: str | None = None) -> tuple[Block, list[st
         hv = Block()
         hv.add("gpu_operations", "nccl", "GPUs on the nodes and a CUDA module")
         doc.add("horovod", hv)
-    launchers, default = _launchers(findings)
+    launchers, default = backend.draft_launchers(c)
     doc.add("launchers", launchers)
     doc.add("default_launcher", default)
-    if c.scheduler == "slurm":
-        doc.add("slurm", _slurm(findings, gpus))
+    section = backend.draft_section(c, gpus)
+    if section is not None:
+        doc.add(backend.name, section)
     doc.add("unverified", unverified, "what the draft guessed: confirm, then take it out")
     return doc, _header(findings)
 

@@ -11,7 +11,6 @@ the :class:`~hpcprov.draft_plan.Findings` the pure layers plan from.
 
 from __future__ import annotations
 
-import importlib
 import os
 import shutil
 import socket
@@ -20,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hpcprov import draft_modules as dm
+from hpcprov import schedulers
 from hpcprov.draft_facts import (
     Cluster,
     DiscoveryError,
@@ -31,12 +31,8 @@ from hpcprov.draft_facts import (
     why_not,
 )
 from hpcprov.draft_plan import Findings
-from hpcprov.kinds import SCHEDULER_BACKENDS
 from hpcprov.schedulers.base import Completed, run_command
 
-# the command whose presence says which scheduler this is, in the order they are tried
-# (Slurm first: Debian's slurm-wlm-torque puts a qstat beside it)
-MARKERS = {"slurm": "scontrol", "pbs": "pbsnodes", "lsf": "bqueues"}
 NVIDIA_SMI = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
 ROCM_SMI = ["rocm-smi", "--showproductname", "--csv"]
 
@@ -63,20 +59,21 @@ class Recorder:
 
 
 def detect_scheduler(env: dict[str, str] | None = None) -> str:
-    """The scheduler whose commands are on PATH, or DiscoveryError."""
+    """The scheduler whose commands are on PATH, or DiscoveryError: the first backend, in
+    registry order, whose ``marker`` command is there."""
     path = (env or os.environ).get("PATH", os.defpath)
-    for name, marker in MARKERS.items():
-        if shutil.which(marker, path=path):
-            return name
+    drafting = schedulers.drafting()
+    for backend in drafting:
+        if shutil.which(str(backend.marker), path=path):
+            return backend.name
     raise DiscoveryError("no scheduler commands on PATH (looked for "
-                         f"{', '.join(MARKERS.values())}); run this on a login node or pass "
-                         "--scheduler")
+                         f"{', '.join(str(b.marker) for b in drafting)}); run this on a "
+                         "login node or pass --scheduler")
 
 
 def scheduler_facts(scheduler: str, run: Recorder) -> Cluster:
     """The cluster as the scheduler's backend discovers it."""
-    module = importlib.import_module(SCHEDULER_BACKENDS[scheduler])
-    return module.discover(run)  # type: ignore[no-any-return]
+    return schedulers.backend(scheduler).discover(run)
 
 
 def module_facts(run: Recorder, gpus: bool,

@@ -109,6 +109,14 @@ class Block:
                                         or not i.value.items) for i in self.items)
 
 
+def plain(**values: Scalar) -> Block:
+    """A block of plain ``key: value`` items, in order, without comments."""
+    b = Block()
+    for key, value in values.items():
+        b.add(key, value)
+    return b
+
+
 def _value_text(value: Value) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(scalar_text(v) for v in value) + "]"

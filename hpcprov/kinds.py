@@ -16,7 +16,9 @@ if TYPE_CHECKING:
 
 # The schedulers hpcprov knows, by the name a profile's `scheduler:` key uses, and the
 # module of each (hpcprov.schedulers.base says what a backend holds). Adding a scheduler is
-# its module and one line here.
+# its module and one line here. The order is the one `hpcprov site draft` looks for their
+# marker commands on PATH in: Slurm first, since Debian's slurm-wlm-torque puts PBS
+# commands (qstat, pbsnodes) beside it.
 SCHEDULER_BACKENDS: dict[str, str] = {
     "slurm": "hpcprov.schedulers.slurm",
     "pbs": "hpcprov.schedulers.pbs",

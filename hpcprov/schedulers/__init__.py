@@ -1,7 +1,8 @@
 """Scheduler backends: one module per scheduler, looked up by the profile's name for it.
 
 ``backend(name)`` returns the backend object of :mod:`hpcprov.schedulers.base`'s interface;
-``of(site)`` the one a site uses. Modules are imported on first use.
+``of(site)`` the one a site uses; ``drafting()`` those `hpcprov site draft` can ask. Modules
+are imported on first use.
 """
 
 from __future__ import annotations
@@ -31,3 +32,9 @@ def of(site: Any) -> Backend:
 def all_backends() -> list[Backend]:
     """Every registered backend, in registry order."""
     return [backend(name) for name in SCHEDULER_BACKENDS]
+
+
+def drafting() -> list[Backend]:
+    """The backends `hpcprov site draft` can ask (those with a ``marker`` command), in
+    registry order: the order it looks for their markers on PATH in."""
+    return [b for b in all_backends() if b.marker]

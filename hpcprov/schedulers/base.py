@@ -9,9 +9,12 @@ A backend is everything hpcprov knows about one scheduler, in one module:
   launchers ask for (the first node, host:slots lists, a host file, the job id, a
   one-process-per-node starter), lint rules of its own;
 * **effects**: an :class:`Executor` that submits, polls, cancels and asks about nodes,
-  recording every submission and state change in ``events``.
+  recording every submission and state change in ``events``;
+* **drafting** (``hpcprov site draft``), where it can: the command whose presence on PATH
+  says this scheduler is here (``marker``), the discovery of queues and nodes, and what a
+  drafted profile writes for it (launchers, its own section, hints to the questions).
 
-Launchers, job scripts, lint, the guide and the validation suite ask the backend
+Launchers, job scripts, lint, the guide, the draft and the validation suite ask the backend
 (``hpcprov.schedulers.of(site)``) and never test which scheduler a site has.
 """
 
@@ -32,6 +35,8 @@ from hpcprov.errors import HpcprovError
 from hpcprov.shell import Raw, quote
 
 if TYPE_CHECKING:
+    from hpcprov.draft_facts import Cluster, Run
+    from hpcprov.draft_yaml import Block
     from hpcprov.findings import Finding
     from hpcprov.job import JobRequest
     from hpcprov.options import Option
@@ -166,6 +171,9 @@ class Backend:
     max_nodes: int | None = None    # None: as many as the partition has
     starts_tasks = False            # has an srun-like task starter (srun launchers)
     horovodrun_gloo = True          # `horovodrun --gloo` works in its jobs
+    # `hpcprov site draft`: the command whose presence on PATH says this scheduler is here
+    # (tried in registry order, kinds.SCHEDULER_BACKENDS); None: the draft cannot ask it
+    marker: str | None = None
 
     def section(self, site: Any) -> Any:
         """The site's settings for this scheduler (``site.<name>``)."""
@@ -251,6 +259,32 @@ class Backend:
     # ---- effects -----------------------------------------------------------------------
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         raise NotImplementedError
+
+    # ---- `hpcprov site draft` (backends with a ``marker``) -----------------------------
+    def discover(self, run: Run) -> Cluster:
+        """The cluster as this scheduler's read-only commands (run through ``run``) say."""
+        raise NotImplementedError(f"hpcprov site draft cannot ask {self.title}")
+
+    def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
+        """The launchers a drafted profile offers, and its default one: here mpirun,
+        horovodrun and torchrun as they are, mpirun the default."""
+        from hpcprov.draft_yaml import Block, plain
+
+        b = Block()
+        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
+        b.add("horovodrun", plain(kind="horovodrun"))
+        b.add("torchrun", plain(kind="torchrun"))
+        return b, "mpirun"
+
+    def draft_section(self, cluster: Cluster, gpus: bool) -> Block | None:
+        """This scheduler's own profile section (``site.<name>``) in a draft, or None
+        (none written); ``gpus``: some partition has GPUs."""
+        return None
+
+    def draft_option_hints(self, cluster: Cluster) -> list[str]:
+        """Lines under the draft's question on mandatory job options: what the scheduler
+        showed that bears on it."""
+        return []
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from hpcprov.draft_facts import (
     Cluster,
@@ -50,6 +50,9 @@ from hpcprov.schedulers.base import (
     with_overrides,
 )
 from hpcprov.shell import Raw, Template
+
+if TYPE_CHECKING:
+    from hpcprov.draft_yaml import Block
 from hpcprov.walltime import walltime_seconds
 
 FLAGS = {
@@ -98,6 +101,7 @@ def argv_words(name: str, value: str | None) -> list[str]:
 class Lsf(Backend):
     name = "lsf"
     title = "LSF"
+    marker = "bqueues"
     settings = {
         "task_request": Setting(Literal["slots", "nnodes"], "slots",
                                 'slots: -n TOTAL -R "span[ptile=N]"; nnodes: -nnodes N '
@@ -188,6 +192,21 @@ class Lsf(Backend):
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return LsfExecutor(env)
+
+    # ---- `hpcprov site draft` (discovery: the end of this module) ----------------------
+    def discover(self, run: Run) -> Cluster:
+        return discover(run)
+
+    def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
+        """mpirun (the default), horovodrun without --gloo, torchrun."""
+        from hpcprov.draft_yaml import Block, plain
+
+        b = Block()
+        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
+        b.add("horovodrun", plain(kind="horovodrun"), notes=[
+            "no --gloo: under LSF horovodrun starts ranks with jsrun or mpirun"])
+        b.add("torchrun", plain(kind="torchrun"))
+        return b, "mpirun"
 
 
 BACKEND = Lsf()

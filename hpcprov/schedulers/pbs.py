@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpcprov.draft_facts import (
     Cluster,
@@ -37,6 +38,9 @@ from hpcprov.schedulers.base import (
     with_overrides,
 )
 from hpcprov.shell import Raw, Template
+
+if TYPE_CHECKING:
+    from hpcprov.draft_yaml import Block
 
 # PBS spellings of the generic (Slurm-style) option names; the rest become -l name=value.
 FLAGS = {
@@ -91,6 +95,7 @@ def directive(name: str, value: str | None) -> str:
 class Pbs(Backend):
     name = "pbs"
     title = "PBS"
+    marker = "pbsnodes"
     settings = {
         "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
         "select_format": Setting(str, "{nodes}:ncpus={ncpus}:ngpus={gpus}",
@@ -167,6 +172,23 @@ class Pbs(Backend):
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return PbsExecutor(env)
+
+    # ---- `hpcprov site draft` (discovery: the end of this module) ----------------------
+    def discover(self, run: Run) -> Cluster:
+        return discover(run)
+
+    def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
+        """mpirun on $PBS_NODEFILE (the default), torchrun on one node, horovodrun."""
+        from hpcprov.draft_yaml import Block, plain
+
+        b = Block()
+        b.add("mpirun", plain(kind="mpirun", hosts="hostfile", hostfile="$PBS_NODEFILE",
+                              oversubscribe=True, rendezvous_env=True),
+              "$PBS_NODEFILE lists one line per slot")
+        b.add("torchrun", plain(kind="torchrun", per_node_wrapper="none",
+                                description="single node only"))
+        b.add("horovodrun", plain(kind="horovodrun"))
+        return b, "mpirun"
 
 
 BACKEND = Pbs()

@@ -12,7 +12,7 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import hostlist
 
@@ -43,6 +43,9 @@ from hpcprov.schedulers.base import (
     with_overrides,
 )
 from hpcprov.shell import Raw
+
+if TYPE_CHECKING:
+    from hpcprov.draft_yaml import Block
 
 NODES = '"$SLURM_JOB_NODELIST"'
 HOSTNAMES = f"scontrol show hostnames {NODES}"
@@ -92,6 +95,7 @@ def _directive_value(text: str) -> str:
 class Slurm(Backend):
     name = "slurm"
     title = "Slurm"
+    marker = "scontrol"
     settings = {
         "gpu_request": Setting(Literal["gres", "gpus_per_node", "gpus"], "gres",
                                "--gres=gpu:N per node, --gpus-per-node=N, or --gpus=total"),
@@ -218,6 +222,50 @@ class Slurm(Backend):
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return SlurmExecutor(env)
+
+    # ---- `hpcprov site draft` (discovery: the end of this module) ----------------------
+    def discover(self, run: Run) -> Cluster:
+        return discover(run)
+
+    def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
+        """srun (with PMIx where Slurm has it but does not default to it), torchrun started
+        on each node by srun, mpirun and horovodrun; srun the default."""
+        from hpcprov.draft_yaml import Block, plain
+
+        b = Block()
+        srun = Block()
+        srun.add("kind", "srun")
+        default_mpi = cluster.settings.get("MpiDefault", "")
+        if "pmix" in cluster.mpi_plugins and not default_mpi.startswith("pmix"):
+            srun.add("mpi", "pmix", f"srun --mpi=list offers pmix; MpiDefault="
+                     f"{default_mpi or '?'} (scontrol show config)")
+        srun.add("rendezvous_env", True, "MASTER_ADDR/MASTER_PORT for torch.distributed")
+        b.add("srun", srun)
+        b.add("torchrun", plain(kind="torchrun", per_node_wrapper="srun",
+                                rdzv_host="first_node"))
+        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
+        b.add("horovodrun", plain(kind="horovodrun"))
+        return b, "srun"
+
+    def draft_section(self, cluster: Cluster, gpus: bool) -> Block:
+        """The slurm section: its version (srun's CPU inheritance depends on it), GPUs as
+        gres."""
+        from hpcprov.draft_yaml import Block
+
+        b = Block()
+        if cluster.version:
+            b.add("version", cluster.version, cluster.sources.get("version", ""))
+        if gpus:
+            b.add("gpu_request", "gres", "GPUs are gres on the nodes (scontrol show node -o)")
+        return b
+
+    def draft_option_hints(self, cluster: Cluster) -> list[str]:
+        """The job_submit plugins Slurm runs, which can refuse jobs."""
+        submit = cluster.settings.get("JobSubmitPlugins", "")
+        if not submit or submit == "(null)":
+            return []
+        return [f"Slurm runs job_submit plugin(s) {submit} here (scontrol show config): they "
+                "can refuse jobs that lack an option."]
 
 
 BACKEND = Slurm()
