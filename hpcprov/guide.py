@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hpcprov import schedulers
+from hpcprov.conda_channels import tos_channels
 from hpcprov.errors import HpcprovError
 from hpcprov.job import JobRequest
 from hpcprov.jobscript import allocate_argv, build_jobscript, submit_argv
@@ -70,6 +71,8 @@ def render_guide(site: Site, partition: str | None = None) -> str:
         rules.append("Compute nodes have no internet: install everything from a login node.")
     if not pol.conda_allowed:
         rules.append("Conda is not allowed: hpcprov uses a virtualenv.")
+    if site.python.backend == "conda":
+        rules.append(_conda_rule(site.python))
     if pol.home_readonly_on_compute:
         rules.append("Home is read-only on compute nodes: write to scratch.")
     if pol.purge_days:
@@ -143,3 +146,15 @@ def render_guide(site: Site, partition: str | None = None) -> str:
     for section, text in site.guide.items():
         out += [f"## {section}", "", text, ""]
     return "\n".join(out).rstrip() + "\n"
+
+
+def _conda_rule(python: Any) -> str:
+    """The guide's line on conda's channels and Anaconda's Terms of Service."""
+    channels = ", ".join(f"`{c}`" for c in python.conda.channels) or "the installer's own"
+    tos = tos_channels(python)
+    terms = (f"the profile accepts Anaconda's Terms of Service for {', '.join(tos)} "
+             "(`python.conda.accept_tos`)" if tos else "none needs Anaconda's Terms of "
+             "Service (conda's defaults would: a non-interactive `conda create` stops with "
+             "CondaToSNonInteractiveError until they are accepted)")
+    return f"Conda installs from {channels} only; {terms}."
+

@@ -22,6 +22,7 @@ from pydantic import (
 
 # the enums and Site's methods live in hpcprov.kinds (no pydantic), shared with the
 # snapshots of hpcprov.site_view; importing them from here keeps working
+from hpcprov.conda_channels import tos_channels
 from hpcprov.kinds import LauncherKind, ModuleSystem, Scheduler, SiteMethods
 from hpcprov.schedulers import all_backends
 from hpcprov.walltime import walltime_seconds
@@ -320,7 +321,15 @@ class CondaSpec(Strict):
     installer_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     mirror_url: str | None = None
     installer_file: str | None = Field(None, description="local installer for offline sites")
-    channels: list[str] = Field(default_factory=list)
+    channels: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]*$")]] = Field(
+        default_factory=list, description="the channels conda creates the environment and "
+        "installs from, exactly these (--override-channels), in this order; empty: conda's "
+        "defaults (Anaconda's repo.anaconda.com/pkgs/main and /r, which need accept_tos)")
+    accept_tos: bool = Field(
+        False, description="you (or your site) accept Anaconda's Terms of Service for its "
+        "channels (defaults, main, r, repo.anaconda.com/...), which conda otherwise refuses "
+        "non-interactively since July 2025 (CondaToSNonInteractiveError); setup then runs "
+        "`conda tos accept` for them. Or use channels that need none, e.g. [conda-forge]")
     python: str | None = Field(None, description="python version for `conda create`")
 
 
@@ -366,6 +375,23 @@ class PythonStack(Strict):
     def _container_needs_spec(self) -> PythonStack:
         if self.backend == "container" and self.container is None:
             raise ValueError("backend 'container' needs a 'container:' section")
+        return self
+
+    @model_validator(mode="after")
+    def _conda_terms(self) -> PythonStack:
+        conda_fw = [n for n, f in self.frameworks.items() if f.installer == "conda"]
+        if conda_fw and self.backend == "venv":
+            raise ValueError(f"frameworks {', '.join(conda_fw)}: installer conda needs "
+                             "backend: conda (a venv has no conda); use installer: pip")
+        if self.backend != "conda" or self.conda.accept_tos:
+            return self
+        tos = tos_channels(self)
+        if tos:
+            raise ValueError(
+                f"conda.channels: {', '.join(tos)} fall under Anaconda's Terms of Service, "
+                "which conda refuses non-interactively until they are accepted "
+                "(CondaToSNonInteractiveError): set conda.accept_tos: true if you accept "
+                "them, or name channels that need none (channels: [conda-forge])")
         return self
 
 
@@ -555,6 +581,14 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
                 f"{value!r} is not one of the launchers ({', '.join(launchers)})"
             )
         return value
+
+    @model_validator(mode="after")
+    def _conda_allowed(self) -> _SiteBase:
+        if not self.policies.conda_allowed and self.python.backend == "conda":
+            raise ValueError("python.backend is conda, but policies.conda_allowed is false at "
+                             "this site: use python.backend: venv (frameworks with installer: "
+                             "pip), or a container")
+        return self
 
     @field_validator("containers")
     @classmethod

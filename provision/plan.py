@@ -14,6 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from hpcprov.conda_channels import tos_channels
 from hpcprov.layout import Layout
 from hpcprov.modules import env_lines, init_lines, load_lines
 from hpcprov.provision import horovod_steps as hs
@@ -109,8 +110,8 @@ def _framework_steps(site: Site) -> list[Step]:
     for name, fw in py.frameworks.items():
         specs = fw.packages or [f"{'torch' if name == 'pytorch' else name}=={fw.version}"]
         if fw.installer == "conda":
-            channel = ["-c", fw.channel] if fw.channel else []
-            lines.append(join(["conda", "install", "-y", *channel, *specs]))
+            channels = conda_channel_args(site, [fw.channel] if fw.channel else [])
+            lines.append(join(["conda", "install", "-y", *channels, *specs]))
             network = True
         else:
             pip_specs += specs
@@ -149,6 +150,16 @@ def _horovod_steps(site: Site) -> list[Step]:
     return [build, check, prove]
 
 
+def conda_channel_args(site: Site, first: list[str]) -> list[str]:
+    """``--override-channels -c A -c B ...``: exactly the profile's channels (after
+    ``first``, a framework's own), so neither a ``.condarc`` nor conda's defaults add one the
+    profile did not name; nothing where the profile names none (the installer's own)."""
+    named = list(dict.fromkeys([*first, *site.python.conda.channels]))
+    if not site.python.conda.channels:
+        return [w for c in named for w in ("-c", c)]
+    return ["--override-channels", *(w for c in named for w in ("-c", c))]
+
+
 def _conda_steps(site: Site) -> list[Step]:
     conda = site.python.conda
     steps: list[Step] = []
@@ -168,14 +179,20 @@ def _conda_steps(site: Site) -> list[Step]:
     steps.append(Step("download-installer", "Download the Miniconda installer",
                       ('mkdir -p "$PREFIX/downloads"', fetch, verify,
                        'mv -f "$INSTALLER.part" "$INSTALLER"'), needs_network=network))
+    tos = tos_channels(site.python)
+    # the profile accepted Anaconda's Terms of Service for these (validated: else no plan)
+    accept = [join(["hpcprov_conda_accept_tos", Raw('"$CONDA_ROOT/bin/conda"'), *tos])] \
+        if tos else []
     steps.append(Step("install-conda", "Install Miniconda (silent, -b -p)", (
         'bash "$INSTALLER" -b -u -p "$CONDA_ROOT"',
         '"$CONDA_ROOT/bin/conda" config --set auto_activate_base false',
+        *accept,
     )))
     py = [f"python={conda.python}"] if conda.python else []
     steps.append(Step("create-env", "Create the conda environment", (
         'source "$CONDA_ROOT/etc/profile.d/conda.sh"',
-        join(["conda", "create", "-y", "-n", site.python.env_name, *py]),
+        join(["conda", "create", "-y", "-n", site.python.env_name,
+              *conda_channel_args(site, []), *py]),
     ), needs_network=True))
     return steps
 

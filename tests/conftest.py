@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -34,7 +35,8 @@ REPO = Path(__file__).resolve().parent.parent
 # the profiles written from the seed tutorials; more bundled profiles may exist (testbed)
 SEED_SITES = ["cc", "local", "neuron", "sockeye", "sockeye-slurm", "taurus", "technion"]
 # every profile in the repository's sites/ folder (what a wheel ships)
-BUNDLED = sorted(p.stem for p in (REPO / "sites").glob("*.yaml"))
+BUNDLED_DIR = REPO / "sites"
+BUNDLED = sorted(p.stem for p in BUNDLED_DIR.glob("*.yaml"))
 
 
 @pytest.fixture(autouse=True)
@@ -192,15 +194,7 @@ fi
 exit 0
 """
 
-_CURL = r"""
-out=
-while [ "$#" -gt 0 ]; do
-  if [ "$1" = "-o" ]; then out="$2"; shift; fi
-  shift
-done
-if [ -n "$out" ]; then
-  cat > "$out" <<'INSTALLER_EOF'
-#!/bin/bash
+STUB_INSTALLER = r"""#!/bin/bash
 # stub Miniconda installer: honours -p PREFIX
 p=
 while [ "$#" -gt 0 ]; do
@@ -211,10 +205,35 @@ mkdir -p "$p/bin" "$p/etc/profile.d"
 printf '#!/bin/bash\nexit 0\n' > "$p/bin/conda"
 chmod +x "$p/bin/conda"
 echo "# stub conda.sh" > "$p/etc/profile.d/conda.sh"
-INSTALLER_EOF
+"""
+
+_CURL = r"""
+out=
+while [ "$#" -gt 0 ]; do
+  if [ "$1" = "-o" ]; then out="$2"; shift; fi
+  shift
+done
+if [ -n "$out" ]; then
+  cat > "$out" <<'INSTALLER_EOF'
+""" + STUB_INSTALLER + r"""INSTALLER_EOF
 fi
 exit 0
 """
+
+
+def trust_stub_installer(sites: Path, name: str) -> bool:
+    """Where bundled site NAME pins its conda installer's SHA-256, write a profile of the
+    same name into ``sites`` (to put first on HPCPROV_SITES_PATH) that extends it with the
+    SHA-256 of the stub installer the stub curl downloads; True when it did."""
+    from hpcprov.profiles import load_site
+
+    conda = load_site(name).python.conda
+    if not conda.installer_sha256:
+        return False
+    digest = hashlib.sha256(STUB_INSTALLER.encode()).hexdigest()
+    write_profile(sites, name, f"extends: {BUNDLED_DIR}/{name}.yaml\nname: {name}\n"
+                  f"python:\n  conda:\n    installer_sha256: {digest}\n")
+    return True
 
 STUB_NAMES = [
     "module", "ml", "srun", "salloc", "sbatch", "squeue", "scontrol", "qsub", "qstat",

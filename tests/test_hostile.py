@@ -8,6 +8,7 @@ stubs must receive the hostile values verbatim, and the values must still be in 
 
 from __future__ import annotations
 
+import hashlib
 import re
 import shlex
 import subprocess
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 from hpcprov_tests import (
+    STUB_INSTALLER,
     Stubs,
     assert_one_line_error,
     cli,
@@ -64,7 +66,9 @@ NEURON_HOSTILE = {
     "launchers": {"srun": {"kind": "srun", "args": ["$(touch PWNED5)"]}},
     "policies": {"required_options": {"comment": {"choices": None}}},
     "python": {
-        "conda": {"installer_url": "https://example.invalid/Mini$(touch PWNED14).sh"},
+        "conda": {"installer_url": "https://example.invalid/Mini$(touch PWNED14).sh",
+                  # what the stub curl serves, in place of neuron's pinned installer
+                  "installer_sha256": hashlib.sha256(STUB_INSTALLER.encode()).hexdigest()},
         "frameworks": {"pytorch": {"version": "1.12.0", "installer": "conda",
                                    "channel": "pytorch;touch PWNED15",
                                    "packages": ["pytorch==1.12.0"]}},

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import BUNDLED, Stubs, cli, stub_steps, write_profile
+from hpcprov_tests import BUNDLED, Stubs, cli, stub_steps, trust_stub_installer, write_profile
 
 from hpcprov.profiles import load_site
 from hpcprov.provision.plan import activate_lines, build_plan, render_script
@@ -146,9 +146,12 @@ def test_runs_on_changes_the_header_only_where_it_matters() -> None:
 @pytest.mark.parametrize("site", BUNDLED)
 def test_jobs_run_in_the_environment_setup_built(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str],
-                                                 stubs: Stubs, site: str) -> None:
+                                                 stubs: Stubs, site: str,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """setup (all steps) then the job script, both against stub tools and one --prefix:
     every path the job sources must be one the setup created."""
+    if trust_stub_installer(tmp_path / "sites", site):  # a pinned installer: the stub's
+        monkeypatch.setenv("HPCPROV_SITES_PATH", str(tmp_path / "sites"))
     prefix = tmp_path / "prefix"
     res = cli(capsys, "setup", "--site", site, "--prefix", str(prefix), "--dry-run")
     assert res.rc == 0, res.err

@@ -534,6 +534,102 @@ def test_commands_in_env_are_text_and_site_check_refuses_them(
     assert not marker.exists()
 
 
+# ============================================= 7. conda: channels, terms, policy, installer
+
+CONDA = "extends: local\nname: c\npython:\n  backend: conda\n  conda:\n"
+
+
+@pytest.mark.parametrize(("conda", "refused"), [
+    ("    channels: [pytorch]\n", None),
+    ("    channels: [conda-forge, defaults]\n", "defaults"),
+    ("    channels: [https://repo.anaconda.com/pkgs/main]\n", "repo.anaconda.com/pkgs/main"),
+    ("    python: '3.11'\n", "defaults"),  # none named: Miniconda's own, conda's defaults
+    ("    installer_url: https://x/Miniforge3-24.9.2-0-Linux-x86_64.sh\n", None),
+    ("    channels: [defaults]\n    accept_tos: true\n", None),
+])
+def test_channels_under_anacondas_terms_need_them_accepted(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, conda: str,
+        refused: str | None) -> None:
+    path = write_profile(tmp_path, "c", CONDA + conda)
+    res = cli(capsys, "site", "check", str(path))
+    if refused is None:
+        assert res.rc == 0, res.err
+        return
+    assert res.rc == 2 and res.err.count("\n") == 1, res.err
+    assert f"{path}:" in res.err and refused in res.err
+    assert "accept_tos: true" in res.err and "conda-forge" in res.err
+
+
+def test_conda_is_given_exactly_the_profiles_channels_and_accepts_what_it_says(
+        tmp_path: Path) -> None:
+    from hpcprov.provision.plan import build_plan
+
+    path = write_profile(tmp_path, "c", CONDA + (
+        "    channels: [conda-forge, defaults]\n    accept_tos: true\n"
+        "  frameworks:\n    pytorch: {version: '2.1.0', installer: conda, channel: pytorch}\n"))
+    steps = {s.id: s for s in build_plan(load_site(str(path)), "/p").steps}
+    (create,) = [ln for ln in steps["create-env"].lines if ln.startswith("conda create")]
+    assert words(create)[-5:] == ["--override-channels", "-c", "conda-forge", "-c", "defaults"]
+    (install,) = [ln for ln in steps["install-frameworks"].lines
+                  if ln.startswith("conda install")]
+    assert words(install)[3:10] == ["--override-channels", "-c", "pytorch", "-c", "conda-forge",
+                                    "-c", "defaults"]
+    assert 'hpcprov_conda_accept_tos "$CONDA_ROOT/bin/conda" defaults' in \
+        steps["install-conda"].lines
+    # channels that need no terms: nothing accepted
+    plain = write_profile(tmp_path, "p", CONDA + "    channels: [conda-forge]\n")
+    steps = {s.id: s for s in build_plan(load_site(str(plain)), "/p").steps}
+    assert not [ln for ln in steps["install-conda"].lines if "accept_tos" in ln]
+
+
+def test_accepting_the_terms_runs_condas_tos_accept_for_each_channel(tmp_path: Path) -> None:
+    """The shell library's function against a stand-in conda, with and without conda's
+    Terms of Service plugin."""
+    from hpcprov.provision import library
+
+    conda = tmp_path / "conda"
+    log = tmp_path / "log"
+    for has_plugin in (True, False):
+        conda.write_text("#!/bin/bash\n"
+                         f'[ "$1 $2" = "tos --help" ] && exit {0 if has_plugin else 2}\n'
+                         f'echo "$*" >> {log}\n')
+        conda.chmod(0o755)
+        proc = subprocess.run(
+            ["bash", "-c", library.functions()["hpcprov_conda_accept_tos"]
+             + f"\nhpcprov_conda_accept_tos {conda} defaults "
+             "https://repo.anaconda.com/pkgs/msys2"],
+            capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        if has_plugin:
+            assert log.read_text().splitlines() == [
+                f"tos accept --override-channels --channel https://repo.anaconda.com/pkgs/{c}"
+                for c in ("main", "r", "msys2")]
+            log.unlink()
+        else:
+            assert not log.exists() and "no 'tos' command" in proc.stdout
+
+
+def test_conda_is_refused_where_the_site_forbids_it_and_in_a_venv(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "n", (
+        "extends: neuron\nname: n\npolicies: {conda_allowed: false}\n"))
+    res = cli(capsys, "site", "check", str(path))
+    assert res.rc == 2 and "policies.conda_allowed is false" in res.err
+    assert "python.backend: venv" in res.err
+    path = write_profile(tmp_path, "v", (
+        "extends: local\nname: v\npython:\n  frameworks:\n"
+        "    pytorch: {version: '2.1.0', installer: conda}\n"))
+    res = cli(capsys, "site", "check", str(path))
+    assert res.rc == 2 and "installer conda needs backend: conda" in res.err
+
+
+def test_the_bundled_conda_installer_is_pinned_with_its_checksum() -> None:
+    for name in ("neuron",):
+        conda = load_site(name).python.conda
+        assert "latest" not in conda.installer_url
+        assert conda.installer_sha256 and len(conda.installer_sha256) == 64
+
+
 # ================================================================ 9. what cannot be said
 
 @pytest.mark.parametrize(("launcher", "key", "readers"), [

@@ -363,9 +363,14 @@ done
 mkdir -p "$p/bin" "$p/etc/profile.d"
 cat > "$p/bin/conda" <<'EOF'
 #!/bin/bash
-# stand-in conda: only `config --set KEY VALUE`, written to the root's .condarc
+# stand-in conda: `config --set KEY VALUE`, written to the root's .condarc, and the
+# Terms of Service plugin's `tos accept --override-channels --channel URL`, written to tos
 root="$(cd "$(dirname "$0")/.." && pwd)"
 if [ "$1" = config ] && [ "$2" = --set ]; then echo "$3: $4" >> "$root/.condarc"; exit 0; fi
+if [ "$1 $2" = "tos --help" ]; then exit 0; fi
+if [ "$1 $2 $3 $4" = "tos accept --override-channels --channel" ]; then
+  echo "$5" >> "$root/tos"; exit 0
+fi
 echo "stand-in conda: $*" >&2; exit 3
 EOF
 chmod +x "$p/bin/conda"
@@ -407,6 +412,7 @@ python:
     mirror_url: {base}/no-such-mirror.sh
     installer_url: {base}/Miniconda3-test.sh
     installer_sha256: "{sha}"
+    accept_tos: true          # no channels named: conda's defaults, which need the terms
 """)
 
 
@@ -444,6 +450,9 @@ def test_conda_installer_download_checksum_and_resume(tmp_path: Path, wheelhouse
     assert (downloads / "Miniconda3-test.sh").read_text() == STAND_IN_INSTALLER
     condarc = (prefix / "miniconda3" / ".condarc").read_text()
     assert condarc == "auto_activate_base: false\n"
+    # the profile accepts Anaconda's terms for conda's defaults: both of its channels
+    assert (prefix / "miniconda3" / "tos").read_text().split() == [
+        "https://repo.anaconda.com/pkgs/main", "https://repo.anaconda.com/pkgs/r"]
     assert not (prefix / ".hpcprov" / "manifest.json").exists()  # stopped: not ready
 
 
@@ -460,6 +469,7 @@ python:
   conda:
     installer_file: {installer}
     installer_sha256: "{sha}"
+    channels: [conda-forge]   # needs no Terms of Service: nothing is accepted
 """)
     monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
     prefix = tmp_path / "p"
@@ -467,6 +477,7 @@ python:
                    "install-conda", env=run_env(wheelhouse), timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert (prefix / "miniconda3" / ".condarc").read_text() == "auto_activate_base: false\n"
+    assert not (prefix / "miniconda3" / "tos").exists()
 
 
 # ------------------------------------------------------------- TensorFlow + PyTorch

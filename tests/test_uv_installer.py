@@ -57,9 +57,9 @@ def test_pips_configuration_becomes_uvs_arguments_the_first_scope_winning() -> N
 
 
 def frameworks_step(tmp_path: Path, venv: str, backend: str = "venv") -> list[str]:
+    conda = "  conda: {python: '3.11', channels: [conda-forge]}\n"
     write_profile(tmp_path / "sites", "u", f"extends: local\nname: u\npython:\n  backend: "
-                  f"{backend}\n  venv: {venv}\n" + ("  conda: {python: '3.11'}\n"
-                                                    if backend == "conda" else ""))
+                  f"{backend}\n  venv: {venv}\n" + (conda if backend == "conda" else ""))
     site = load_site(str(tmp_path / "sites" / "u.yaml"))
     (step,) = [s for s in build_plan(site, "/p").steps if s.id == "install-frameworks"]
     return [*step.lines, "#preflight", *preflight_lines(site, 1)]

@@ -30,3 +30,27 @@ hpcprov_check_installer() {
   fi
   echo "hpcprov: installer SHA-256 ok ($got)"
 }
+
+# hpcprov_conda_accept_tos CONDA CHANNEL...: accept Anaconda's Terms of Service for the
+# channels (defaults: its main and r channels), as the profile says the user or site does
+# (python.conda.accept_tos); a conda without the Terms of Service plugin has nothing to
+# accept, and says so.
+hpcprov_conda_accept_tos() {
+  local conda="$1" channel urls=()
+  shift
+  if ! "$conda" tos --help >/dev/null 2>&1; then
+    echo "hpcprov: this conda has no 'tos' command: no Terms of Service to accept"
+    return 0
+  fi
+  for channel in "$@"; do
+    if [ "$channel" = defaults ]; then
+      urls+=(https://repo.anaconda.com/pkgs/main https://repo.anaconda.com/pkgs/r)
+    else
+      urls+=("$channel")
+    fi
+  done
+  for channel in "${urls[@]}"; do
+    echo "hpcprov: accepting Anaconda's Terms of Service for $channel (python.conda.accept_tos)"
+    "$conda" tos accept --override-channels --channel "$channel"
+  done
+}
