@@ -355,11 +355,27 @@ class ContainerSpec(Strict):
 
 class Framework(Strict):
     version: str
-    installer: Literal["pip", "conda"] = "pip"
+    installer: Literal["pip", "conda", "module"] = Field(
+        "pip", description="pip or conda install it into the environment; module: the "
+        "site's module (module:) provides it, and the environment (a venv with "
+        "system_site_packages: true) sees it; setup checks it imports from the module at "
+        "this version")
     packages: list[str] = Field(
         default_factory=list, description="exact specs; default <pkg>==<version>"
     )
     channel: str | None = None
+    module: str | None = Field(
+        None, description="the module that provides the framework (installer: module); "
+        "list it in modules.build.load and modules.runtime.load too")
+
+    @model_validator(mode="after")
+    def _module_named(self) -> Framework:
+        if self.installer == "module" and not self.module:
+            raise ValueError("installer: module needs module: (the module that provides it, "
+                             "e.g. pytorch/2.1.0)")
+        if self.module and self.installer != "module":
+            raise ValueError("module: is read only with installer: module")
+        return self
 
 
 class PythonStack(Strict):
@@ -375,6 +391,21 @@ class PythonStack(Strict):
     def _container_needs_spec(self) -> PythonStack:
         if self.backend == "container" and self.container is None:
             raise ValueError("backend 'container' needs a 'container:' section")
+        return self
+
+    @model_validator(mode="after")
+    def _module_frameworks_visible(self) -> PythonStack:
+        from_modules = [n for n, f in self.frameworks.items() if f.installer == "module"]
+        if not from_modules or self.backend == "container":
+            return self
+        names = ", ".join(from_modules)
+        if self.backend == "conda":
+            raise ValueError(f"frameworks {names}: a conda environment does not see a "
+                             "module's packages; use backend: venv with "
+                             "venv.system_site_packages: true")
+        if not self.venv.system_site_packages:
+            raise ValueError(f"frameworks {names} come from modules: the venv sees a "
+                             "module's packages only with venv.system_site_packages: true")
         return self
 
     @model_validator(mode="after")
@@ -581,6 +612,19 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
                 f"{value!r} is not one of the launchers ({', '.join(launchers)})"
             )
         return value
+
+    @model_validator(mode="after")
+    def _framework_modules_loaded(self) -> _SiteBase:
+        for name, fw in self.python.frameworks.items():
+            if fw.installer != "module" or self.python.backend == "container":
+                continue
+            missing = [f"modules.{which}.load" for which in ("build", "runtime")
+                       if fw.module not in getattr(self.modules, which).load]
+            if missing:
+                raise ValueError(f"python.frameworks.{name} comes from module {fw.module}: "
+                                 f"add it to {' and '.join(missing)} (the build and the "
+                                 "jobs import it from there)")
+        return self
 
     @model_validator(mode="after")
     def _conda_allowed(self) -> _SiteBase:

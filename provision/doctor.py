@@ -128,11 +128,26 @@ def judge(manifest: dict, facts: dict[str, list[str]], gpus_expected: int | None
     return checks
 
 
+def _modules_of(manifest: dict) -> dict[str, str]:  # type: ignore[type-arg]
+    """Distribution name -> the module that provides it (installer: module), from the
+    profile the manifest recorded."""
+    profile = manifest.get("site_profile")
+    python = profile.get("python") if isinstance(profile, dict) else None
+    frameworks = python.get("frameworks") if isinstance(python, dict) else None
+    out = {}
+    for key, fw in (frameworks or {}).items():
+        if isinstance(fw, dict) and fw.get("installer") == "module" and fw.get("module"):
+            dists = FRAMEWORK_DISTS.get("torch" if key == "pytorch" else key, ())
+            out.update(dict.fromkeys(dists, str(fw["module"])))
+    return out
+
+
 def _framework_checks(manifest: dict, py: dict, rerun: str) -> list[Check]:  # type: ignore[type-arg]
     out = []
     built = {k.lower().replace("_", "-"): v
              for k, v in parse_freeze("\n".join(manifest.get("pip_freeze", []))).items()}
     now = py.get("versions", {})
+    modules = _modules_of(manifest)
     for name in (n for names in FRAMEWORK_DISTS.values() for n in names):
         was, is_ = built.get(name), now.get(name)
         if was is None and is_ is None:
@@ -140,6 +155,10 @@ def _framework_checks(manifest: dict, py: dict, rerun: str) -> list[Check]:  # t
         if was != is_:
             fix = (f"pip install {name}=={was} in the environment, or {rerun} --redo "
                    "(rebuilds Horovod against the new version)") if was else f"{rerun} --redo"
+            if name in modules:  # the site's module changed under the environment
+                fix = (f"load the version of module {modules[name]} that gives {name} {was} "
+                       f"(modules.runtime), or {rerun} --redo (rebuilds Horovod against "
+                       "what the module gives now)")
             out.append(Check(f"version:{name}", "fail",
                              f"{name} is {is_ or 'missing'} now, Horovod was built with "
                              f"{was or 'none'}: importing Horovod raises "

@@ -98,6 +98,9 @@ def _installer_name(site: Site) -> str:
     return url.rstrip("/").rsplit("/", 1)[-1] or "Miniconda3.sh"
 
 
+IMPORT_NAMES = {"pytorch": "torch"}  # a framework's import name, where it is not its own
+
+
 def _framework_steps(site: Site) -> list[Step]:
     """conda frameworks one by one; every pip package in one resolver run (of pip or uv, as
     the profile says), without byte-compiling (--no-compile: the modules a process imports
@@ -109,7 +112,10 @@ def _framework_steps(site: Site) -> list[Step]:
     pip_specs: list[str] = []
     for name, fw in py.frameworks.items():
         specs = fw.packages or [f"{'torch' if name == 'pytorch' else name}=={fw.version}"]
-        if fw.installer == "conda":
+        if fw.installer == "module":  # the site's module has it: check what it gives
+            lines.append(join(["hpcprov_module_framework", IMPORT_NAMES.get(name, name),
+                               fw.version, fw.module or ""]))
+        elif fw.installer == "conda":
             channels = conda_channel_args(site, [fw.channel] if fw.channel else [])
             lines.append(join(["conda", "install", "-y", *channels, *specs]))
             network = True

@@ -630,6 +630,86 @@ def test_the_bundled_conda_installer_is_pinned_with_its_checksum() -> None:
         assert conda.installer_sha256 and len(conda.installer_sha256) == 64
 
 
+# ===================================== 7. frameworks from the site's modules (venv over)
+
+MODULE_FW = """\
+extends: local
+name: m
+modules:
+  system: lmod
+  build: {load: [python/3.11, pytorch/2.1.0]}
+  runtime: {load: [python/3.11, pytorch/2.1.0]}
+python:
+  venv: {system_site_packages: true}
+  frameworks:
+    pytorch: {version: "2.1.0", installer: module, module: pytorch/2.1.0}
+"""
+
+
+@pytest.mark.parametrize(("change", "problem"), [
+    (("system_site_packages: true", "system_site_packages: false"),
+     "only with venv.system_site_packages: true"),
+    (("runtime: {load: [python/3.11, pytorch/2.1.0]}", "runtime: {load: [python/3.11]}"),
+     "add it to modules.runtime.load"),
+    ((", module: pytorch/2.1.0}", "}"), "installer: module needs module:"),
+    (("installer: module, ", ""), "module: is read only with installer: module"),
+])
+def test_a_framework_from_a_module_must_be_visible_and_loaded(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, change: tuple[str, str],
+        problem: str) -> None:
+    assert cli(capsys, "site", "check", str(write_profile(tmp_path, "m", MODULE_FW))).rc == 0
+    path = write_profile(tmp_path, "bad", MODULE_FW.replace(*change).replace("name: m",
+                                                                             "name: bad"))
+    res = cli(capsys, "site", "check", str(path))
+    assert res.rc == 2 and problem in res.err and res.err.count("\n") == 1, res.err
+
+
+def test_setup_checks_the_modules_framework_instead_of_installing_it(tmp_path: Path) -> None:
+    from hpcprov.provision.plan import build_plan
+
+    site = load_site(str(write_profile(tmp_path, "m", MODULE_FW)))
+    steps = {s.id: s for s in build_plan(site, "/p").steps}
+    lines = steps["install-frameworks"].lines
+    assert "hpcprov_module_framework torch 2.1.0 pytorch/2.1.0" in lines
+    assert not [ln for ln in lines if "torch==" in ln]  # nothing installs torch
+    assert any("--system-site-packages" in ln for ln in steps["create-env"].lines)
+
+
+@pytest.mark.parametrize(("where", "version", "ok", "needle"), [
+    ("module", "2.1.0", True, "torch 2.1.0+cu121 from module pytorch/2.1.0"),
+    ("module", "2.1", True, "torch 2.1.0+cu121 from module pytorch/2.1.0"),
+    ("module", "2.2.0", False, "module pytorch/2.1.0 gives torch 2.1.0+cu121, but the "
+     "profile says 2.2.0"),
+    ("venv", "2.1.0", False, "is imported from the environment"),
+    ("broken", "2.1.0", False, "torch does not import in the environment"),
+])
+def test_the_module_framework_check_runs_against_a_real_python(
+        tmp_path: Path, where: str, version: str, ok: bool, needle: str) -> None:
+    """hpcprov_module_framework with a real python: torch is a package in a folder on
+    PYTHONPATH (what a module sets), inside $ENV_DIR (what pip would have done), or one
+    that fails to import (a module whose libraries are missing)."""
+    from hpcprov.provision import library
+
+    env_dir = tmp_path / "venv"
+    folder = {"module": tmp_path / "module-site", "venv": env_dir / "site",
+              "broken": tmp_path / "broken"}[where]
+    (folder / "torch").mkdir(parents=True)
+    (folder / "torch" / "__init__.py").write_text(
+        'raise ImportError("libcudart.so.12: cannot open shared object file")\n'
+        if where == "broken" else '__version__ = "2.1.0+cu121"\n')
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "python").symlink_to(sys.executable)
+    functions = library.functions()
+    script = "\n".join([functions["hpcprov_error"], functions["hpcprov_module_framework"],
+                        f"hpcprov_module_framework torch {version} pytorch/2.1.0\n"])
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60,
+                          env={"PATH": f"{bindir}:/usr/bin:/bin", "ENV_DIR": str(env_dir),
+                               "PYTHONPATH": str(folder)})
+    assert (proc.returncode == 0) is ok, proc.stderr
+    assert needle in (proc.stdout if ok else proc.stderr)
+
+
 # ================================================================ 9. what cannot be said
 
 @pytest.mark.parametrize(("launcher", "key", "readers"), [

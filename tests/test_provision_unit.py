@@ -346,6 +346,19 @@ def test_doctor_catches_a_framework_changed_after_the_build() -> None:
     assert checks["import:horovod.torch"].status == "fail"
 
 
+def test_doctor_says_to_load_the_module_a_framework_came_from() -> None:
+    py = ('{"versions": {"torch": "2.2.0", "horovod": "0.28.1"}, "imports": '
+          '{"horovod.torch": "ok"}}')
+    profile = {"python": {"frameworks": {"pytorch": {"version": "2.13.0",
+                                                     "installer": "module",
+                                                     "module": "pytorch/2.13.0"}}}}
+    checks = {c.name: c for c in judge(manifest(site_profile=profile), facts(python_json=py),
+                                       None, "hpcprov setup")}
+    torch = checks["version:torch"]
+    assert torch.status == "fail" and "2.2.0" in torch.detail
+    assert "module pytorch/2.13.0" in torch.fix and "pip install" not in torch.fix
+
+
 def test_doctor_catches_conda_base_missing_modules_gpus_and_openmpi5() -> None:
     m = manifest(backend="conda", modules={"runtime": ["cuda/11.4"]})
     f = facts(conda_auto_activate_base="True", gpus="2", mpi="mpirun (Open MPI) 5.0.3")
