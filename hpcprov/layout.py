@@ -62,6 +62,8 @@ class Layout:
     @property
     def env_dir(self) -> Template:
         py = self.site.python
+        if py.backend == "conda" and py.conda.module:  # the site's conda: ours beside it
+            return self._under("conda-envs", py.env_name)
         if py.backend == "conda":
             return self._under("miniconda3", "envs", py.env_name)
         return self._under("venvs", py.env_name)
@@ -85,6 +87,9 @@ class Layout:
     def python_activation(self) -> list[str]:
         """Shell lines that activate the Python environment (no modules)."""
         backend = self.site.python.backend
+        if backend == "conda" and self.site.python.conda.module:  # loaded with the modules
+            return ['eval "$(conda shell.bash hook)"',
+                    f"conda activate {quote(self.env_dir)}"]
         if backend == "conda":
             return [
                 f"source {quote(Template(self.conda_root + '/etc/profile.d/conda.sh'))}",

@@ -331,6 +331,10 @@ class CondaSpec(Strict):
         "non-interactively since July 2025 (CondaToSNonInteractiveError); setup then runs "
         "`conda tos accept` for them. Or use channels that need none, e.g. [conda-forge]")
     python: str | None = Field(None, description="python version for `conda create`")
+    module: str | None = Field(
+        None, description="the site's conda module (e.g. anaconda3/2024.06 or miniforge3): "
+        "its conda creates the environment (in PREFIX/conda-envs/ENV) instead of a downloaded "
+        "installer; list it in modules.build.load and modules.runtime.load too")
 
 
 class VenvSpec(Strict):
@@ -615,15 +619,18 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
 
     @model_validator(mode="after")
     def _framework_modules_loaded(self) -> _SiteBase:
-        for name, fw in self.python.frameworks.items():
-            if fw.installer != "module" or self.python.backend == "container":
-                continue
+        py = self.python
+        needed = [] if py.backend == "container" else [
+            (f"python.frameworks.{name} comes from module {fw.module}", fw.module)
+            for name, fw in py.frameworks.items() if fw.installer == "module"]
+        if py.backend == "conda" and py.conda.module:
+            needed.append((f"python.conda.module is {py.conda.module}", py.conda.module))
+        for what, module in needed:
             missing = [f"modules.{which}.load" for which in ("build", "runtime")
-                       if fw.module not in getattr(self.modules, which).load]
+                       if module not in getattr(self.modules, which).load]
             if missing:
-                raise ValueError(f"python.frameworks.{name} comes from module {fw.module}: "
-                                 f"add it to {' and '.join(missing)} (the build and the "
-                                 "jobs import it from there)")
+                raise ValueError(f"{what}: add it to {' and '.join(missing)} (the build "
+                                 "and the jobs use it)")
         return self
 
     @model_validator(mode="after")

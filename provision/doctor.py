@@ -45,7 +45,11 @@ def probe_script(manifest: dict, prefix: Path) -> str:  # type: ignore[type-arg]
         generated["hpcprov_modules_init"] = tuple(init_lines(Modules.model_validate(mods)))
         calls += ["hpcprov_modules_init >/dev/null 2>&1",
                   join(["hpcprov_probe_modules", *runtime])]
-    if manifest.get("backend") == "conda":
+    profile = manifest.get("site_profile")
+    python = profile.get("python") if isinstance(profile, dict) else None
+    conda = python.get("conda") if isinstance(python, dict) else None
+    own_conda = not (isinstance(conda, dict) and conda.get("module"))  # not the site's
+    if manifest.get("backend") == "conda" and own_conda:
         calls.append(join(["hpcprov_probe_conda", str(prefix / "miniconda3" / "bin" / "conda")]))
     calls += [
         "hpcprov_probe_host",

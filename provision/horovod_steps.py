@@ -90,7 +90,12 @@ def preflight_lines(site: Site, need_mb: int) -> list[str]:
     lines = ["hpcprov_modules_init", *module_check_lines(site)]
     if site.modules.system != ModuleSystem.none:
         lines.append("hpcprov_modules_build")
-    if site.python.backend == "conda" and not site.python.conda.installer_file:
+    conda = site.python.conda
+    if site.python.backend == "conda" and conda.module:  # loaded by hpcprov_modules_build
+        lines.append(_tool("conda", f"creates the environment (python.conda.module: "
+                                    f"{conda.module})", hint=f"check that module "
+                                    f"{conda.module} puts conda on the PATH"))
+    elif site.python.backend == "conda" and not conda.installer_file:
         lines.append(_tool("curl", "downloads the Miniconda installer"))
     venv = site.python.venv
     if site.python.backend == "venv" and "uv" in (venv.creator, venv.installer):

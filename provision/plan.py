@@ -85,7 +85,7 @@ def _vars(site: Site, prefix: str) -> dict[str, str]:
     lay = Layout.of(site, "$PREFIX")
     out = {"PREFIX": Template(prefix), "STATE": lay.state_dir, "ENV_DIR": lay.env_dir,
            "WHEELHOUSE": Template(site.paths.wheelhouse)}
-    if site.python.backend == "conda":
+    if site.python.backend == "conda" and not site.python.conda.module:
         out["CONDA_ROOT"] = lay.conda_root
         out["INSTALLER"] = Template("$PREFIX/downloads/" + _installer_name(site))
     if site.python.backend == "container":
@@ -166,8 +166,25 @@ def conda_channel_args(site: Site, first: list[str]) -> list[str]:
     return ["--override-channels", *(w for c in named for w in ("-c", c))]
 
 
+def _module_conda_steps(site: Site) -> list[Step]:
+    """The site's conda (python.conda.module, loaded with the build modules) creates the
+    environment in the prefix; nothing is downloaded or installed."""
+    conda = site.python.conda
+    tos = tos_channels(site.python)
+    accept = [join(["hpcprov_conda_accept_tos", Raw('"$(command -v conda)"'), *tos])] \
+        if tos else []
+    py = [f"python={conda.python}"] if conda.python else []
+    return [Step("create-env", f"Create the conda environment with module {conda.module}", (
+        'eval "$(conda shell.bash hook)"', *accept,
+        join(["conda", "create", "-y", "-p", Raw('"$ENV_DIR"'),
+              *conda_channel_args(site, []), *py]),
+    ), needs_network=True, modules="build")]
+
+
 def _conda_steps(site: Site) -> list[Step]:
     conda = site.python.conda
+    if conda.module:
+        return _module_conda_steps(site)
     steps: list[Step] = []
     part = Raw('"$INSTALLER.part"')
     if conda.installer_file:

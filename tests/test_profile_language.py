@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 from hpcprov_tests import (
+    Stubs,
     cli,
     directives,
     lines_starting,
     shellcheck,
+    stub_steps,
     words,
     write_profile,
 )
@@ -708,6 +710,44 @@ def test_the_module_framework_check_runs_against_a_real_python(
                                "PYTHONPATH": str(folder)})
     assert (proc.returncode == 0) is ok, proc.stderr
     assert needle in (proc.stdout if ok else proc.stderr)
+
+
+CONDA_MODULE = """\
+extends: neuron
+name: cm
+modules:
+  build: {load: [gcc/10.2.0, cuda/11.4, cudampi/openmpi-4.1.1, cmake/3.16.9, anaconda3/2024.06]}
+  runtime: {purge: true, load: [gcc/10.2.0, cuda/11.4, cudampi/openmpi-4.1.1, anaconda3/2024.06]}
+python:
+  conda: {module: anaconda3/2024.06}
+"""
+
+
+def test_conda_from_the_sites_module_downloads_nothing_and_jobs_use_its_environment(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, stubs: Stubs) -> None:
+    path = write_profile(tmp_path / "sites", "cm", CONDA_MODULE)
+    prefix = tmp_path / "prefix"
+    setup = run_ok(capsys, "setup", "--site", str(path), "--prefix", str(prefix), "--dry-run")
+    steps = stub_steps(setup)
+    assert "download-installer" not in steps and "install-conda" not in steps
+    assert "Miniconda3" not in setup and "CONDA_ROOT" not in setup
+    proc = stubs.run(setup, *steps, name="setup.sh")
+    assert proc.returncode == 0, proc.stderr
+    (create,) = [c for c in stubs.calls("conda") if "create" in c]
+    env_dir = str(prefix / "conda-envs" / "horovod")
+    assert create[create.index("-p") + 1] == env_dir
+    assert any(c[:2] == ["module", "load"] and "anaconda3/2024.06" in c
+               for c in stubs.calls("module"))
+    assert not stubs.calls("curl")
+    job = run_ok(capsys, "jobscript", "--site", str(path), "--prefix", str(prefix),
+                 "-o", "comment=pytorch", "--", "python", "train.py")
+    assert f"conda activate {env_dir}" in job and 'eval "$(conda shell.bash hook)"' in job
+    # the module must be loaded where the environment is used
+    bad = write_profile(tmp_path / "sites", "bad", CONDA_MODULE.replace(
+        ", anaconda3/2024.06]}\npython", "]}\npython").replace("name: cm", "name: bad"))
+    res = cli(capsys, "site", "check", str(bad))
+    assert res.rc == 2 and "python.conda.module is anaconda3/2024.06: add it to " \
+        "modules.runtime.load" in res.err
 
 
 # ================================================================ 9. what cannot be said
