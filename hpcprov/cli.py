@@ -112,7 +112,7 @@ def sites_cmd(as_json: bool) -> None:
                          "partitions": summary["partitions"],
                          "description": summary["description"], "path": str(path),
                          "error": None})
-        except Exception as exc:  # noqa: BLE001 - a broken user profile must not hide the rest
+        except Exception as exc:  # a broken user profile must not hide the rest
             rows.append({"name": name, "scheduler": "?", "partitions": 0, "description": "",
                          "path": str(path), "error": str(exc)})
     if as_json:
@@ -184,7 +184,7 @@ class _DraftSchedulers(click.Choice):
         # not Choice.__init__, which stores the choices: they are read on each use
         self.case_sensitive = True
 
-    @property  # type: ignore[override]
+    @property
     def choices(self) -> tuple[str, ...]:
         from hpcprov.schedulers import drafting
 

@@ -68,7 +68,7 @@ def hostlist_text(names: list[str]) -> str:
 
     try:
         return str(hostlist.collect_hostlist(names))
-    except Exception:  # noqa: BLE001 - odd names: list them as they are
+    except Exception:  # odd names: list them as they are
         return ",".join(names)
 
 
@@ -114,7 +114,7 @@ def _hardware(s: PartSummary, members: list[Node], source: str) -> None:
     mem = _least([m.memory_mb for m in members])
     s.memory_gb = round(mem / 1024, 1) if mem else None
     s.gpus = _least([m.gpus for m in members]) or 0
-    s.gpu_type = _label(_common([m.gpu_type for m in members]))  # type: ignore[arg-type]
+    s.gpu_type = _label(_common([m.gpu_type for m in members]))
     model = _common([m.gpu_model for m in members])
     s.gpu_model = printable(str(model)) if model else None
     arch = _common([m.arch for m in members])
@@ -124,7 +124,7 @@ def _hardware(s: PartSummary, members: list[Node], source: str) -> None:
     for what, vals in (("cores", [str(m.cores) for m in members]),
                        ("memory", [f"{m.memory_mb} MB" for m in members]),
                        ("GPUs", [f"{m.gpus}x {m.gpu_type or 'gpu'}" for m in members])):
-        note = _differ(what, vals)  # type: ignore[arg-type]
+        note = _differ(what, vals)
         if note:
             s.notes.append(note)
     for key in ("cores", "threads_per_core", "memory_gb", "gpus", "gpu_type", "gpu_model",

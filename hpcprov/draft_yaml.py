@@ -120,7 +120,7 @@ def plain(**values: Scalar) -> Block:
 def _value_text(value: Value) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(scalar_text(v) for v in value) + "]"
-    return scalar_text(value)  # type: ignore[arg-type]
+    return scalar_text(value)
 
 
 def _line(indent: int, text: str, commented: bool, comment: str = "") -> str:

@@ -12,6 +12,7 @@ import json
 import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from hpcprov.model import Modules
 from hpcprov.modules import init_lines
@@ -32,7 +33,7 @@ class Check:
         return asdict(self)
 
 
-def probe_script(manifest: dict, prefix: Path) -> str:  # type: ignore[type-arg]
+def probe_script(manifest: dict[str, Any], prefix: Path) -> str:
     """Bash that prints the facts doctor judges; never fails itself."""
     profile = manifest.get("site_profile", {})
     mods = profile.get("modules", {})
@@ -74,7 +75,7 @@ def _wheel_args(manifest: dict, prefix: Path) -> list[str]:
     return ["--wheel", str(wheel)] if wheel is not None else []
 
 
-def probe(manifest: dict, prefix: Path, timeout: float = 300) -> dict[str, list[str]]:  # type: ignore[type-arg]
+def probe(manifest: dict[str, Any], prefix: Path, timeout: float = 300) -> dict[str, list[str]]:
     """Run the probe; facts as key -> values (a key may repeat)."""
     proc = subprocess.run(["bash", "-c", probe_script(manifest, prefix)], capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -90,7 +91,7 @@ def _one(facts: dict[str, list[str]], key: str) -> str:
     return (facts.get(key) or [""])[-1]
 
 
-def judge(manifest: dict, facts: dict[str, list[str]], gpus_expected: int | None,  # type: ignore[type-arg]
+def judge(manifest: dict[str, Any], facts: dict[str, list[str]], gpus_expected: int | None,
           rerun: str) -> list[Check]:
     """The checks, from the manifest and the probe's facts."""
     checks = [Check("ready", "ok", f"set up {manifest.get('created', '?')} on "
@@ -132,7 +133,7 @@ def judge(manifest: dict, facts: dict[str, list[str]], gpus_expected: int | None
     return checks
 
 
-def _modules_of(manifest: dict) -> dict[str, str]:  # type: ignore[type-arg]
+def _modules_of(manifest: dict[str, Any]) -> dict[str, str]:
     """Distribution name -> the module that provides it (installer: module), from the
     profile the manifest recorded."""
     profile = manifest.get("site_profile")
@@ -146,7 +147,7 @@ def _modules_of(manifest: dict) -> dict[str, str]:  # type: ignore[type-arg]
     return out
 
 
-def _framework_checks(manifest: dict, py: dict, rerun: str) -> list[Check]:  # type: ignore[type-arg]
+def _framework_checks(manifest: dict[str, Any], py: dict[str, Any], rerun: str) -> list[Check]:
     out = []
     built = {k.lower().replace("_", "-"): v
              for k, v in parse_freeze("\n".join(manifest.get("pip_freeze", []))).items()}
@@ -220,7 +221,7 @@ def _gpu_check(gpus: str, expected: int | None) -> Check:
     return Check("gpus", "ok", f"{gpus} GPU(s) visible ({expected} expected)")
 
 
-def not_ready(prefix: Path, journal_steps: dict, rerun: str) -> Check:  # type: ignore[type-arg]
+def not_ready(prefix: Path, journal_steps: dict[str, Any], rerun: str) -> Check:
     """The check for a prefix without a manifest."""
     if not journal_steps:
         return Check("ready", "fail", f"{prefix} was never set up by hpcprov", rerun)

@@ -255,7 +255,7 @@ class Runner:
             self.reporter.note(f"hpcprov: warning: cannot write the journal ({exc.strerror}); "
                                "the next run repeats this step")
 
-    def _run_step(self, step, index: int, total: int, fingerprint: str,  # noqa: ANN001
+    def _run_step(self, step, index: int, total: int, fingerprint: str,
                   journal: Journal, script: Path, lock_fd: int) -> None:
         logs = self.state / "logs"
         log_path = logs / f"{index:02d}-{step.id}.log"
@@ -323,12 +323,12 @@ class Runner:
                 f"resumes at {step.id}", step.id, 1, log_path)
 
 
-def _open_log(folder: Path, path: Path):  # noqa: ANN202 - a binary file
+def _open_log(folder: Path, path: Path):  # a binary file
     folder.mkdir(exist_ok=True)
-    return open(path, "wb")  # noqa: SIM115 - closed by _close
+    return open(path, "wb")  # closed by _close
 
 
-def _close(log) -> None:  # noqa: ANN001
+def _close(log) -> None:
     if log is not None:
         with contextlib.suppress(OSError):
             log.close()

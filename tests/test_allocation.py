@@ -199,7 +199,7 @@ def test_one_allocation_is_slurms_default_and_refused_where_steps_cannot_run(
     manifest_file(tmp_path / "env").parent.mkdir(parents=True)
     manifest_file(tmp_path / "env").write_text("{}")        # a provisioned prefix
 
-    def prepared(site: str, **kw: object):  # noqa: ANN202
+    def prepared(site: str, **kw: object):
         return prepare(ValidateOptions(site=site, nodes=1, prefix=str(tmp_path / "env"),
                                        workdir=str(tmp_path / "run"), **kw))
 

@@ -190,7 +190,7 @@ def _findings(cluster: Cluster, **kw: object) -> Findings:
     base: dict[str, object] = {"modules": plan, "listing": listing,
                                "host": "glogin01.ksc.re.kr", "when": "2024-01-09 10:00",
                                "interfaces": ["eth0", "ib0", "lo"]}
-    return Findings(cluster=cluster, **{**base, **kw})  # type: ignore[arg-type]
+    return Findings(cluster=cluster, **{**base, **kw})
 
 
 def test_the_draft_passes_site_check_as_written(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hpcprov_tests import hpcprov_argv, write_profile
@@ -40,12 +41,12 @@ def hpcprov(*args: str, env: dict[str, str], timeout: float = SETUP_TIMEOUT
                           timeout=timeout, stdin=subprocess.DEVNULL)
 
 
-def setup_json(*args: str, env: dict[str, str]) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+def setup_json(*args: str, env: dict[str, str]) -> tuple[int, dict[str, Any], str]:
     proc = hpcprov("setup", "--json", *args, env=env)
     return proc.returncode, json.loads(proc.stdout or "{}"), proc.stderr
 
 
-def journal(prefix: Path) -> dict:  # type: ignore[type-arg]
+def journal(prefix: Path) -> dict[str, Any]:
     try:
         return json.loads((prefix / ".hpcprov" / "journal.json").read_text())["steps"]
     except (OSError, ValueError, KeyError):
@@ -73,7 +74,7 @@ def step_log(prefix: Path, step: str) -> str:
 
 @pytest.fixture(scope="module")
 def local_ready(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path
-                ) -> tuple[Path, dict]:  # type: ignore[type-arg]
+                ) -> tuple[Path, dict[str, Any]]:
     prefix = tmp_path_factory.mktemp("local") / "prefix"
     rc, result, err = setup_json("--site", "local", "--prefix", str(prefix),
                                  env=run_env(wheelhouse))
@@ -81,7 +82,7 @@ def local_ready(tmp_path_factory: pytest.TempPathFactory, wheelhouse: Path
     return prefix, result
 
 
-def test_local_setup_builds_proves_and_records(local_ready: tuple[Path, dict],  # type: ignore[type-arg]
+def test_local_setup_builds_proves_and_records(local_ready: tuple[Path, dict[str, Any]],
                                                wheelhouse: Path) -> None:
     prefix, result = local_ready
     assert result["status"] == "ready"
@@ -126,7 +127,7 @@ def test_local_setup_builds_proves_and_records(local_ready: tuple[Path, dict],  
     assert proc.stdout.split() == ["0"], "modules without bytecode after setup"
 
 
-def test_the_activate_file_gives_the_environment(local_ready: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+def test_the_activate_file_gives_the_environment(local_ready: tuple[Path, dict[str, Any]]) -> None:
     prefix, _ = local_ready
     proc = subprocess.run(
         ["bash", "-c", f"source {prefix}/activate && command -v python && "
@@ -138,7 +139,7 @@ def test_the_activate_file_gives_the_environment(local_ready: tuple[Path, dict])
     assert version == "0.28.1"
 
 
-def test_a_second_run_does_nothing_and_says_so(local_ready: tuple[Path, dict],  # type: ignore[type-arg]
+def test_a_second_run_does_nothing_and_says_so(local_ready: tuple[Path, dict[str, Any]],
                                               wheelhouse: Path) -> None:
     prefix, _ = local_ready
     before = (prefix / ".hpcprov" / "journal.json").read_bytes()
@@ -149,7 +150,7 @@ def test_a_second_run_does_nothing_and_says_so(local_ready: tuple[Path, dict],  
     assert (prefix / ".hpcprov" / "journal.json").read_bytes() == before
 
 
-def test_doctor_finds_the_environment_healthy(local_ready: tuple[Path, dict],  # type: ignore[type-arg]
+def test_doctor_finds_the_environment_healthy(local_ready: tuple[Path, dict[str, Any]],
                                               wheelhouse: Path) -> None:
     prefix, _ = local_ready
     proc = hpcprov("doctor", "--site", "local", "--prefix", str(prefix), "--json",
@@ -162,7 +163,7 @@ def test_doctor_finds_the_environment_healthy(local_ready: tuple[Path, dict],  #
 
 
 def test_interrupt_crash_lock_and_resume(tmp_path: Path, wheelhouse: Path,
-                                         local_ready: tuple[Path, dict]) -> None:  # type: ignore[type-arg]
+                                         local_ready: tuple[Path, dict[str, Any]]) -> None:
     """Ctrl-C during install-frameworks, a crash (runner and step killed) during the
     Horovod step: never reported ready, each rerun resumes where it stopped."""
     prefix = tmp_path / "p2"
@@ -389,7 +390,7 @@ def installer_server(tmp_path: Path) -> Iterator[tuple[str, str]]:
 
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def __init__(self, *a: object, **k: object) -> None:
-            super().__init__(*a, directory=str(root), **k)  # type: ignore[arg-type]
+            super().__init__(*a, directory=str(root), **k)
 
         def log_message(self, *args: object) -> None:
             pass

@@ -52,7 +52,7 @@ class Toy(Backend):
 def toy(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """The toy backend as a module of its own, registered last (as a new line would be)."""
     module = types.ModuleType(MODULE)
-    module.BACKEND = Toy()  # type: ignore[attr-defined]
+    module.BACKEND = Toy()
     monkeypatch.setitem(sys.modules, MODULE, module)
     monkeypatch.setitem(SCHEDULER_BACKENDS, "toy", MODULE)
     schedulers.backend.cache_clear()
@@ -85,7 +85,7 @@ def test_registry_order_is_detection_order(monkeypatch: pytest.MonkeyPatch,
     path = _bin(tmp_path, "scontrol", "pbsnodes", "bqueues")
     assert detect_scheduler({"PATH": path}) == "slurm"  # Debian's slurm-wlm-torque case
     module = types.ModuleType(MODULE)
-    module.BACKEND = Toy()  # type: ignore[attr-defined]
+    module.BACKEND = Toy()
     monkeypatch.setitem(sys.modules, MODULE, module)
     monkeypatch.setattr(schedulers, "SCHEDULER_BACKENDS", {"toy": MODULE, **SCHEDULER_BACKENDS})
     schedulers.backend.cache_clear()

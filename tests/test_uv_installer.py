@@ -46,14 +46,14 @@ def test_pips_configuration_becomes_uvs_arguments_the_first_scope_winning() -> N
               ":env:.find-links='/opt/wheels /site/wheels'\n"
               ":env:.default-timeout='180'\n"
               "global.no-index='false'\n")
-    assert program().uv_args(listed) == [  # type: ignore[attr-defined]
+    assert program().uv_args(listed) == [
         "--constraint", "/etc/xdg/pip/constraints.txt",
         "--extra-index-url", "file:///opt/pypi/simple",
         "--extra-index-url", "file:///opt/pypi-more/simple",
         "--find-links", "/opt/wheels", "--find-links", "/site/wheels"]
     assert program().uv_args(":env:.no-index='1'\nglobal.index-url='https://m/simple'\n") \
-        == ["--index-url", "https://m/simple", "--no-index"]  # type: ignore[attr-defined]
-    assert program().uv_args("") == []  # type: ignore[attr-defined]
+        == ["--index-url", "https://m/simple", "--no-index"]
+    assert program().uv_args("") == []
 
 
 def frameworks_step(tmp_path: Path, venv: str, backend: str = "venv") -> list[str]:

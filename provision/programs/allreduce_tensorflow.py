@@ -10,8 +10,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow is imported
 
-import horovod.tensorflow as hvd  # noqa: E402
-import tensorflow as tf  # noqa: E402
+import horovod.tensorflow as hvd
+import tensorflow as tf
 
 hvd.init()
 n = hvd.size()

@@ -159,7 +159,7 @@ def reconfigured(testbed: Testbed, **config: object) -> Iterator[Testbed]:
     """The session's testbed brought up otherwise (node count, accounting), then back."""
     testbed.down()
     other = Testbed(**{"nodes": len(testbed.nodes), "accounting": testbed.accounting,
-                       "policy": testbed.policy, **config},  # type: ignore[arg-type]
+                       "policy": testbed.policy, **config},
                     state_dir=testbed.state_dir)
     other.up()
     try:

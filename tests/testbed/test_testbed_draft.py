@@ -83,7 +83,7 @@ def stand_in_environment(profile: Path, env: dict[str, str], work: Path) -> None
                         "--without-pip", str(venv)], check=True, timeout=120)
 
 
-def submit(slurm, profile: Path, *args: str) -> dict[str, str]:  # noqa: ANN001
+def submit(slurm, profile: Path, *args: str) -> dict[str, str]:
     """`hpcprov jobscript --site PROFILE ARGS -- python x.py | sbatch`, waited for."""
     slurm.write("x.py", PROBE)
     line = " ".join([*hpcprov_argv(), "jobscript", "--site", str(profile), *args, "--",
@@ -103,7 +103,7 @@ def hosts_of(output: str) -> set[str]:
 
 
 def test_draft_runs_jobs_on_two_and_four_nodes_and_diff_sees_new_partitions(
-        testbed: Testbed, slurm) -> None:  # noqa: ANN001
+        testbed: Testbed, slurm) -> None:
     work = slurm.workdir
     slurm.env = login_env(testbed)
     two = draft(testbed, work, "x.yaml")

@@ -86,7 +86,7 @@ def _jobscript(capsys: pytest.CaptureFixture[str], site: Path, *args: str) -> st
 
 
 @pytest.fixture
-def client(slurm):  # noqa: ANN001, ANN201
+def client(slurm):
     """The slurm client, with this interpreter's bin dir (python, torchrun) first on PATH."""
     bindir = str(Path(sys.executable).parent)
     slurm.env = {**slurm.env, "PATH": bindir + os.pathsep + slurm.env.get("PATH", "")}
@@ -94,7 +94,7 @@ def client(slurm):  # noqa: ANN001, ANN201
 
 
 @pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
-def test_ranks_rendezvous_on_the_nodes_fast_names(client, capsys, launcher, torch) -> None:  # noqa: ANN001
+def test_ranks_rendezvous_on_the_nodes_fast_names(client, capsys, launcher, torch) -> None:
     site = client.write("ib.yaml", FAST_NAMES, 0o644)
     client.write("allreduce.py", ALLREDUCE)
     script = _jobscript(capsys, site, "-N", "2", "-G", "2", "-l", launcher, "-J",
@@ -114,7 +114,7 @@ def test_ranks_rendezvous_on_the_nodes_fast_names(client, capsys, launcher, torc
         assert {r["master"] for r in recs} == {"gpu01-ib"}
 
 
-def test_horovod_runs_over_the_nodes_fast_names(client, capsys, torch) -> None:  # noqa: ANN001
+def test_horovod_runs_over_the_nodes_fast_names(client, capsys, torch) -> None:
     pytest.importorskip("horovod.torch", reason="Horovod is built by the provisioner")
     site = client.write("ib.yaml", FAST_NAMES, 0o644)
     client.write("hvd.py", HOROVOD)

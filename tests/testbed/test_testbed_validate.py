@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.testbed, pytest.mark.slow]
 
 
 
-def validate(testbed, prefix: Path, tmp_path: Path, *args: str  # noqa: ANN001
+def validate(testbed, prefix: Path, tmp_path: Path, *args: str
              ) -> tuple[subprocess.CompletedProcess[str], dict]:
     env = {**testbed.environ(), "HPCPROV_HISTORY": str(tmp_path / "history")}
     rundir = testbed.scratch / "pytest-validate" / tmp_path.name
@@ -31,7 +31,7 @@ def validate(testbed, prefix: Path, tmp_path: Path, *args: str  # noqa: ANN001
 
 
 def test_allreduce_across_two_nodes_passes_with_every_implementation(
-        testbed, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+        testbed, prefix: Path, tmp_path: Path) -> None:
     junit, report = tmp_path / "v.xml", tmp_path / "v.md"
     proc, data = validate(testbed, prefix, tmp_path, "--nodes", "2", "--checks", "allreduce",
                           "--junit", str(junit), "--report", str(report))
@@ -55,7 +55,7 @@ def test_allreduce_across_two_nodes_passes_with_every_implementation(
     assert data["overhead_s"] < 5  # measured properly in benchmarks/; a sanity bound here
 
 
-def test_a_job_that_cannot_run_fails_the_run_and_says_why(testbed, prefix: Path,  # noqa: ANN001
+def test_a_job_that_cannot_run_fails_the_run_and_says_why(testbed, prefix: Path,
                                                           tmp_path: Path) -> None:
     # a job that cannot start within the pending timeout is cancelled, and the run fails
     proc, data = validate(testbed, prefix, tmp_path, "--nodes", "2", "--checks", "allreduce",
@@ -69,7 +69,7 @@ def test_a_job_that_cannot_run_fails_the_run_and_says_why(testbed, prefix: Path,
 
 
 def test_the_default_checks_run_in_one_allocation_and_per_job_on_request(
-        testbed, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+        testbed, prefix: Path, tmp_path: Path) -> None:
     """env, allreduce and train (--quick: 6 jobs, no 1-node baselines) as steps of one
     allocation, each on its own nodes; the same with a job each (--allocation per-job). The
     1-node steps of an allocation: the training test."""
@@ -100,7 +100,7 @@ def test_the_default_checks_run_in_one_allocation_and_per_job_on_request(
 
 
 def test_training_across_two_nodes_is_in_sync_and_scales_against_one(
-        testbed, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+        testbed, prefix: Path, tmp_path: Path) -> None:
     proc, data = validate(testbed, prefix, tmp_path, "--nodes", "2", "--checks", "train")
     assert proc.returncode == 0, (data.get("outcomes"), proc.stderr)
     out = {o["name"]: o for o in data["outcomes"]}
@@ -115,7 +115,7 @@ def test_training_across_two_nodes_is_in_sync_and_scales_against_one(
     assert jobs["train-torch-ddp-1node"]["node_list"] in ("gpu01", "gpu02")
 
 
-def test_pernode_runs_every_node_at_once_each_pinned(testbed, prefix: Path,  # noqa: ANN001
+def test_pernode_runs_every_node_at_once_each_pinned(testbed, prefix: Path,
                                                      tmp_path: Path) -> None:
     proc, data = validate(testbed, prefix, tmp_path, "--checks", "pernode")
     jobs = {j["id"]: j for j in data["jobs"]}
@@ -136,7 +136,7 @@ def test_pernode_runs_every_node_at_once_each_pinned(testbed, prefix: Path,  # n
 
 
 def test_a_node_that_dies_mid_run_is_named_and_the_run_fails_in_time(
-        testbed, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+        testbed, prefix: Path, tmp_path: Path) -> None:
     """gpu02 is powered off (link down, every process killed) while an allreduce runs:
     validate cancels the hung job once Slurm stops hearing from the node, names gpu02,
     does not submit the jobs that need 2 nodes, keeps the sizes measured before the kill,
@@ -192,7 +192,7 @@ def test_a_node_that_dies_mid_run_is_named_and_the_run_fails_in_time(
 
 
 def test_a_slow_link_is_found_by_pairs_and_the_report_names_the_node(
-        four_nodes, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+        four_nodes, prefix: Path, tmp_path: Path) -> None:
     four_nodes.slow_link("gpu03", "50mbit")
     report = tmp_path / "links.md"
     env = {**four_nodes.environ(), "HPCPROV_HISTORY": str(tmp_path / "history")}
@@ -228,14 +228,14 @@ def test_a_slow_link_is_found_by_pairs_and_the_report_names_the_node(
 
 
 @pytest.fixture
-def no_accounting(testbed):  # noqa: ANN001, ANN201
+def no_accounting(testbed):
     """The session's testbed without slurmdbd (sacct cannot answer), back afterwards."""
     with reconfigured(testbed, accounting=False) as plain:
         yield plain
 
 
 def test_without_accounting_exit_codes_still_come_from_the_controller(
-        no_accounting, prefix: Path, tmp_path: Path) -> None:  # noqa: ANN001
+        no_accounting, prefix: Path, tmp_path: Path) -> None:
     env = no_accounting.environ()
     sacct = subprocess.run(["sacct", "-X", "-n"], capture_output=True, text=True, env=env)
     assert sacct.returncode != 0  # accounting really is missing
@@ -247,7 +247,7 @@ def test_without_accounting_exit_codes_still_come_from_the_controller(
 
 
 def test_a_job_the_controller_forgot_gets_its_status_from_the_file_or_is_an_error(
-        no_accounting, tmp_path: Path) -> None:  # noqa: ANN001
+        no_accounting, tmp_path: Path) -> None:
     """Accounting is off and the controller restarted with its state gone (as after
     MinJobAge purged the jobs): a job's exit status comes from the status file its EXIT
     trap wrote; a job without one is UNKNOWN, which the judgement makes an error."""
