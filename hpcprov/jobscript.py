@@ -17,7 +17,7 @@ from hpcprov.job import JobRequest
 from hpcprov.kinds import LauncherKind
 from hpcprov.launchers import build_launch, env_lines
 from hpcprov.layout import Layout
-from hpcprov.modules import init_lines, load_lines
+from hpcprov.modules import init_lines, load_lines, purge_and_load
 
 
 def directives(req: JobRequest) -> list[str]:
@@ -33,7 +33,12 @@ def environment_lines(req: JobRequest) -> list[str]:
     lines = init_lines(modules)
     containerised = req.launch.kind == LauncherKind.container
     extra = [site.containers.module] if containerised and site.containers.module else []
-    lines += load_lines(modules, modules.runtime, extra)
+    if req.launch.modules is not None:
+        lines += load_lines(modules, req.launch.modules, extra)
+    elif containerised:  # the container brings its own software: the runtime's module only
+        lines += purge_and_load(modules, modules.runtime.purge, extra)
+    else:
+        lines += load_lines(modules, modules.runtime)
     if req.activate and not containerised:
         lines += Layout.of(site, req.prefix).python_activation()
     return lines + env_lines(req)

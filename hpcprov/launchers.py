@@ -269,6 +269,8 @@ def build_container(req: JobRequest, context: Context) -> Launch:
     if launcher.unbuffered and command and _PY.match(command[0]) and "-u" not in command[1:2]:
         command.insert(1, "-u")
     srun, setup = _srun_prefix(req, context)
+    # the host's Python must not reach into the container's (its packages, its home)
+    setup = [*setup, "unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV"]
     if runtime == "pyxis":
         argv = [*srun, Template(f"--container-image={image}")]
         if containers.mounts:
@@ -284,6 +286,14 @@ def build_container(req: JobRequest, context: Context) -> Launch:
         argv = [*srun, runtime, *(launcher.args or ["exec"])]
         if containers.gpu_flag and req.gpus > 0:
             argv.append(containers.gpu_flag)
+        return Launch([*argv, Template(image), *command], setup)
+    if runtime == "shifter":  # HPE/Cray sites (NERSC): the image is a shifterimg name
+        return Launch([*srun, "shifter", Template(f"--image={image}"), *launcher.args,
+                       *command], setup)
+    if runtime == "podman-hpc":  # each rank a container: --gpu passes the node's GPUs in
+        argv = [*srun, "podman-hpc", *(launcher.args or ["run", "--rm"])]
+        if req.gpus > 0:
+            argv.append(containers.gpu_flag or "--gpu")
         return Launch([*argv, Template(image), *command], setup)
     raise UsageError(f"launcher {req.launcher_name!r}: container runtime {runtime!r} is unknown")
 

@@ -476,6 +476,10 @@ class Launcher(Strict):
     kind: LauncherKind
     description: str | None = None
     args: list[str] = Field(default_factory=list, description="extra launcher arguments")
+    modules: ModuleSet | None = Field(
+        None, description="the modules jobs of this launcher load instead of the site's "
+        "runtime set; a container launcher loads none of it by default (only "
+        "containers.module): the host's Python and libraries stay out of the container")
     # mpirun / horovodrun
     hosts: Literal["list", "hostfile"] = Field(
         "list", description="list: -H node:slots,...; hostfile: --hostfile <hostfile>"
@@ -499,7 +503,10 @@ class Launcher(Strict):
     # srun
     mpi: str | None = Field(None, description="srun --mpi=<plugin>, e.g. pmix")
     # container
-    runtime: Literal["singularity", "apptainer", "pyxis"] | None = None
+    runtime: Literal["singularity", "apptainer", "pyxis", "shifter", "podman-hpc"] | None = \
+        Field(None, description="the container runtime (default: containers.runtime); "
+              "singularity/apptainer (exec IMAGE), pyxis (srun --container-image), shifter "
+              "(shifter --image=IMAGE), podman-hpc (podman-hpc run --rm IMAGE)")
     # args for a container launcher are the runtime's verb and flags (default: exec)
     wrap_in_bash: bool = Field(False, description='run the command as /bin/bash -c "..."')
     unbuffered: bool = Field(False, description="python -u")
@@ -542,7 +549,10 @@ class Launcher(Strict):
 
 
 class Containers(Strict):
-    runtime: Literal["singularity", "apptainer", "enroot"] | None = None
+    runtime: Literal["singularity", "apptainer", "enroot", "shifter", "podman-hpc"] | None = \
+        Field(None, description="the runtime setup --container prepares images with "
+              "(enroot: for pyxis launchers; shifter: shifterimg pull; podman-hpc: "
+              "podman-hpc pull)")
     module: str | None = Field(None, description="module that provides the runtime")
     images: dict[Name, str] = Field(default_factory=dict, description="name -> image path/URI")
     default_image: Name | None = None

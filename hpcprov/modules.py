@@ -33,10 +33,14 @@ def init_lines(modules: Modules) -> list[str]:
 
 def load_lines(modules: Modules, which: ModuleSet, extra: list[str] | None = None) -> list[str]:
     """`module purge` / `module load ...` lines for a module set (plus extra modules)."""
+    return purge_and_load(modules, which.purge, [*which.load, *(extra or [])])
+
+
+def purge_and_load(modules: Modules, purge: bool, names: list[str]) -> list[str]:
+    """`module purge` (when ``purge``) and `module load NAMES...` lines."""
     if modules.system == ModuleSystem.none:
         return []
-    lines = ["module purge"] if which.purge else []
-    names = [*which.load, *(extra or [])]
+    lines = ["module purge"] if purge else []
     if names:
         lines.append(join(["module", "load", *names]))
     return lines

@@ -272,9 +272,11 @@ def _container_steps(site: Site) -> list[Step]:
             join(["enroot", "remove", "-f", check]),
         )))
         return steps
-    binary = runtime or "singularity"
     load = (["hpcprov_modules_init", join(["module", "load", site.containers.module])]
             if site.containers.module else [])
+    if runtime in ("shifter", "podman-hpc"):
+        return steps + _registry_image_steps(site, runtime, spec.source, load)
+    binary = runtime or "singularity"
     if "://" in spec.source:
         steps.append(Step("pull-image", f"Pull the image with {binary}", (
             *load,
@@ -289,6 +291,21 @@ def _container_steps(site: Site) -> list[Step]:
     steps.append(Step("check-build", "Check Horovod in the image (horovodrun -cb)", (
         *load, join([binary, "exec", *gpu, Template(target), "horovodrun", "-cb"]))))
     return steps
+
+
+def _registry_image_steps(site: Site, runtime: str, source: str, load: list[str]
+                          ) -> list[Step]:
+    """Shifter and podman-hpc keep images in their own stores, named like the registry's
+    (docker:REPO:TAG for Shifter): pull it there, then -cb inside it."""
+    if runtime == "shifter":
+        pull = join(["shifterimg", "pull", source])
+        check = join(["shifter", Template(f"--image={source}"), "horovodrun", "-cb"])
+    else:
+        pull = join(["podman-hpc", "pull", source])
+        check = join(["podman-hpc", "run", "--rm", source, "horovodrun", "-cb"])
+    return [Step("pull-image", f"Pull the image with {runtime}", (*load, pull),
+                 needs_network=True),
+            Step("check-build", "Check Horovod in the image (horovodrun -cb)", (*load, check))]
 
 
 def activate_lines(site: Site, prefix: str) -> list[str]:

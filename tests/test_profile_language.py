@@ -750,6 +750,95 @@ def test_conda_from_the_sites_module_downloads_nothing_and_jobs_use_its_environm
         "modules.runtime.load" in res.err
 
 
+# ============================================================== 8. containers, GPU binding
+
+CONTAINERS = """\
+extends: neuron
+name: ct
+containers:
+  runtime: {runtime}
+  module: {module}
+  gpu_flag: null
+  images:
+    pytorch: docker:nvcr.io/nvidia/pytorch:24.01-py3
+  default_image: pytorch
+launchers:
+  container: {{kind: container, runtime: {runtime}, args: []}}
+python:
+  backend: container
+  container: {{image: pytorch, source: "docker:nvcr.io/nvidia/pytorch:24.01-py3"}}
+horovod: {{source: container}}
+"""
+
+
+def test_a_container_job_loads_only_the_runtimes_module_and_no_host_python(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, stubs: Stubs) -> None:
+    script = run_ok(capsys, "jobscript", "--site", "neuron", "-l", "container", "-N", "1",
+                    "--", "python", "x.py")
+    loads = [ln for ln in script.splitlines() if ln.startswith("module ")]
+    assert loads == ["module purge", "module load singularity/3.9.7"]  # not gcc/cuda/mpi
+    # the host's Python variables are gone before the ranks start in the container
+    (stubs.bin / "srun").write_text(f'#!/bin/bash\necho "PP=${{PYTHONPATH-unset}} '
+                                    f'VE=${{VIRTUAL_ENV-unset}}" > {stubs.work}/seen\n')
+    proc = stubs.run(script, name="job.sh", extra_env={
+        "PYTHONPATH": "/apps/python/site-packages", "VIRTUAL_ENV": "/home/u/venv",
+        "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert (stubs.work / "seen").read_text().split() == ["PP=unset", "VE=unset"]
+    # a launcher may name its own module set
+    path = write_profile(tmp_path, "own", (
+        "extends: neuron\nname: own\nlaunchers:\n  container:\n    kind: container\n"
+        "    runtime: singularity\n    args: [run]\n"
+        "    modules: {purge: true, load: [cuda/11.4]}\n"))
+    script = run_ok(capsys, "jobscript", "--site", str(path), "-l", "container", "--", "x")
+    assert [ln for ln in script.splitlines() if ln.startswith("module ")] == [
+        "module purge", "module load cuda/11.4 singularity/3.9.7"]
+
+
+@pytest.mark.parametrize(("runtime", "launch", "pull", "check"), [
+    ("shifter", ["shifter", "--image=docker:nvcr.io/nvidia/pytorch:24.01-py3", "python",
+                 "x.py"],
+     "shifterimg pull docker:nvcr.io/nvidia/pytorch:24.01-py3",
+     "shifter --image=docker:nvcr.io/nvidia/pytorch:24.01-py3 horovodrun -cb"),
+    ("podman-hpc", ["podman-hpc", "run", "--rm", "--gpu",
+                    "docker:nvcr.io/nvidia/pytorch:24.01-py3", "python", "x.py"],
+     "podman-hpc pull docker:nvcr.io/nvidia/pytorch:24.01-py3",
+     "podman-hpc run --rm docker:nvcr.io/nvidia/pytorch:24.01-py3 horovodrun -cb"),
+])
+def test_hpe_cray_container_runtimes(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                     runtime: str, launch: list[str], pull: str,
+                                     check: str) -> None:
+    path = write_profile(tmp_path, "ct", CONTAINERS.format(runtime=runtime,
+                                                           module=f"{runtime}/1.0"))
+    assert cli(capsys, "site", "check", str(path)).rc == 0
+    out = run_ok(capsys, "launch", "--site", str(path), "-N", "1", "-G", "2", "-l",
+                 "container", "--", "python", "x.py")
+    w = words(out.strip().splitlines()[-1])
+    assert w[0] == "srun" and w[w.index(launch[0]):] == launch
+    setup = run_ok(capsys, "setup", "--site", str(path), "--dry-run")
+    assert pull in setup and check in setup
+    assert f"module load {runtime}/1.0" in setup
+
+
+@pytest.mark.parametrize(("args", "want"), [
+    (["-G", "4"], "--gpus-per-task=1"),                       # 4 tasks, one GPU each
+    (["-G", "4", "-l", "torchrun"], "--gpus-per-task=4"),     # one agent per node
+    (["-G", "4", "--tasks-per-node", "2"], "--gpus-per-task=2"),
+])
+def test_gpus_per_task_is_a_gpu_request_form(capsys: pytest.CaptureFixture[str],
+                                             tmp_path: Path, args: list[str],
+                                             want: str) -> None:
+    path = write_profile(tmp_path, "gt", ("extends: neuron\nname: gt\n"
+                                          "slurm: {gpu_request: gpus_per_task}\n"))
+    out = run_ok(capsys, "jobscript", "--site", str(path), "-N", "2", "-o", "comment=pytorch",
+                 *args, "--", "python", "x.py")
+    assert f"#SBATCH {want}" in out.splitlines()
+    assert not [ln for ln in out.splitlines() if "--gres" in ln or "--gpus-per-node" in ln]
+    res = cli(capsys, "jobscript", "--site", str(path), "-N", "2", "-o", "comment=pytorch", "-G",
+              "4", "--tasks-per-node", "3", "--", "python", "x.py")
+    assert res.rc == 2 and "gpus-per-task" in res.err and "do not divide" in res.err
+
+
 # ================================================================ 9. what cannot be said
 
 @pytest.mark.parametrize(("launcher", "key", "readers"), [

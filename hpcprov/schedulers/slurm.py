@@ -97,8 +97,10 @@ class Slurm(Backend):
     title = "Slurm"
     marker = "scontrol"
     settings = {
-        "gpu_request": Setting(Literal["gres", "gpus_per_node", "gpus"], "gres",
-                               "--gres=gpu:N per node, --gpus-per-node=N, or --gpus=total"),
+        "gpu_request": Setting(Literal["gres", "gpus_per_node", "gpus", "gpus_per_task"],
+                               "gres", "--gres=gpu:N per node, --gpus-per-node=N, "
+                               "--gpus=total, or --gpus-per-task=N/tasks per node (each "
+                               "task bound to its own GPUs, as sites that bind GPUs ask)"),
         "task_request": Setting(Literal["per_node", "total"], "per_node",
                                 "--ntasks-per-node or --ntasks"),
         "output": Setting(str, "%x_%j.out", "--output pattern of batch jobs"),
@@ -127,6 +129,9 @@ class Slurm(Backend):
             return [("gres", f"gpu:{typed}")]
         if style == "gpus_per_node":
             return [("gpus-per-node", typed)]
+        if style == "gpus_per_task":  # lint refuses GPUs that do not divide among the tasks
+            each = max(gpus // req.scheduler_tasks_per_node, 1)
+            return [("gpus-per-task", f"{label}:{each}" if label else str(each))]
         total = gpus * req.nodes
         return [("gpus", f"{label}:{total}" if label else str(total))]
 
@@ -197,7 +202,16 @@ class Slurm(Backend):
         return {"nodelist": nodes}
 
     def lint(self, req: JobRequest) -> list[Finding]:
-        return short_name_findings(req, SHORT_NAMES, flag)
+        found = short_name_findings(req, SHORT_NAMES, flag)
+        tasks = req.scheduler_tasks_per_node
+        if (self.section(req.site).gpu_request == "gpus_per_task" and req.gpus > 0
+                and req.gpus % tasks):
+            found.append(Finding("error", "gpus-per-task",
+                                 f"{req.gpus} GPU(s) per node do not divide among {tasks} "
+                                 "task(s) per node (the site asks for --gpus-per-task)",
+                                 "ask for a multiple of the tasks per node (-G), or one task "
+                                 "per GPU (--tasks-per-node)"))
+        return found
 
     def allocation_nodes(self) -> str | None:
         return HOSTNAMES
