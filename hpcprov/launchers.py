@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 import hostlist
@@ -243,7 +243,8 @@ def build_torchrun(req: JobRequest, context: Context) -> Launch:
     if starter is not None:
         # one task per node running every rank: the job's CPUs per task are all of them
         step = backend.task_step(req, req.task_cpus)
-        return Launch([*starter.argv, *step.argv, *torchrun],
+        srun_args = launcher.srun_args if backend.starts_tasks else []  # srun starts it
+        return Launch([*starter.argv, *step.argv, *srun_args, *torchrun],
                       [*starter.setup, *step.setup])
     return Launch(torchrun)
 
@@ -269,6 +270,7 @@ def build_container(req: JobRequest, context: Context) -> Launch:
     if launcher.unbuffered and command and _PY.match(command[0]) and "-u" not in command[1:2]:
         command.insert(1, "-u")
     srun, setup = _srun_prefix(req, context)
+    srun = [*srun, *launcher.srun_args]
     # the host's Python must not reach into the container's (its packages, its home)
     setup = [*setup, "unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV"]
     if runtime == "pyxis":
@@ -316,4 +318,7 @@ def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
         raise UsageError(f"launcher kind {kind.value!r} cannot build a launch line")
     if kind == LauncherKind.srun and not schedulers.of(req.site).starts_tasks:
         raise UsageError(f"launcher {req.launcher_name!r} (srun) needs a Slurm site")
+    if req.launch.wrapper:  # every rank runs its program through the site's wrapper
+        req = replace(req, command=(*(Template(w) for w in req.launch.wrapper),
+                                    *req.command))
     return BUILDERS[kind](req, context)

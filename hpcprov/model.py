@@ -126,6 +126,10 @@ class Modules(Strict):
         None,
         description="file to source when `module` is not defined (e.g. /etc/profile.d/lmod.sh)",
     )
+    use: list[str] = Field(
+        default_factory=list, description="folders `module use` adds to the module path "
+        "before any module is loaded (a site's software trees, e.g. /apps/modules/all); "
+        "$VARS are expanded")
     build: ModuleSet = Field(default_factory=ModuleSet, description="modules to build Horovod")
     runtime: ModuleSet = Field(default_factory=ModuleSet, description="modules to run jobs")
 
@@ -283,12 +287,26 @@ class RequiredOption(Strict):
     reason: str | None = None
 
 
+class Proxy(Strict):
+    """The proxy through which setup's downloads reach the internet (pip, conda, curl)."""
+
+    http: str | None = Field(None, pattern=r"^https?://\S+$",
+                             description="http_proxy, e.g. http://proxy.example.org:3128")
+    https: str | None = Field(None, pattern=r"^https?://\S+$",
+                              description="https_proxy (default: the http one)")
+    no_proxy: list[str] = Field(default_factory=list,
+                                description="hosts and domains reached directly")
+
+
 class Policies(Strict):
     required_options: dict[OptionName, RequiredOption] = Field(default_factory=dict)
     forbidden_options: dict[OptionName, str] = Field(
         default_factory=dict, description="option -> why it is refused"
     )
     compute_internet: bool = Field(True, description="compute nodes reach the internet")
+    proxy: Proxy | None = Field(None, description="the proxy setup's downloads go through "
+                                "(exported as http_proxy/https_proxy/no_proxy and their "
+                                "upper-case forms)")
     conda_allowed: bool = True
     home_readonly_on_compute: bool = False
     submit_from: str | None = Field(None, description="directory jobs must be submitted from")
@@ -463,6 +481,8 @@ LAUNCHER_KEYS: dict[str, frozenset[LauncherKind]] = {
     "host_name": frozenset({_K.srun, _K.mpirun, _K.horovodrun, _K.torchrun}),
     "mpi": frozenset({_K.srun, _K.container}),
     "runtime": frozenset({_K.container}),
+    "wrapper": frozenset({_K.srun, _K.mpirun, _K.horovodrun}),
+    "srun_args": frozenset({_K.container, _K.torchrun}),
     "wrap_in_bash": frozenset({_K.container}),
     "unbuffered": frozenset({_K.container}),
     "per_task_output": frozenset({_K.container}),
@@ -476,6 +496,14 @@ class Launcher(Strict):
     kind: LauncherKind
     description: str | None = None
     args: list[str] = Field(default_factory=list, description="extra launcher arguments")
+    wrapper: list[str] = Field(
+        default_factory=list, description="a command every rank runs its program through "
+        "(the GPU/NIC affinity scripts sites publish, e.g. [./select_gpu_device]); $VARS "
+        "are expanded on the node")
+    srun_args: list[str] = Field(
+        default_factory=list, description="options for the srun that starts the "
+        "container's tasks or torchrun's one agent per node (args are the runtime's or "
+        "torchrun's own)")
     modules: ModuleSet | None = Field(
         None, description="the modules jobs of this launcher load instead of the site's "
         "runtime set; a container launcher loads none of it by default (only "

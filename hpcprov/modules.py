@@ -25,10 +25,13 @@ _SHELL_ONLY = re.compile(r"`|\$\(|\$\{(?![A-Za-z_][A-Za-z0-9_]*\})|\$[0-9@*#?$!-
 
 
 def init_lines(modules: Modules) -> list[str]:
-    """Make `module` available in a non-login shell, when the profile says how."""
-    if modules.system == ModuleSystem.none or not modules.init:
+    """Make `module` available in a non-login shell, when the profile says how, and add the
+    site's module folders (``modules.use``) before anything is loaded."""
+    if modules.system == ModuleSystem.none:
         return []
-    return [f"type module >/dev/null 2>&1 || source {quote(Template(modules.init))}"]
+    lines = [f"type module >/dev/null 2>&1 || source {quote(Template(modules.init))}"] \
+        if modules.init else []
+    return lines + [join(["module", "use", Template(path)]) for path in modules.use]
 
 
 def load_lines(modules: Modules, which: ModuleSet, extra: list[str] | None = None) -> list[str]:

@@ -90,6 +90,13 @@ def _vars(site: Site, prefix: str) -> dict[str, str]:
         out["INSTALLER"] = Template("$PREFIX/downloads/" + _installer_name(site))
     if site.python.backend == "container":
         out["IMAGES"] = lay.images
+    proxy = site.policies.proxy
+    if proxy is not None:  # downloads go through the site's proxy (pip, conda, curl, uv)
+        for name, value in (("http_proxy", proxy.http), ("https_proxy", proxy.https or
+                                                          proxy.http),
+                            ("no_proxy", ",".join(proxy.no_proxy) or None)):
+            if value:
+                out[name] = out[name.upper()] = Template(value)
     return out
 
 

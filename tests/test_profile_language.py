@@ -839,6 +839,69 @@ def test_gpus_per_task_is_a_gpu_request_form(capsys: pytest.CaptureFixture[str],
     assert res.rc == 2 and "gpus-per-task" in res.err and "do not divide" in res.err
 
 
+# ================================================ 12. breadth without code changes
+
+BREADTH = """\
+name: br
+extends: neuron
+modules:
+  use: [/apps/modules/all, "$HOME/modules"]
+policies:
+  proxy: {http: "http://proxy.example.org:3128", no_proxy: [localhost, .example.org]}
+launchers:
+  srun: {kind: srun, wrapper: [./select_gpu_device]}
+  torchrun: {kind: torchrun, srun_args: [--exclusive]}
+  container: {kind: container, srun_args: [--mpi=pmi2]}
+"""
+
+
+def test_module_folders_are_used_before_any_load(capsys: pytest.CaptureFixture[str],
+                                                 tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "br", BREADTH)
+    for out in (run_ok(capsys, "jobscript", "--site", str(path), "-o", "comment=pytorch",
+                       "--", "python", "x.py"),
+                run_ok(capsys, "setup", "--site", str(path), "--dry-run")):
+        check_shell(out, tmp_path)
+        lines = [ln.strip() for ln in out.splitlines()]
+        uses = [i for i, ln in enumerate(lines) if ln.startswith("module use ")]
+        loads = [i for i, ln in enumerate(lines) if ln.startswith("module load ")]
+        assert [lines[i] for i in uses[:2]] == ["module use /apps/modules/all",
+                                               'module use "${HOME}/modules"']
+        assert uses and loads and uses[0] < loads[0]
+
+
+def test_a_rank_wrapper_and_options_for_the_srun_in_front(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "br", BREADTH)
+    srun = run_ok(capsys, "launch", "--site", str(path), "-N", "1", "-l", "srun", "--",
+                  "python", "x.py").strip().splitlines()[-1]
+    assert words(srun)[-3:] == ["./select_gpu_device", "python", "x.py"]
+    torch = words(run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-l", "torchrun",
+                         "--", "python", "x.py").strip().splitlines()[-1])
+    assert torch.index("--exclusive") < torch.index("torchrun")
+    box = words(run_ok(capsys, "launch", "--site", str(path), "-N", "1", "-l", "container",
+                       "--", "python", "x.py").strip().splitlines()[-1])
+    assert box.index("--mpi=pmi2") < box.index("singularity")
+    # a wrapper where the kind starts no rank itself is refused at its line
+    bad = write_profile(tmp_path, "bad", BREADTH.replace("name: br", "name: bad").replace(
+        "{kind: torchrun, srun_args: [--exclusive]}", "{kind: torchrun, wrapper: [./w]}"))
+    (err,) = check_file(bad)
+    assert "does not read wrapper" in err.problem
+
+
+def test_setups_downloads_go_through_the_sites_proxy(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path, stubs: Stubs) -> None:
+    path = write_profile(tmp_path, "br", BREADTH)
+    setup = run_ok(capsys, "setup", "--site", str(path), "--dry-run")
+    (stubs.bin / "curl").write_text(f'#!/bin/bash\necho "$https_proxy $HTTP_PROXY '
+                                    f'$no_proxy" > {stubs.work}/seen\nexit 7\n')
+    proc = stubs.run(setup, "download-installer", name="setup.sh")
+    assert proc.returncode != 0  # the stub download fails; what it was given is the point
+    assert (stubs.work / "seen").read_text().split() == [
+        "http://proxy.example.org:3128", "http://proxy.example.org:3128",
+        "localhost,.example.org"]
+
+
 # ================================================================ 9. what cannot be said
 
 @pytest.mark.parametrize(("launcher", "key", "readers"), [
