@@ -40,6 +40,7 @@ class ModuleSystem(str, Enum):
 class LauncherKind(str, Enum):
     srun = "srun"
     mpirun = "mpirun"
+    mpiexec = "mpiexec"
     horovodrun = "horovodrun"
     torchrun = "torchrun"
     container = "container"

@@ -189,6 +189,20 @@ def build_mpirun(req: JobRequest, context: Context) -> Launch:
     return Launch([*argv, *launcher.args, *req.command], setup)
 
 
+def build_mpiexec(req: JobRequest, context: Context) -> Launch:
+    """mpiexec of MPICH/Intel MPI (Hydra) or HPE Cray (PALS): it reads the job's nodes from
+    the scheduler and passes the whole environment to the ranks, so the rendezvous is
+    exported, not given as options."""
+    ppn = "-ppn" if req.launch.flavor == "hydra" else "--ppn"
+    # Hydra starts its proxies with srun under Slurm: they must not be confined either
+    setup = schedulers.of(req.site).daemon_setup(req)
+    if req.launch.rendezvous_env:
+        setup += [f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
+                  f"export MASTER_PORT={req.launch.port}"]
+    argv = ["mpiexec", "-n", str(req.world_size), ppn, str(req.ranks_per_node)]
+    return Launch([*argv, *req.launch.args, *req.command], setup)
+
+
 def build_horovodrun(req: JobRequest, context: Context) -> Launch:
     """horovodrun over the job's hosts; on more than one node, where the partition names its
     Gloo interfaces, horovodrun is given them (--network-interfaces) instead of finding the
@@ -303,6 +317,7 @@ def build_container(req: JobRequest, context: Context) -> Launch:
 BUILDERS: dict[LauncherKind, Callable[[JobRequest, Context], Launch]] = {
     LauncherKind.srun: build_srun,
     LauncherKind.mpirun: build_mpirun,
+    LauncherKind.mpiexec: build_mpiexec,
     LauncherKind.horovodrun: build_horovodrun,
     LauncherKind.torchrun: build_torchrun,
     LauncherKind.container: build_container,

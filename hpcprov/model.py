@@ -473,15 +473,16 @@ LAUNCHER_KEYS: dict[str, frozenset[LauncherKind]] = {
     "oversubscribe": frozenset({_K.mpirun}),
     "export_env": frozenset({_K.mpirun}),
     "set_cuda_visible_devices": frozenset({_K.mpirun}),
-    "rendezvous_env": frozenset({_K.srun, _K.mpirun}),
+    "rendezvous_env": frozenset({_K.srun, _K.mpirun, _K.mpiexec}),
+    "flavor": frozenset({_K.mpiexec}),
     "rdzv_backend": frozenset({_K.torchrun}),
-    "rdzv_host": frozenset({_K.srun, _K.mpirun, _K.torchrun}),
-    "port": frozenset({_K.srun, _K.mpirun, _K.torchrun}),
+    "rdzv_host": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.torchrun}),
+    "port": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.torchrun}),
     "per_node_wrapper": frozenset({_K.torchrun}),
-    "host_name": frozenset({_K.srun, _K.mpirun, _K.horovodrun, _K.torchrun}),
+    "host_name": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.horovodrun, _K.torchrun}),
     "mpi": frozenset({_K.srun, _K.container}),
     "runtime": frozenset({_K.container}),
-    "wrapper": frozenset({_K.srun, _K.mpirun, _K.horovodrun}),
+    "wrapper": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.horovodrun}),
     "srun_args": frozenset({_K.container, _K.torchrun}),
     "wrap_in_bash": frozenset({_K.container}),
     "unbuffered": frozenset({_K.container}),
@@ -519,6 +520,12 @@ class Launcher(Strict):
     rendezvous_env: bool = Field(
         False, description="export MASTER_ADDR (first node) and MASTER_PORT to the ranks"
     )
+    # mpiexec
+    flavor: Literal["hydra", "pals"] = Field(
+        "hydra", description="mpiexec's family: hydra (MPICH's and Intel MPI's: -n N -ppn P) "
+        "or pals (HPE Cray's PALS: -n N --ppn P); both find the job's nodes themselves and "
+        "pass the environment on; binding options (--cpu-bind depth --depth 8, -bind-to "
+        "core) go in args")
     # torchrun
     rdzv_backend: str = "c10d"
     rdzv_host: Literal["hostname", "first_node"] = Field(

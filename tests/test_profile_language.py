@@ -902,14 +902,52 @@ def test_setups_downloads_go_through_the_sites_proxy(capsys: pytest.CaptureFixtu
         "localhost,.example.org"]
 
 
+MPIEXEC = """\
+name: mx
+extends: neuron
+launchers:
+  mpiexec: {kind: mpiexec, rendezvous_env: true, args: [-bind-to, core]}
+  pals: {kind: mpiexec, flavor: pals, args: [--cpu-bind, depth, --depth, "8"]}
+"""
+
+
+@pytest.mark.parametrize(("launcher", "want"), [
+    ("mpiexec", ["mpiexec", "-n", "16", "-ppn", "8", "-bind-to", "core", "python", "x.py"]),
+    ("pals", ["mpiexec", "-n", "16", "--ppn", "8", "--cpu-bind", "depth", "--depth", "8",
+              "python", "x.py"]),
+])
+def test_mpiexec_of_mpich_intel_and_cray(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                                         stubs: Stubs, launcher: str, want: list[str]) -> None:
+    path = write_profile(tmp_path, "mx", MPIEXEC)
+    script = run_ok(capsys, "jobscript", "--site", str(path), "-N", "2", "-l", launcher,
+                    "-o", "comment=pytorch", "--no-activate", "--", "python", "x.py")
+    check_shell(script, tmp_path)
+    proc = stubs.run(script, name="job.sh", extra_env={"SLURM_JOB_NODELIST": "n[1-2]",
+                                                       "SLURM_JOB_ID": "1"})
+    assert proc.returncode == 0, proc.stderr
+    (call,) = stubs.calls("mpiexec")
+    assert call == want
+    assert ("MASTER_ADDR=" in script) is (launcher == "mpiexec")
+
+
+def test_ranks_are_found_under_crays_mpiexec() -> None:
+    from hpcprov.validate.programs.runtime import discover_ranks
+
+    env = {"PALS_RANKID": "5", "PMI_RANK": "5", "PMI_SIZE": "8", "PALS_LOCAL_RANKID": "1",
+           "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}
+    assert discover_ranks(env) == (5, 8, 1, "pals")
+    assert discover_ranks({"PMI_RANK": "3", "PMI_SIZE": "4", "MPI_LOCALRANKID": "1"}) == (
+        3, 4, 1, "pmi")
+
+
 # ================================================================ 9. what cannot be said
 
 @pytest.mark.parametrize(("launcher", "key", "readers"), [
     ("torchrun: {kind: torchrun, mpi: pmix}", "mpi", "container, srun"),
     ("container: {kind: container, runtime: singularity, rendezvous_env: true}",
-     "rendezvous_env", "mpirun, srun"),
+     "rendezvous_env", "mpiexec, mpirun, srun"),
     ("srun: {kind: srun, oversubscribe: true}", "oversubscribe", "mpirun"),
-    ("horovodrun: {kind: horovodrun, port: 1234}", "port", "mpirun, srun, torchrun"),
+    ("horovodrun: {kind: horovodrun, port: 1234}", "port", "mpiexec, mpirun, srun, torchrun"),
 ])
 def test_a_key_the_launchers_kind_ignores_is_refused_at_its_line(
         tmp_path: Path, launcher: str, key: str, readers: str) -> None:
