@@ -88,6 +88,15 @@ RULES: tuple[Rule, ...] = (
          evidence="not built here (no GCC 14 + CUDA machine); the patch applies to the "
          "0.28.1 sdist (tested here)",
          patch="horovod-0.28.1-cuda-std14.patch"),
+    Rule("build-type", "patch", "==0.28.1",
+         explanation="Horovod 0.28.1 always compiles with debug information (RelWithDebInfo: "
+         "-O3 -g), a quarter of the compile time of its framework extensions and most of "
+         "the wheel's size; the patch lets HOROVOD_CMAKE_BUILD_TYPE choose, and hpcprov "
+         "builds Release (same -O3, no -g) unless horovod.debug_info is true",
+         evidence="here: one PyTorch extension unit compiles in 34 s without -g against 46 s "
+         "with it, its object 0.6 MB against 22 MB; the Release build passes -cb and the "
+         "2-rank allreduce proof",
+         patch="horovod-0.28.1-build-type.patch"),
     Rule("no-distutils", "patch", "==0.28.1", when=("python", "3.12"),
          explanation="Python 3.12 has no distutils, and horovod/runner/js_run.py imports "
          "distutils.spawn.find_executable, so horovodrun (and -cb) fails where setuptools' "

@@ -42,6 +42,8 @@ def site_build_env(site: Site) -> dict[str, str]:
     partitions (HOROVOD_BUILD_CUDA_CC_LIST) when Horovod is built for GPUs and the profile
     does not set them itself. Part of the wheelhouse key and so of the manifest."""
     env = build_env(site.horovod)
+    if not site.horovod.debug_info:  # read by the build-type patch; harmless without it
+        env.setdefault("HOROVOD_CMAKE_BUILD_TYPE", "Release")
     gpu = site.horovod.gpu_operations or site.horovod.gpu_allreduce
     if gpu in ("nccl", "mpi") and "HOROVOD_BUILD_CUDA_CC_LIST" not in env:
         ccs, _ = cc_list(site)

@@ -143,11 +143,13 @@ def test_the_key_text_is_what_published_keys_hold(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     abi = subprocess.run([str(bin_dir / "python"), str(REPO / "provision/programs/abi_facts.py")],
                          capture_output=True, text=True, timeout=60).stdout
-    # patches= changed once on purpose (2026-11-23: the build-time patches for GCC 13/14 and
-    # Python 3.12 joined the table), and stdlib= was added (the fact those patches follow)
-    want = ("horovod=0.28.1\npatches=e6c2d7e0ad4590c9\nbuild-env=HOROVOD_WITHOUT_TENSORFLOW=1 "
+    # patches= changed on purpose twice (2026-11-23: the build-time patches for GCC 13/14
+    # and Python 3.12 joined the table, then the build-type patch with Release builds, which
+    # also added HOROVOD_CMAKE_BUILD_TYPE), and stdlib= was added (the fact those follow)
+    want = ("horovod=0.28.1\npatches=900f4a984140e888\nbuild-env=HOROVOD_WITHOUT_TENSORFLOW=1 "
             "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 "
-            f"HOROVOD_WITH_GLOO=1\n{abi}mpi={os.path.realpath(bin_dir / 'mpicc')} "
+            "HOROVOD_WITH_GLOO=1 HOROVOD_CMAKE_BUILD_TYPE=Release\n"
+            f"{abi}mpi={os.path.realpath(bin_dir / 'mpicc')} "
             f"mpirun (Open MPI) 4.1.4\ncxx={os.path.realpath(bin_dir / 'c++')} "
             "(Debian 12.2.0-14+deb12u1) 12.2.0\nstdlib=libstdc++ \ncuda=\nnccl=\n")
     assert proc.stdout == want

@@ -109,6 +109,12 @@ def test_local_setup_builds_proves_and_records(local_ready: tuple[Path, dict[str
     assert [s["id"] for s in manifest["steps"]][-1] == "record"
     assert all(s["status"] == "done" for s in manifest["steps"])
     assert any(line.startswith("torch==2.13.0") for line in manifest["pip_freeze"])
+    # built Release (the build-type patch, horovod.debug_info false): no debug sections
+    (lib,) = (prefix / "venvs" / "horovod").glob("lib/python*/site-packages/horovod/torch/"
+                                                 "mpi_lib_v2*.so")
+    sections = subprocess.run(["readelf", "-S", "-W", str(lib)], capture_output=True,
+                              text=True, timeout=60, check=True).stdout
+    assert ".text" in sections and ".debug_info" not in sections
     # the proof ran two ranks and both got the right sum
     proof = step_log(prefix, "prove-allreduce")
     for rank in (0, 1):

@@ -24,9 +24,10 @@ def ids(matches: list) -> list[str]:
     return [m.rule.id for m in matches]
 
 
-# the 0.28.1 rows applied at build time, when the toolchain's facts hold
-BUILD_TIME_CPU = ["std-includes", "no-distutils"]
-BUILD_TIME_GPU = ["std-includes", "cuda-std14", "no-distutils"]
+# the 0.28.1 rows applied at build time, when the toolchain's facts hold, and build-type
+# (Release unless horovod.debug_info), which every 0.28.1 build applies, in table order
+BUILD_TIME_CPU = ["std-includes", "build-type", "no-distutils"]
+BUILD_TIME_GPU = ["std-includes", "cuda-std14", "build-type", "no-distutils"]
 
 
 @pytest.mark.parametrize(("horovod", "torch", "tf", "gpu", "want"), [
@@ -48,8 +49,9 @@ def test_compatibility_rules(horovod: str, torch: str | None, tf: str | None, gp
 def test_local_build_always_applies_the_cxx17_patch_and_the_script_carries_it() -> None:
     site = load_site("local")
     unconditional = [p for p in patches_for(site) if p.when is None]
-    (name, text), = [(p.name, p.text) for p in unconditional]
-    assert name == "horovod-0.28.1-cxx17.patch"
+    assert [p.name for p in unconditional] == ["horovod-0.28.1-cxx17.patch",
+                                               "horovod-0.28.1-build-type.patch"]
+    name, text = unconditional[0].name, unconditional[0].text
     plan = build_plan(site)
     script = render_script(plan)
     assert "set(CMAKE_CXX_STANDARD 17)" in text
@@ -59,11 +61,12 @@ def test_local_build_always_applies_the_cxx17_patch_and_the_script_carries_it() 
     assert 'patch -d "$HPCPROV_SRC" -p1 --forward' in script
 
 
-def test_tensorflow_variant_gets_both_patches_and_the_keras3_warning(
+def test_tensorflow_variant_gets_its_patches_and_the_keras3_warning(
         capsys: pytest.CaptureFixture[str]) -> None:
     site = load_site("local-tf")
     assert [p.name for p in patches_for(site) if p.when is None] == [
-        "horovod-0.28.1-cxx17.patch", "horovod-0.28.1-tf-xla-cpu.patch"]
+        "horovod-0.28.1-cxx17.patch", "horovod-0.28.1-tf-xla-cpu.patch",
+        "horovod-0.28.1-build-type.patch"]
     res = cli(capsys, "setup", "--site", "local-tf", "--dry-run")
     assert res.rc == 0
     (warning,) = [ln for ln in res.err.splitlines() if "compat-keras3" in ln]
