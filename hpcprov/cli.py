@@ -333,10 +333,13 @@ def _request(kw: dict[str, Any], **extra: Any) -> Any:
         hosts=tuple(kw["hosts"]), image=kw["image"], **extra)
 
 
-def _lint(req: Any) -> list[Any]:
+def _lint(req: Any, allocation: bool = True) -> list[Any]:
+    """Lint the request (errors raise); ``allocation``: the job options are used (a batch
+    script, an salloc line), else a launch line inside an allocation, which passes none of
+    the mandatory ones."""
     from hpcprov.lint import check
 
-    warnings = check(req)
+    warnings = check(req, allocation=allocation)
     for w in warnings:
         click.echo(f"hpcprov: warning: {safe(w)}", err=True)
     return warnings
@@ -359,7 +362,7 @@ def launch_cmd(allocate: bool, **kw: Any) -> None:
     from hpcprov.shell import join
 
     req = _request(kw)
-    warnings = _lint(req)
+    warnings = _lint(req, allocation=allocate)
     launch = build_launch(req, "allocation")
     env = env_lines(req)
     alloc = allocate_argv(req)
@@ -596,7 +599,7 @@ def guide_cmd(site: str | None, partition: str | None) -> None:
     s = _load(site)
     if partition and partition not in s.partitions:
         _fail(f"site {s.name} has no partition {partition!r} ({', '.join(s.partitions)})")
-    click.echo(safe(render_guide(s, partition), lines=True), nl=False)
+    click.echo(safe(render_guide(s, partition, ref=site), lines=True), nl=False)
 
 
 @cli.command("completion")
@@ -651,8 +654,18 @@ def main(argv: list[str] | None = None) -> int:
     return rc
 
 
+def _json_error(argv: list[str] | None, message: str, code: int) -> None:
+    """With --json (before any ``--``), an error is also a JSON object on stdout, so a
+    program reading the output always gets JSON; the exit status stays the error's."""
+    args = sys.argv[1:] if argv is None else argv
+    mine = args[:args.index("--")] if "--" in args else args
+    if "--json" in mine:
+        click.echo(json.dumps({"ok": False, "error": str(message), "exit_code": code}))
+
+
 def _run(argv: list[str] | None) -> int:
-    """Run the command; its errors as one line each, the exit status returned."""
+    """Run the command; its errors as one line each (and as JSON with --json), the exit
+    status returned."""
     from hpcprov.errors import HpcprovError
 
     try:
@@ -669,9 +682,11 @@ def _run(argv: list[str] | None) -> int:
         ctx = getattr(exc, "ctx", None)
         hint = f" (see: {ctx.command_path} --help)" if ctx else ""
         _print_error(exc.format_message() + hint)
+        _json_error(argv, exc.format_message() + hint, 2)
         return 2
     except HpcprovError as exc:
         _print_error(str(exc))
+        _json_error(argv, str(exc), exc.exit_code)
         return exc.exit_code
     return rc if isinstance(rc, int) else 0
 

@@ -35,8 +35,11 @@ def _example_request(site: Site, partition: str | None, launcher: str | None = N
                       job_name="train_hvd")
 
 
-def render_guide(site: Site, partition: str | None = None) -> str:
-    """Markdown walkthrough for a new user of the site."""
+def render_guide(site: Site, partition: str | None = None, ref: str | None = None) -> str:
+    """Markdown walkthrough for a new user of the site. ``ref``: how the user named the site
+    (a profile's path where it has no name on the search path); every hpcprov command the
+    guide prints uses it, so each runs as printed."""
+    ref = ref or site.name
     from hpcprov.checkbuild import render_check_build
     from hpcprov.provision.plan import build_plan
 
@@ -87,7 +90,7 @@ def render_guide(site: Site, partition: str | None = None) -> str:
     plan = build_plan(site)
     out += ["## 1. Install the environment", "",
             "One command does all of it, resumably:", "",
-            *_block([f"hpcprov setup --site {site.name}"]),
+            *_block([join(["hpcprov", "setup", "--site", ref])]),
             "It runs these steps (print the whole script with `--dry-run`):", ""]
     out += [f"{i}. **{s.id}**: {s.title}" for i, s in enumerate(plan.steps, 1)] + [""]
     if site.horovod.source == "pip":
@@ -100,7 +103,7 @@ def render_guide(site: Site, partition: str | None = None) -> str:
                     "step also caches the wheel in the site's wheelhouse and applies the "
                     "patches listed in docs/compatibility.md):", "",
                     *_block([*mods, *key])]
-    if site.python.backend != "container":
+    if site.python.backend != "container" and site.horovod.source != "none":
         out += ["Check the build; every entry hpcprov expects is marked:", "",
                 *_block(["horovodrun -cb"]), *_block(render_check_build(site.horovod), "text")]
     from hpcprov.provision.compat import for_site
@@ -131,9 +134,11 @@ def render_guide(site: Site, partition: str | None = None) -> str:
         launches += [f"# {name}{note}", *launch.setup, launch.line]
     out += _block([*runtime_mods, *launches])
 
-    out += ["## 3. Submit a batch job", "",
-            f"`hpcprov jobscript --site {site.name} --nodes {req.nodes} "
-            f"--gpus-per-node {req.gpus} -- python train_hvd.py` writes:", ""]
+    command = join(["hpcprov", "jobscript", "--site", ref, "--nodes", str(req.nodes),
+                    "--gpus-per-node", str(req.gpus),
+                    *(f"--option={n}={v}" for n, v in req.options.items()),
+                    "--", "python", "train_hvd.py"])
+    out += ["## 3. Submit a batch job", "", f"`{command}` writes:", ""]
     try:
         out += _block(build_jobscript(req).rstrip("\n").splitlines())
     except HpcprovError as exc:

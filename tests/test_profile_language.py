@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from hpcprov_tests import (
+    REPO,
     Stubs,
     cli,
     directives,
@@ -1002,6 +1004,72 @@ def test_an_unknown_node_count_lints_sensibly(capsys: pytest.CaptureFixture[str]
                                                            nodes=64))}
     guide = run_ok(capsys, "guide", "--site", str(site_path), "-p", "gpu-hbm80g")
     assert "| gpu-hbm80g | unknown | 64 (128 CPUs) |" in guide
+
+
+# ======================================================= 10. guides that never lie
+
+EXTRA_STUBS = ("bsub", "bjobs", "bkill", "blaunch", "jsrun", "shifter", "podman-hpc",
+               "sinfo", "sacct", "scancel", "qdel", "pbsnodes")
+
+
+def _guide_commands(text: str) -> tuple[list[str], list[str]]:
+    """(hpcprov commands, other shell blocks) a guide or site page prints."""
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    commands = [ln for b in blocks for ln in b.splitlines() if ln.startswith("hpcprov ")]
+    commands += re.findall(r"`(hpcprov [^`]+)`", text)
+    others = ["\n".join(ln for ln in b.splitlines() if not ln.startswith("hpcprov "))
+              for b in blocks]
+    return commands, others
+
+
+@pytest.mark.parametrize("site", sorted(p.stem for p in (REPO / "sites").glob("*.yaml")))
+def test_every_command_the_guide_and_the_site_page_print_runs(
+        capsys: pytest.CaptureFixture[str], stubs: Stubs, site: str) -> None:
+    """Run as printed: hpcprov's own commands in-process (setup as --dry-run: it would
+    install), everything else in a shell against stub scheduler and launcher tools, for the
+    guide of the site by name, by its profile's path, and the committed docs/sites page."""
+    for name in EXTRA_STUBS:
+        (stubs.bin / name).write_text("#!/bin/bash\nexit 0\n")
+        (stubs.bin / name).chmod(0o755)
+    (stubs.work / "train_hvd.sh").write_text("#!/bin/bash\n")
+    pages = [cli(capsys, "guide", "--site", site).out,
+             cli(capsys, "guide", "--site", str(REPO / "sites" / f"{site}.yaml")).out,
+             (REPO / "docs" / "sites" / f"{site}.md").read_text()]
+    for text in pages:
+        commands, others = _guide_commands(text)
+        assert any(" setup " in c for c in commands) and any(" jobscript " in c
+                                                           for c in commands), text[:300]
+        for command in commands:
+            args = shlex.split(command)[1:]
+            if args[0] == "setup":
+                args.append("--dry-run")
+            res = cli(capsys, *args)
+            assert res.rc == 0, (command, res.err)
+        for block in others:  # the activate file exists only after a real setup
+            proc = stubs.run("source() { :; }\n" + block, name="block.sh", extra_env={
+                "SLURM_JOB_NODELIST": "n1", "SLURM_JOB_ID": "1", "PBS_NODEFILE": "/dev/null"})
+            assert proc.returncode == 0, (block, proc.stderr)
+
+
+def test_launch_inside_an_allocation_demands_no_allocation_option(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    res = cli(capsys, "launch", "--site", "cc", "--", "python", "x.py")
+    assert res.rc == 0 and "torchrun" in res.out, res.err
+    res = cli(capsys, "launch", "--site", "cc", "--allocate", "--", "python", "x.py")
+    assert res.rc == 2 and "--account is mandatory" in res.err
+
+
+def test_with_json_an_error_is_a_json_object_on_stdout(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    res = cli(capsys, "jobscript", "--site", "cc", "--json", "--", "python", "x.py")
+    assert res.rc == 2
+    data = json.loads(res.out)
+    assert data["ok"] is False and data["exit_code"] == 2 and "--account" in data["error"]
+    res = cli(capsys, "site", "show", "no-such-site", "--json")
+    assert res.rc != 0 and json.loads(res.out)["exit_code"] == res.rc
+    # --json after -- belongs to the user's program
+    res = cli(capsys, "jobscript", "--site", "cc", "--", "python", "x.py", "--json")
+    assert res.rc == 2 and res.out == ""
 
 
 # ============================================================ docs/onboarding.md examples
