@@ -41,6 +41,7 @@ class LauncherKind(str, Enum):
     srun = "srun"
     mpirun = "mpirun"
     mpiexec = "mpiexec"
+    jsrun = "jsrun"
     horovodrun = "horovodrun"
     torchrun = "torchrun"
     container = "container"

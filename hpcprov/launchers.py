@@ -203,6 +203,21 @@ def build_mpiexec(req: JobRequest, context: Context) -> Launch:
     return Launch([*argv, *req.launch.args, *req.command], setup)
 
 
+def build_jsrun(req: JobRequest, context: Context) -> Launch:
+    """jsrun (IBM's LSF job step launcher): one resource set per rank, each with its share
+    of a node's CPUs and GPUs, as many per host as ranks per node."""
+    ranks = req.ranks_per_node
+    cpus = req.task_cpus or max(int(req.part.cores_per_node) // ranks, 1)
+    gpus = req.gpus // ranks if req.gpus else 0
+    setup = []
+    if req.launch.rendezvous_env:
+        setup = [f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
+                 f"export MASTER_PORT={req.launch.port}"]
+    argv = ["jsrun", f"--nrs={req.world_size}", "--tasks_per_rs=1", f"--cpu_per_rs={cpus}",
+            f"--gpu_per_rs={gpus}", f"--rs_per_host={ranks}"]
+    return Launch([*argv, *req.launch.args, *req.command], setup)
+
+
 def build_horovodrun(req: JobRequest, context: Context) -> Launch:
     """horovodrun over the job's hosts; on more than one node, where the partition names its
     Gloo interfaces, horovodrun is given them (--network-interfaces) instead of finding the
@@ -318,6 +333,7 @@ BUILDERS: dict[LauncherKind, Callable[[JobRequest, Context], Launch]] = {
     LauncherKind.srun: build_srun,
     LauncherKind.mpirun: build_mpirun,
     LauncherKind.mpiexec: build_mpiexec,
+    LauncherKind.jsrun: build_jsrun,
     LauncherKind.horovodrun: build_horovodrun,
     LauncherKind.torchrun: build_torchrun,
     LauncherKind.container: build_container,

@@ -237,7 +237,8 @@ def trust_stub_installer(sites: Path, name: str) -> bool:
 
 STUB_NAMES = [
     "module", "ml", "srun", "salloc", "sbatch", "squeue", "scontrol", "qsub", "qstat",
-    "mpirun", "mpiexec", "horovodrun", "torchrun", "conda", "pip", "pip3", "wget", "git",
+    "mpirun", "mpiexec", "jsrun", "horovodrun", "torchrun", "conda", "pip", "pip3", "wget",
+    "git",
     "singularity", "apptainer", "enroot", "nvidia-smi", "hpcprov",
     "tar", "patch", "cmake", "make", "mpicc",
 ]

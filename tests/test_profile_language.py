@@ -932,6 +932,28 @@ def test_mpiexec_of_mpich_intel_and_cray(capsys: pytest.CaptureFixture[str], tmp
     assert ("MASTER_ADDR=" in script) is (launcher == "mpiexec")
 
 
+def test_jsrun_gives_each_rank_its_resource_set(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path, stubs: Stubs) -> None:
+    path = write_profile(tmp_path, "js", (
+        "name: js\nextends: lsf-example\nlaunchers:\n"
+        "  jsrun: {kind: jsrun, rendezvous_env: true, args: [--bind=packed:7]}\n"))
+    script = run_ok(capsys, "jobscript", "--site", str(path), "-N", "2", "-l", "jsrun",
+                    "--no-activate", "--", "python", "x.py")
+    check_shell(script, tmp_path)
+    hosts = stubs.work / "hosts"
+    hosts.write_text("batch1\nh1\nh1\nh2\nh2\n")
+    proc = stubs.run(script, name="job.sh", extra_env={"LSB_DJOB_HOSTFILE": str(hosts),
+                                                       "LSB_JOBID": "1"})
+    assert proc.returncode == 0, proc.stderr
+    call = next(c for c in stubs.calls() if c[0] == "jsrun")
+    part = load_site(str(path)).partition(None)[1]
+    per_node = part.gpus.count
+    assert call[:6] == ["jsrun", f"--nrs={2 * per_node}", "--tasks_per_rs=1",
+                        call[3], "--gpu_per_rs=1", f"--rs_per_host={per_node}"]
+    assert call[3].startswith("--cpu_per_rs=") and call[-3:] == ["--bind=packed:7", "python",
+                                                               "x.py"]
+
+
 def test_ranks_are_found_under_crays_mpiexec() -> None:
     from hpcprov.validate.programs.runtime import discover_ranks
 
@@ -947,9 +969,10 @@ def test_ranks_are_found_under_crays_mpiexec() -> None:
 @pytest.mark.parametrize(("launcher", "key", "readers"), [
     ("torchrun: {kind: torchrun, mpi: pmix}", "mpi", "container, srun"),
     ("container: {kind: container, runtime: singularity, rendezvous_env: true}",
-     "rendezvous_env", "mpiexec, mpirun, srun"),
+     "rendezvous_env", "jsrun, mpiexec, mpirun, srun"),
     ("srun: {kind: srun, oversubscribe: true}", "oversubscribe", "mpirun"),
-    ("horovodrun: {kind: horovodrun, port: 1234}", "port", "mpiexec, mpirun, srun, torchrun"),
+    ("horovodrun: {kind: horovodrun, port: 1234}", "port",
+     "jsrun, mpiexec, mpirun, srun, torchrun"),
 ])
 def test_a_key_the_launchers_kind_ignores_is_refused_at_its_line(
         tmp_path: Path, launcher: str, key: str, readers: str) -> None:
