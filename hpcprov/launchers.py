@@ -182,7 +182,8 @@ def build_mpirun(req: JobRequest, context: Context) -> Launch:
         argv += words
         setup += lines
     if launcher.set_cuda_visible_devices and req.gpus > 0:
-        argv += ["-x", "CUDA_VISIBLE_DEVICES=" + ",".join(str(i) for i in range(req.gpus))]
+        name = "HIP_VISIBLE_DEVICES" if req.part.gpus.vendor == "amd" else "CUDA_VISIBLE_DEVICES"
+        argv += ["-x", f"{name}=" + ",".join(str(i) for i in range(req.gpus))]
     # mpirun passes no variable to ranks started through ssh unless told
     for name in dict.fromkeys([*launcher.export_env, *network_env(req)]):
         argv += ["-x", name]

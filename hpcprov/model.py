@@ -136,6 +136,11 @@ class Modules(Strict):
 
 class Gpus(Strict):
     count: int = _count(0, ge=0, le=64, description="GPUs per node (at most 64)")
+    vendor: Literal["nvidia", "amd"] = Field(
+        "nvidia", description="nvidia (CUDA, NCCL) or amd (ROCm, RCCL): Horovod is built "
+        "for ROCm (HOROVOD_GPU=ROCM; gpu_operations: nccl then means RCCL, which speaks "
+        "NCCL's API and reads the NCCL_* network variables), mpirun's "
+        "set_cuda_visible_devices sets HIP_VISIBLE_DEVICES")
     model: str | None = Field(None, description="e.g. A100-SXM4-80GB")
     type: str | None = Field(
         None, description="GPU type label in requests, e.g. a100 or v100l (--gres=gpu:v100l:4)"
@@ -682,6 +687,15 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
             if missing:
                 raise ValueError(f"{what}: add it to {' and '.join(missing)} (the build "
                                  "and the jobs use it)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_gpu_vendor(self) -> _SiteBase:
+        vendors = {p.gpus.vendor for p in self.partitions.values() if p.gpus.count}
+        if len(vendors) > 1 and self.horovod.source == "pip":
+            raise ValueError("partitions have both NVIDIA and AMD GPUs, but one Horovod "
+                             "build serves them all: describe each kind of GPU node in a "
+                             "profile of its own (extends: this one)")
         return self
 
     @model_validator(mode="after")

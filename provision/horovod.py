@@ -37,6 +37,11 @@ def pip_spec(hvd: HorovodBuild) -> str:
     return f"horovod=={hvd.version}" if hvd.version else "horovod"
 
 
+def gpu_vendor(site: Site) -> str | None:
+    """The vendor of the site's GPUs (one per profile, the model checks), None without."""
+    return next((p.gpus.vendor for p in site.partitions.values() if p.gpus.count), None)
+
+
 def site_build_env(site: Site) -> dict[str, str]:
     """The build variables for a site: the profile's, plus the CUDA architectures of its GPU
     partitions (HOROVOD_BUILD_CUDA_CC_LIST) when Horovod is built for GPUs and the profile
@@ -45,6 +50,9 @@ def site_build_env(site: Site) -> dict[str, str]:
     if not site.horovod.debug_info:  # read by the build-type patch; harmless without it
         env.setdefault("HOROVOD_CMAKE_BUILD_TYPE", "Release")
     gpu = site.horovod.gpu_operations or site.horovod.gpu_allreduce
+    if gpu and gpu_vendor(site) == "amd":  # ROCm: RCCL under NCCL's name, no CUDA arches
+        env.setdefault("HOROVOD_GPU", "ROCM")
+        return env
     if gpu in ("nccl", "mpi") and "HOROVOD_BUILD_CUDA_CC_LIST" not in env:
         ccs, _ = cc_list(site)
         if ccs:

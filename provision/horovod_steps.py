@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from hpcprov.checkbuild import CB_SECTIONS, expected_check_build
 from hpcprov.kinds import ModuleSystem
 from hpcprov.provision.compat import patches_for
-from hpcprov.provision.horovod import pip_spec, site_build_env
+from hpcprov.provision.horovod import gpu_vendor, pip_spec, site_build_env
 from hpcprov.provision.library import file_function, program_file
 from hpcprov.provision.pip_args import pip_index_args, pip_settings_line
 from hpcprov.shell import Raw, env_prefix, join
@@ -136,6 +136,7 @@ def links_wheel_nccl(site: Site) -> bool:
     """The build uses NCCL and the profile names none: look for PyTorch's (nccl_home.py)."""
     hvd = site.horovod
     return ("nccl" in (hvd.gpu_operations, hvd.gpu_allreduce)
+            and gpu_vendor(site) != "amd"  # RCCL comes with ROCm, not a pip wheel
             and "HOROVOD_NCCL_HOME" not in site_build_env(site))
 
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from hpcprov.findings import Finding
 from hpcprov.provision.compat import for_site
 from hpcprov.provision.cuda_arch import cc_list
+from hpcprov.provision.horovod import gpu_vendor
 
 if TYPE_CHECKING:
     from hpcprov.model import Site
@@ -42,6 +43,8 @@ def lint_plan(plan: Plan, site: Site) -> list[Finding]:
 def _cuda_arch(site: Site) -> list[Finding]:
     """A GPU build for a model whose compute capability hpcprov does not know."""
     if not (site.horovod.gpu_operations or site.horovod.gpu_allreduce):
+        return []
+    if gpu_vendor(site) == "amd":  # ROCm builds name no CUDA architectures
         return []
     _, unknown = cc_list(site)
     if not unknown:

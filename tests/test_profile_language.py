@@ -954,6 +954,65 @@ def test_jsrun_gives_each_rank_its_resource_set(capsys: pytest.CaptureFixture[st
                                                                "x.py"]
 
 
+AMD = """\
+name: amd
+scheduler: slurm
+partitions:
+  gpu:
+    nodes: 16
+    cores_per_node: 64
+    gpus: {count: 8, model: MI250X, vendor: amd}
+    default: true
+    network: {nccl_socket_ifname: hsn0}
+python:
+  frameworks:
+    pytorch: {version: "2.4.1", packages: ["torch==2.4.1"]}
+horovod: {gpu_operations: nccl}
+launchers:
+  mpirun: {kind: mpirun, set_cuda_visible_devices: true}
+default_launcher: mpirun
+"""
+
+
+def test_amd_gpus_build_horovod_for_rocm_and_rccl(capsys: pytest.CaptureFixture[str],
+                                                  tmp_path: Path) -> None:
+    from hpcprov.provision.horovod import site_build_env
+    from hpcprov.provision.horovod_steps import links_wheel_nccl
+    from hpcprov.provision.plan import build_plan
+    from hpcprov.provision.plan_lint import lint_plan
+
+    path = write_profile(tmp_path, "amd", AMD)
+    assert cli(capsys, "site", "check", str(path)).rc == 0
+    site = load_site(str(path))
+    env = site_build_env(site)
+    assert env["HOROVOD_GPU"] == "ROCM" and env["HOROVOD_GPU_OPERATIONS"] == "NCCL"
+    assert "HOROVOD_BUILD_CUDA_CC_LIST" not in env and not links_wheel_nccl(site)
+    assert not [f for f in lint_plan(build_plan(site), site) if f.code == "cuda-arch"]
+    out = run_ok(capsys, "launch", "--site", str(path), "-N", "2", "--", "python", "x.py")
+    last = words(out.strip().splitlines()[-1])
+    assert "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in last
+    assert not [w for w in last if w.startswith("CUDA_VISIBLE_DEVICES")]
+    # doctor counts AMD GPUs with rocm-smi where there is no nvidia-smi
+    from hpcprov.provision import library
+
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "rocm-smi").write_text("#!/bin/bash\nprintf 'GPU[0]\\t: Device ID: 0x740c\\n"
+                                     "GPU[0]\\t: Device Rev: 0x1\\nGPU[1]\\t: Device ID: "
+                                     "0x740c\\n'\n")
+    (bindir / "rocm-smi").chmod(0o755)
+    probe = subprocess.run(["bash", "-c", library.functions()["hpcprov_probe_host"]
+                            + "\nhpcprov_probe_host\n"], capture_output=True, text=True,
+                           env={"PATH": f"{bindir}:/usr/bin:/bin"}, timeout=30)
+    assert "gpus=2" in probe.stdout.split(), probe.stdout + probe.stderr
+    # one Horovod build cannot serve NVIDIA and AMD nodes
+    both = write_profile(tmp_path, "both", AMD.replace("name: amd", "name: both").replace(
+        "    default: true\n", "    default: true\n  v100:\n    nodes: 2\n"
+        "    cores_per_node: 32\n    gpus: {count: 4, model: V100-SXM2}\n"))
+    res = cli(capsys, "site", "check", str(both))
+    assert res.rc == 2 and "both NVIDIA and AMD GPUs" in res.err
+
+
 def test_ranks_are_found_under_crays_mpiexec() -> None:
     from hpcprov.validate.programs.runtime import discover_ranks
 
