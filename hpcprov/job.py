@@ -34,6 +34,10 @@ class JobRequest:
 
     @property
     def partition_name(self) -> str:
+        if self.partition is None:  # a queue chosen by the job's size, where the site has them
+            picked = self.site.partition_for_nodes(self.nodes)
+            if picked is not None:
+                return picked
         try:
             return self.site.partition(self.partition)[0]
         except KeyError:

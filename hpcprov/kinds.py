@@ -67,6 +67,21 @@ class SiteMethods:
         first = next(iter(self.partitions))
         return first, self.partitions[first]
 
+    def partition_for_nodes(self, nodes: int) -> str | None:
+        """Where no partition is named: the default one when its node limits fit a job of
+        ``nodes`` nodes, else the first queue chosen by job size that fits; None: the
+        default (nothing fits better)."""
+        def fits(part: Any) -> bool:
+            lim = part.limits
+            return ((lim.min_nodes_per_job or 1) <= nodes
+                    and nodes <= (lim.max_nodes_per_job or nodes)
+                    and nodes <= (part.nodes or nodes))
+
+        _, default = self.partition(None)
+        if fits(default):
+            return None
+        return next((n for n, p in self.partitions.items() if p.by_job_size and fits(p)), None)
+
     def modules_for(self, partition: str | None = None) -> Modules:
         """The module configuration that applies on a partition."""
         _, part = self.partition(partition)

@@ -149,6 +149,11 @@ def _geometry(req: JobRequest) -> list[Finding]:
     part, pname, site = req.part, req.partition_name, req.site
     kind = req.launch.kind
     out += _nodes(req)
+    least = part.limits.min_nodes_per_job
+    if least and req.nodes < least:
+        out.append(Finding("error", "nodes-limit",
+                           f"{pname} takes jobs of {least} nodes or more",
+                           f"use --nodes {least} or more, or another partition"))
     if part.limits.max_nodes_per_job and req.nodes > part.limits.max_nodes_per_job:
         out.append(Finding("error", "nodes-limit",
                            f"{pname} allows {part.limits.max_nodes_per_job} nodes per job",

@@ -155,6 +155,9 @@ class Limits(Strict):
         None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,}")
     max_nodes_per_job: int | None = _count(
         None, le=MAX_NODES, description=f"at most {MAX_NODES:,}, as a partition's nodes")
+    min_nodes_per_job: int | None = _count(
+        None, le=MAX_NODES, description="the fewest nodes a job of this queue may ask for "
+        "(queues by job size)")
     max_walltime: str | None = Field(None, description="[D-]HH:MM:SS")
     default_walltime: str | None = Field(
         None, description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime")
@@ -258,6 +261,10 @@ class Partition(Strict):
         "name; options: the name stands for a kind of node that its options pick (e.g. "
         "constraint: gpu, qos: regular), and no partition is asked for")
     network: Network = Field(default_factory=Network)
+    by_job_size: bool = Field(
+        False, description="a queue chosen by the job's node count: where no partition is "
+        "named and the default one's node limits do not fit the job, the first partition "
+        "with by_job_size whose limits (min_nodes_per_job, max_nodes_per_job) fit is used")
     modules: Modules | None = Field(None, description="replaces the site's modules here")
     references: dict[Name, Reference] = Field(
         default_factory=dict, description="performance references by metric name"

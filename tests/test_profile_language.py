@@ -1013,6 +1013,55 @@ def test_amd_gpus_build_horovod_for_rocm_and_rccl(capsys: pytest.CaptureFixture[
     assert res.rc == 2 and "both NVIDIA and AMD GPUs" in res.err
 
 
+SIZED = """\
+name: sized
+scheduler: pbs
+partitions:
+  small:
+    nodes: 64
+    cores_per_node: 48
+    gpus: {count: 4}
+    limits: {max_nodes_per_job: 4}
+    default: true
+  large:
+    nodes: 64
+    cores_per_node: 48
+    gpus: {count: 4}
+    limits: {min_nodes_per_job: 5, max_nodes_per_job: 32}
+    by_job_size: true
+  debug:
+    nodes: 2
+    cores_per_node: 48
+    gpus: {count: 4}
+launchers:
+  mpirun: {kind: mpirun, oversubscribe: true}
+default_launcher: mpirun
+"""
+
+
+@pytest.mark.parametrize(("args", "queue"), [
+    (["-N", "2"], "small"), (["-N", "8"], "large"), (["-N", "2", "-p", "debug"], "debug"),
+])
+def test_a_queue_chosen_by_the_jobs_node_count(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path, args: list[str],
+                                               queue: str) -> None:
+    path = write_profile(tmp_path, "sized", SIZED)
+    out = run_ok(capsys, "jobscript", "--site", str(path), *args, "--", "python", "x.py")
+    # the default queue takes a job without -q (as PBS's default queue does); others named
+    assert (f"#PBS -q {queue}" in out.splitlines()) is (queue != "small")
+    assert f"partition {queue}:" in out
+
+
+def test_a_job_too_small_for_a_queue_is_refused(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "sized", SIZED)
+    res = cli(capsys, "jobscript", "--site", str(path), "-N", "2", "-p", "large", "--",
+              "python", "x.py")
+    assert res.rc == 2 and "large takes jobs of 5 nodes or more" in res.err
+    res = cli(capsys, "jobscript", "--site", str(path), "-N", "40", "--", "python", "x.py")
+    assert res.rc == 2 and "small allows 4 nodes per job" in res.err  # nothing fits: default
+
+
 def test_ranks_are_found_under_crays_mpiexec() -> None:
     from hpcprov.validate.programs.runtime import discover_ranks
 

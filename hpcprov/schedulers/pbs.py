@@ -114,6 +114,9 @@ class Pbs(Backend):
         conf = self.section(req.site)
         opts: list[Option] = [("job-name", req.job_name or "hpcprov")]
         opts += required_options(req)
+        # the server's default queue takes jobs without -q; another queue must be named
+        if req.part.routing == "partition" and req.partition_name != req.site.partition()[0]:
+            opts.append(("queue", req.partition_name))
         cpt = req.job_cpus_per_task or 1
         select = render_select(conf.select_format, {
             "nodes": req.nodes, "ncpus": cpt * req.scheduler_tasks_per_node, "gpus": req.gpus,
