@@ -112,17 +112,18 @@ def sdist(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def unpacked(sdist: Path, into: Path) -> Path:
     with tarfile.open(sdist) as tar:
         members = [m for m in tar.getmembers()
-                   if m.name.split("/", 2)[1:2] in (["horovod"], ["CMakeLists.txt"])]
+                   if m.name.split("/", 2)[1:2] in (["horovod"], ["CMakeLists.txt"],
+                                                     ["setup.py"])]
         tar.extractall(into, members=members, filter="data")
     return into / "horovod-0.28.1"
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("site_name", "stdlib", "want"), [
-    ("local", "12", {"cxx17"}),
-    ("local", "13", {"cxx17", "std-includes"}),
-    ("local", "14", {"cxx17", "std-includes"}),           # a CPU build: no CUDA kernels
-    ("neuron", "14", {"std-includes", "cuda-std14"}),      # torch 1.12: no cxx17 patch
+    ("local", "12", {"cxx17", "build-type"}),
+    ("local", "13", {"cxx17", "std-includes", "build-type"}),
+    ("local", "14", {"cxx17", "std-includes", "build-type"}),  # a CPU build: no CUDA kernels
+    ("neuron", "14", {"std-includes", "cuda-std14", "build-type"}),  # torch 1.12: no cxx17
 ])
 def test_the_build_applies_the_patches_its_toolchain_needs(
         sdist: Path, tmp_path: Path, site_name: str, stdlib: str, want: set[str]) -> None:
@@ -141,6 +142,7 @@ def test_the_build_applies_the_patches_its_toolchain_needs(
     applied = {line.split("horovod-0.28.1-", 1)[1].removesuffix(".patch")
                for line in proc.stdout.splitlines() if line.startswith("hpcprov: applying")}
     assert applied == want
+    assert "HOROVOD_CMAKE_BUILD_TYPE" in (src / "setup.py").read_text()  # build-type applied
     group_table = (src / "horovod/common/group_table.h").read_text()
     assert ("#include <string>" in group_table) == ("std-includes" in want)
     cuda = (src / "horovod/common/ops/cuda/CMakeLists.txt").read_text()
