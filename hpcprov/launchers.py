@@ -157,9 +157,15 @@ def _srun_prefix(req: JobRequest, context: Context) -> tuple[list[str], list[str
 def build_srun(req: JobRequest, context: Context) -> Launch:
     prefix, setup = _srun_prefix(req, context)
     if req.launch.rendezvous_env:
-        setup = [*setup, f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
-                 f"export MASTER_PORT={req.launch.port}"]
+        setup = [*setup, *exported_rendezvous(req)]
     return Launch([*prefix, *req.launch.args, *req.command], setup)
+
+
+def exported_rendezvous(req: JobRequest) -> list[str]:
+    """Lines exporting MASTER_ADDR (the first node) and MASTER_PORT, for launchers that pass
+    the environment on to their ranks (srun, mpiexec, jsrun)."""
+    return [f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
+            f"export MASTER_PORT={req.launch.port}"]
 
 
 def _rendezvous_env(req: JobRequest) -> tuple[list[str], list[str]]:
@@ -198,8 +204,7 @@ def build_mpiexec(req: JobRequest, context: Context) -> Launch:
     # Hydra starts its proxies with srun under Slurm: they must not be confined either
     setup = schedulers.of(req.site).daemon_setup(req)
     if req.launch.rendezvous_env:
-        setup += [f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
-                  f"export MASTER_PORT={req.launch.port}"]
+        setup += exported_rendezvous(req)
     argv = ["mpiexec", "-n", str(req.world_size), ppn, str(req.ranks_per_node)]
     return Launch([*argv, *req.launch.args, *req.command], setup)
 
@@ -212,8 +217,7 @@ def build_jsrun(req: JobRequest, context: Context) -> Launch:
     gpus = req.gpus // ranks if req.gpus else 0
     setup = []
     if req.launch.rendezvous_env:
-        setup = [f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
-                 f"export MASTER_PORT={req.launch.port}"]
+        setup = exported_rendezvous(req)
     argv = ["jsrun", f"--nrs={req.world_size}", "--tasks_per_rs=1", f"--cpu_per_rs={cpus}",
             f"--gpu_per_rs={gpus}", f"--rs_per_host={ranks}"]
     return Launch([*argv, *req.launch.args, *req.command], setup)

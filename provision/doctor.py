@@ -46,9 +46,7 @@ def probe_script(manifest: dict[str, Any], prefix: Path) -> str:
         generated["hpcprov_modules_init"] = tuple(init_lines(Modules.model_validate(mods)))
         calls += ["hpcprov_modules_init >/dev/null 2>&1",
                   join(["hpcprov_probe_modules", *runtime])]
-    profile = manifest.get("site_profile")
-    python = profile.get("python") if isinstance(profile, dict) else None
-    conda = python.get("conda") if isinstance(python, dict) else None
+    conda = _recorded_python(manifest).get("conda")
     own_conda = not (isinstance(conda, dict) and conda.get("module"))  # not the site's
     if manifest.get("backend") == "conda" and own_conda:
         calls.append(join(["hpcprov_probe_conda", str(prefix / "miniconda3" / "bin" / "conda")]))
@@ -133,14 +131,19 @@ def judge(manifest: dict[str, Any], facts: dict[str, list[str]], gpus_expected: 
     return checks
 
 
+def _recorded_python(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The profile's python section as the manifest recorded it ({} where it has none)."""
+    profile = manifest.get("site_profile")
+    python = profile.get("python") if isinstance(profile, dict) else None
+    return python if isinstance(python, dict) else {}
+
+
 def _modules_of(manifest: dict[str, Any]) -> dict[str, str]:
     """Distribution name -> the module that provides it (installer: module), from the
     profile the manifest recorded."""
-    profile = manifest.get("site_profile")
-    python = profile.get("python") if isinstance(profile, dict) else None
-    frameworks = python.get("frameworks") if isinstance(python, dict) else None
+    frameworks = _recorded_python(manifest).get("frameworks")
     out = {}
-    for key, fw in (frameworks or {}).items():
+    for key, fw in (frameworks if isinstance(frameworks, dict) else {}).items():
         if isinstance(fw, dict) and fw.get("installer") == "module" and fw.get("module"):
             dists = FRAMEWORK_DISTS.get("torch" if key == "pytorch" else key, ())
             out.update(dict.fromkeys(dists, str(fw["module"])))

@@ -173,13 +173,18 @@ def conda_channel_args(site: Site, first: list[str]) -> list[str]:
     return ["--override-channels", *(w for c in named for w in ("-c", c))]
 
 
+def _accept_tos_lines(site: Site, conda: Raw) -> list[str]:
+    """``conda tos accept`` for the channels under Anaconda's Terms of Service, which the
+    profile accepted (the model refuses a profile that uses them without accept_tos)."""
+    tos = tos_channels(site.python)
+    return [join(["hpcprov_conda_accept_tos", conda, *tos])] if tos else []
+
+
 def _module_conda_steps(site: Site) -> list[Step]:
     """The site's conda (python.conda.module, loaded with the build modules) creates the
     environment in the prefix; nothing is downloaded or installed."""
     conda = site.python.conda
-    tos = tos_channels(site.python)
-    accept = [join(["hpcprov_conda_accept_tos", Raw('"$(command -v conda)"'), *tos])] \
-        if tos else []
+    accept = _accept_tos_lines(site, Raw('"$(command -v conda)"'))
     py = [f"python={conda.python}"] if conda.python else []
     return [Step("create-env", f"Create the conda environment with module {conda.module}", (
         'eval "$(conda shell.bash hook)"', *accept,
@@ -209,10 +214,7 @@ def _conda_steps(site: Site) -> list[Step]:
     steps.append(Step("download-installer", "Download the Miniconda installer",
                       ('mkdir -p "$PREFIX/downloads"', fetch, verify,
                        'mv -f "$INSTALLER.part" "$INSTALLER"'), needs_network=network))
-    tos = tos_channels(site.python)
-    # the profile accepted Anaconda's Terms of Service for these (validated: else no plan)
-    accept = [join(["hpcprov_conda_accept_tos", Raw('"$CONDA_ROOT/bin/conda"'), *tos])] \
-        if tos else []
+    accept = _accept_tos_lines(site, Raw('"$CONDA_ROOT/bin/conda"'))
     steps.append(Step("install-conda", "Install Miniconda (silent, -b -p)", (
         'bash "$INSTALLER" -b -u -p "$CONDA_ROOT"',
         '"$CONDA_ROOT/bin/conda" config --set auto_activate_base false',
