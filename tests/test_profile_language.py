@@ -239,11 +239,10 @@ def test_a_hostname_rendezvous_uses_the_short_name_on_the_network(
     assert "--rdzv_endpoint=nid009-hsn0:29500" in call["argv"]
 
 
-def test_mpirun_keeps_the_pbs_host_file_and_rendezvous_on_the_fast_name(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
-    path = write_profile(tmp_path, "sock", (
-        "extends: sockeye\nname: sock\n"
-        "partitions:\n  gpu:\n    network: {host_name: '{host}-ib'}\n"))
+def _pbs_mpirun_argv(capsys: pytest.CaptureFixture[str], tmp_path: Path,
+                     path: Path) -> tuple[list[str], Path]:
+    """(mpirun's argv, the PBS node file it was given) of the profile's 2-node job script,
+    run against stub tools with a node file of se001 and se002, two slots each."""
     out = run_ok(capsys, "jobscript", "--site", str(path), "-N", "2", "-o", "account=a",
                  "--no-activate", "--", "python", "x.py")
     check_shell(out, tmp_path)
@@ -253,6 +252,15 @@ def test_mpirun_keeps_the_pbs_host_file_and_rendezvous_on_the_fast_name(
                              env={"PBS_NODEFILE": str(nodefile)})
     argv = call["argv"]
     assert isinstance(argv, list)
+    return argv, nodefile
+
+
+def test_mpirun_keeps_the_pbs_host_file_and_rendezvous_on_the_fast_name(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "sock", (
+        "extends: sockeye\nname: sock\n"
+        "partitions:\n  gpu:\n    network: {host_name: '{host}-ib'}\n"))
+    argv, nodefile = _pbs_mpirun_argv(capsys, tmp_path, path)
     assert argv[argv.index("--hostfile") + 1] == str(nodefile)  # the allocation's names
     assert "MASTER_ADDR=se001-ib" in argv
 
@@ -263,15 +271,7 @@ def test_a_launchers_own_host_name_renames_the_pbs_host_file(
         "extends: sockeye\nname: sock\n"
         "launchers:\n  mpirun: {kind: mpirun, hosts: hostfile, hostfile: $PBS_NODEFILE,\n"
         "           oversubscribe: true, rendezvous_env: true, host_name: '{host}-ib'}\n"))
-    out = run_ok(capsys, "jobscript", "--site", str(path), "-N", "2", "-o", "account=a",
-                 "--no-activate", "--", "python", "x.py")
-    check_shell(out, tmp_path)
-    nodefile = tmp_path / "nodefile"
-    nodefile.write_text("se001\nse001\nse002\nse002\n")
-    (call,) = run_with_stubs(out.replace('cd "$PBS_O_WORKDIR"', ""), tmp_path,
-                             env={"PBS_NODEFILE": str(nodefile)})
-    argv = call["argv"]
-    assert isinstance(argv, list)
+    argv, nodefile = _pbs_mpirun_argv(capsys, tmp_path, path)
     renamed = Path(argv[argv.index("--hostfile") + 1]).read_text()
     assert renamed == "se001-ib\nse001-ib\nse002-ib\nse002-ib\n"
     assert "MASTER_ADDR=se001-ib" in argv

@@ -13,6 +13,7 @@ working directory (under the testbed's scratch dir, visible on every node;
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -187,3 +188,26 @@ def prefix(testbed: Testbed, wheelhouse: Path) -> Path:
                            str(target)], capture_output=True, text=True, env=env, timeout=3600)
     assert proc.returncode == 0, proc.stderr
     return target
+
+
+def records(text: str) -> list[dict[str, object]]:
+    """The JSON objects the ranks of a job printed, in output order."""
+    return [json.loads(m) for m in re.findall(r"\{[^{}]*\}", text)]
+
+
+def generated_jobscript(capsys: pytest.CaptureFixture[str], site: str, *args: str) -> str:
+    """`hpcprov jobscript --site SITE --no-activate ARGS`, run in-process; its script."""
+    from hpcprov.cli import main as hpcprov
+
+    rc = hpcprov(["jobscript", "--site", site, "--no-activate", *args])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    return out
+
+
+@pytest.fixture
+def client(slurm: SlurmClient) -> SlurmClient:
+    """The slurm client, with this interpreter's bin dir (python, torchrun) first on PATH."""
+    bindir = str(Path(sys.executable).parent)
+    slurm.env = {**slurm.env, "PATH": bindir + os.pathsep + slurm.env.get("PATH", "")}
+    return slurm

@@ -3,14 +3,11 @@
 
 from __future__ import annotations
 
-import json
-import os
-import re
 import shutil
 import sys
-from pathlib import Path
 
 import pytest
+from hpcprov_testbed_tests import generated_jobscript, records
 
 from hpcprov.cli import main as hpcprov
 
@@ -38,25 +35,6 @@ os.write(1, (json.dumps(rec) + "\n").encode())
 
 
 
-def _records(text: str) -> list[dict]:
-    return [json.loads(m) for m in re.findall(r"\{[^{}]*\}", text)]
-
-
-def _jobscript(capsys, *args: str) -> str:
-    rc = hpcprov(["jobscript", "--site", "testbed", "--no-activate", *args])
-    out, err = capsys.readouterr()
-    assert rc == 0, err
-    return out
-
-
-@pytest.fixture
-def client(slurm):
-    """The slurm client, with this interpreter's bin dir (python, torchrun) first on PATH."""
-    bindir = str(Path(sys.executable).parent)
-    slurm.env = {**slurm.env, "PATH": bindir + os.pathsep + slurm.env.get("PATH", "")}
-    return slurm
-
-
 LAUNCHERS = ["srun", "torchrun", "mpirun", "horovodrun"]
 
 
@@ -65,13 +43,14 @@ def test_generated_jobscript_starts_ranks_on_two_nodes(client, capsys, launcher,
     if launcher == "horovodrun" and shutil.which("horovodrun") is None:
         pytest.skip("horovodrun not installed (Horovod is built by the provisioner)")
     client.write("probe.py", PROBE)
-    script = _jobscript(capsys, "-N", "2", "-G", "2", "-l", launcher, "-J", f"probe-{launcher}",
-                        "--", sys.executable, str(client.workdir / "probe.py"))
+    script = generated_jobscript(capsys, "testbed", "-N", "2", "-G", "2", "-l", launcher,
+                                 "-J", f"probe-{launcher}", "--", sys.executable,
+                                 str(client.workdir / "probe.py"))
     assert "module load gcc/10.2.0 cuda/11.4 cudampi/openmpi-4.1.1" in script
     job = client.sbatch(script, name=f"{launcher}.sh")
     assert job.state == "COMPLETED", (job, script)
     assert job.node_list == "gpu[01-02]"
-    recs = sorted(_records(job.output), key=lambda r: r["rank"])
+    recs = sorted(records(job.output), key=lambda r: r["rank"])
     assert [r["rank"] for r in recs] == [0, 1, 2, 3], job.output
     assert {r["world_size"] for r in recs} == {4}
     assert sorted((r["host"], r["local_rank"]) for r in recs) == [
@@ -92,7 +71,7 @@ def test_site_policy_enforced_by_lint_and_by_the_cluster(client, capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "forbidden-option" in err
     # ... and the cluster itself refuses a script without hpcprov's mandatory --comment
-    script = _jobscript(capsys, "-N", "1", "-G", "1", "--", "true")
+    script = generated_jobscript(capsys, "testbed", "-N", "1", "-G", "1", "--", "true")
     assert "#SBATCH --comment=python" in script
     stripped = "\n".join(ln for ln in script.splitlines() if "--comment" not in ln) + "\n"
     path = client.write("nocomment.sh", stripped)

@@ -10,16 +10,15 @@
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hpcprov_testbed_tests import generated_jobscript, records
 from hpcprov_tests import hpcprov_argv
 
-from hpcprov.cli import main as hpcprov
 from hpcprov.testbed.cluster import Testbed
 
 pytestmark = pytest.mark.testbed
@@ -74,35 +73,16 @@ os.write(1, (json.dumps(rec) + "\n").encode())
 '''
 
 
-def _records(text: str) -> list[dict]:
-    return [json.loads(m) for m in re.findall(r"\{[^{}]*\}", text)]
-
-
-def _jobscript(capsys: pytest.CaptureFixture[str], site: Path, *args: str) -> str:
-    rc = hpcprov(["jobscript", "--site", str(site), "--no-activate", *args])
-    out, err = capsys.readouterr()
-    assert rc == 0, err
-    return out
-
-
-@pytest.fixture
-def client(slurm):
-    """The slurm client, with this interpreter's bin dir (python, torchrun) first on PATH."""
-    bindir = str(Path(sys.executable).parent)
-    slurm.env = {**slurm.env, "PATH": bindir + os.pathsep + slurm.env.get("PATH", "")}
-    return slurm
-
-
 @pytest.mark.parametrize("launcher", ["srun", "mpirun", "torchrun"])
 def test_ranks_rendezvous_on_the_nodes_fast_names(client, capsys, launcher, torch) -> None:
     site = client.write("ib.yaml", FAST_NAMES, 0o644)
     client.write("allreduce.py", ALLREDUCE)
-    script = _jobscript(capsys, site, "-N", "2", "-G", "2", "-l", launcher, "-J",
-                        f"ib-{launcher}", "--", sys.executable,
-                        str(client.workdir / "allreduce.py"))
+    script = generated_jobscript(capsys, str(site), "-N", "2", "-G", "2", "-l", launcher,
+                                 "-J", f"ib-{launcher}", "--", sys.executable,
+                                 str(client.workdir / "allreduce.py"))
     job = client.sbatch(script, name=f"ib-{launcher}.sh", timeout=120)
     assert job.state == "COMPLETED", (job, script)
-    recs = sorted(_records(job.output), key=lambda r: r["rank"])
+    recs = sorted(records(job.output), key=lambda r: r["rank"])
     assert [r["rank"] for r in recs] == [0, 1, 2, 3], job.output
     assert {r["sum"] for r in recs} == {float(1 + 2 + 3 + 4)}
     assert sorted(r["host"] for r in recs) == ["gpu01", "gpu01", "gpu02", "gpu02"]
@@ -118,12 +98,13 @@ def test_horovod_runs_over_the_nodes_fast_names(client, capsys, torch) -> None:
     pytest.importorskip("horovod.torch", reason="Horovod is built by the provisioner")
     site = client.write("ib.yaml", FAST_NAMES, 0o644)
     client.write("hvd.py", HOROVOD)
-    script = _jobscript(capsys, site, "-N", "2", "-G", "2", "-l", "horovodrun", "-J",
-                        "ib-horovodrun", "--", sys.executable, str(client.workdir / "hvd.py"))
+    script = generated_jobscript(capsys, str(site), "-N", "2", "-G", "2", "-l", "horovodrun",
+                                 "-J", "ib-horovodrun", "--", sys.executable,
+                                 str(client.workdir / "hvd.py"))
     assert "sed 's/.*/&-ib:2/'" in script  # horovodrun -H gpu01-ib:2,gpu02-ib:2
     job = client.sbatch(script, name="ib-horovodrun.sh", timeout=180)
     assert job.state == "COMPLETED", (job, script)
-    recs = sorted(_records(job.output), key=lambda r: r["rank"])
+    recs = sorted(records(job.output), key=lambda r: r["rank"])
     assert [r["rank"] for r in recs] == [0, 1, 2, 3], job.output
     assert {r["sum"] for r in recs} == {float(1 + 2 + 3 + 4)}
     assert sorted(r["host"] for r in recs) == ["gpu01", "gpu01", "gpu02", "gpu02"]
