@@ -126,10 +126,18 @@ def key_line(site: Site) -> str:
     build variables set (an NCCL the profile names is read from its HOROVOD_NCCL_HOME)."""
     hvd = site.horovod
     env = site_build_env(site)
-    return env_prefix(env) + join(["hpcprov_horovod_key", hvd.version or "latest",
+    line = env_prefix(env) + join(["hpcprov_horovod_key", hvd.version or "latest",
                                    patch_digest(site), env_prefix(env).strip(),
                                    Raw('"$STATE/programs/abi_facts.py"')]
                                   ) + ' > "$STATE/horovod-key.txt"'
+    # a framework from a site module is another build than pip's of the same version: the
+    # key says where it came from (nothing is added where every framework is installed)
+    sources = [f"{name}=module:{fw.module}" for name, fw in site.python.frameworks.items()
+               if fw.installer == "module"]
+    if sources:
+        line += " && " + join(["printf", "from=%s\\n", " ".join(sources)]) \
+            + ' >> "$STATE/horovod-key.txt"'
+    return line
 
 
 def links_wheel_nccl(site: Site) -> bool:

@@ -677,6 +677,18 @@ def test_setup_checks_the_modules_framework_instead_of_installing_it(tmp_path: P
     assert "hpcprov_module_framework torch 2.1.0 pytorch/2.1.0" in lines
     assert not [ln for ln in lines if "torch==" in ln]  # nothing installs torch
     assert any("--system-site-packages" in ln for ln in steps["create-env"].lines)
+    # the wheelhouse key says where the framework came from: the module's torch is another
+    # build than pip's of the same version (a profile installing everything adds nothing)
+    from hpcprov.provision.horovod_steps import key_line
+
+    line = key_line(site)
+    state = tmp_path / "state"
+    state.mkdir()
+    proc = subprocess.run(["bash", "-c", line.split(" && ", 1)[1]], capture_output=True,
+                          text=True, env={"STATE": str(state), "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    assert (state / "horovod-key.txt").read_text() == "from=pytorch=module:pytorch/2.1.0\n"
+    assert " && " not in key_line(load_site("local"))
 
 
 @pytest.mark.parametrize(("where", "version", "ok", "needle"), [
