@@ -31,6 +31,7 @@ class JobRequest:
     image: str | None = None
     prefix: str | None = None
     activate: bool = True
+    port: int | None = None  # the rendezvous port, instead of the launcher's (side-by-side jobs)
 
     @property
     def partition_name(self) -> str:
@@ -63,6 +64,11 @@ class JobRequest:
     @property
     def launch(self) -> Launcher:
         return self.site.launchers[self.launcher_name]
+
+    @property
+    def rendezvous_port(self) -> int:
+        """The TCP port the ranks meet on: the request's own, else the launcher's."""
+        return self.launch.port if self.port is None else self.port
 
     @property
     def gpus(self) -> int:

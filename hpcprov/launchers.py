@@ -165,12 +165,12 @@ def exported_rendezvous(req: JobRequest) -> list[str]:
     """Lines exporting MASTER_ADDR (the first node) and MASTER_PORT, for launchers that pass
     the environment on to their ranks (srun, mpiexec, jsrun)."""
     return [f"MASTER_ADDR={first_node(req)}", "export MASTER_ADDR",
-            f"export MASTER_PORT={req.launch.port}"]
+            f"export MASTER_PORT={req.rendezvous_port}"]
 
 
 def _rendezvous_env(req: JobRequest) -> tuple[list[str], list[str]]:
     """(mpirun -x words, setup lines) exporting MASTER_ADDR / MASTER_PORT."""
-    port = str(req.launch.port)
+    port = str(req.rendezvous_port)
     setup = [f"export MASTER_PORT={port}"]
     words = ["-x", Raw(f"MASTER_ADDR={first_node(req)}"), "-x", "MASTER_PORT"]
     return words, setup
@@ -261,7 +261,7 @@ def build_torchrun(req: JobRequest, context: Context) -> Launch:
     if job_id is None:
         standalone = ["torchrun", "--standalone", "--nnodes=1", *per_node]
         return Launch([*standalone, *launcher.args, *target])
-    endpoint = Raw(f"{first_node(req)}:{launcher.port}")
+    endpoint = Raw(f"{first_node(req)}:{req.rendezvous_port}")
     torchrun = [
         "torchrun",
         f"--nnodes={req.nodes}",

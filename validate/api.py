@@ -19,6 +19,7 @@ from typing import Any
 from hpcprov import schedulers
 from hpcprov.errors import UsageError
 from hpcprov.layout import expand_prefix, read_manifest
+from hpcprov.lint import cpus_per_node
 from hpcprov.options import parse_option
 from hpcprov.profiles import load
 from hpcprov.schedulers.allocation import OneAllocation
@@ -28,6 +29,7 @@ from hpcprov.validate.plan import (
     CHECKS,
     DEFAULT_CHECKS,
     Options,
+    allocation_request,
     allocation_script,
     node_picks,
 )
@@ -106,6 +108,16 @@ def _quick(o: ValidateOptions) -> ValidateOptions:
     return replace(o, **{k: v for k, v in QUICK.items() if getattr(o, k) == getattr(defaults, k)})
 
 
+def _side_by_side(opts: Options) -> Options:
+    """A smoke run's measurement jobs side by side (one round, one queue wait, start-ups
+    overlapping), where every node has the cores for all of them at once; else as planned.
+    CPU runs only: jobs on GPUs would share the node's GPUs."""
+    shared = replace(opts, side_by_side=True)
+    whole = allocation_request(shared, None)
+    cpus = whole.ranks_per_node * (whole.task_cpus or 1)
+    return shared if cpus <= cpus_per_node(whole.part) else opts
+
+
 def prepare(o: ValidateOptions) -> Prepared:
     """Resolve the options against the site; every mistake is a one-line UsageError."""
     o = _quick(o)
@@ -134,6 +146,8 @@ def prepare(o: ValidateOptions) -> Prepared:
                    device=device, max_bytes=o.max_bytes, iters=o.iters,
                    train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,
                    extra=extra, link_bytes=o.link_bytes, baselines=not o.quick)
+    if o.quick and device == "cpu":
+        opts = _side_by_side(opts)
     rundir = Path(expand_prefix(o.workdir or default_rundir(opts)))
     allocation = _allocation(o, backend, s.name)
     return Prepared(opts, _ready(s, o.prefix), rundir, allocation)

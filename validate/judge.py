@@ -56,6 +56,20 @@ class JobResult:
     reason: str = ""
     bad_nodes: str = ""  # nodes the scheduler found dead while the job ran
     run_s: float | None = None  # the job's own run time (its script's start to end)
+    shared: bool = False  # ran beside other jobs (a smoke run): its figures are not judged
+
+
+SHARED = "not judged: ran beside other jobs (--quick)"
+
+
+def _refs(j: JobResult, refs: dict[str, Reference]) -> dict[str, Reference]:
+    """The references a job's figures are judged against: none for a shared job."""
+    return {} if j.shared else refs
+
+
+def _unjudged(j: JobResult) -> str:
+    """What an outcome with no reference says it was compared with."""
+    return SHARED if j.shared else "no reference"
 
 
 @dataclass(frozen=True)
@@ -145,14 +159,14 @@ def judge_env(results: list[JobResult], ctx: Context) -> list[Outcome]:
 
 def judge_allreduce(results: list[JobResult], ctx: Context) -> list[Outcome]:
     """allreduce: correct sums, busbw against the references."""
-    return _each(results, lambda j: _allreduce(j, ctx.refs))
+    return _each(results, lambda j: _allreduce(j, _refs(j, ctx.refs)))
 
 
 def judge_train(results: list[JobResult], ctx: Context) -> list[Outcome]:
     """train: in sync, throughput, and scaling efficiency against the 1-node baseline of
     the same implementation (the baselines themselves are only checked for errors)."""
     base = {j.impl: j for j in results if j.baseline}
-    return _each(results, lambda j: [] if j.baseline else _train(j, ctx.refs,
+    return _each(results, lambda j: [] if j.baseline else _train(j, _refs(j, ctx.refs),
                                                                   base.get(j.impl)))
 
 
@@ -230,7 +244,7 @@ def _allreduce(j: JobResult, refs: dict[str, Reference]) -> list[Outcome]:
     if rows and not judged:
         top = max(rows, key=lambda r: r["size_bytes"])
         out.append(Outcome("allreduce", f"{j.id} busbw {size_label(top['size_bytes'])}",
-                           "info", top["busbw_GBps"], "no reference", "GB/s", j.node_list))
+                           "info", top["busbw_GBps"], _unjudged(j), "GB/s", j.node_list))
     return out
 
 
@@ -249,7 +263,7 @@ def _train(j: JobResult, refs: dict[str, Reference], base: JobResult | None) -> 
         ref = refs.get("train_samples_per_s")
         out.append(Outcome("train", f"{j.id} throughput",
                            "info" if ref is None else ("pass" if within(ref, total) else "fail"),
-                           total, band(ref) if ref else "no reference", "samples/s",
+                           total, band(ref) if ref else _unjudged(j), "samples/s",
                            j.node_list))
         btotal = next((r.get("samples_per_s_total") for r in (base.records if base else [])
                        if r.get("check") == "train"), None)
@@ -259,7 +273,7 @@ def _train(j: JobResult, refs: dict[str, Reference], base: JobResult | None) -> 
             out.append(Outcome("train", f"{j.id} scaling efficiency",
                                "info" if ref is None else ("pass" if within(ref, eff)
                                                            else "fail"),
-                               eff, band(ref) if ref else "no reference", "",
+                               eff, band(ref) if ref else _unjudged(j), "",
                                j.node_list, f"{total:.1f} on {j.nodes} nodes vs {btotal:.1f} "
                                "on 1"))
     return out

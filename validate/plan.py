@@ -43,6 +43,8 @@ class Job:
     node: str | None = None          # pinned to this node (pernode)
     baseline: bool = False           # the 1-node run that scaling efficiency divides by
     timeout_s: float = 900.0
+    shared: bool = False             # runs beside other jobs: its figures are not judged
+    port: int | None = None          # its own rendezvous port (beside others on its nodes)
 
 
 def _launchers_by_kind(site: Site) -> dict[LauncherKind, str]:
@@ -211,15 +213,17 @@ class Check:
     judge: Judge | None
     default: bool = False
     rounds: Literal["each", "together", "search"] = "each"
+    side_by_side: bool = False  # its jobs may run beside each other's in a smoke run
 
 
 REGISTRY: dict[str, Check] = {
     "env": Check(plan_env, judge_env, default=True),
-    "allreduce": Check(plan_allreduce, judge_allreduce, default=True),
-    "train": Check(plan_train, judge_train, default=True),
+    "allreduce": Check(plan_allreduce, judge_allreduce, default=True, side_by_side=True),
+    "train": Check(plan_train, judge_train, default=True, side_by_side=True),
     "pernode": Check(plan_pernode, judge_pernode, rounds="together"),
     "links": Check(plan_links, None, rounds="search"),
 }
+
 CHECKS = tuple(REGISTRY)
 DEFAULT_CHECKS = tuple(name for name, check in REGISTRY.items() if check.default)
 
@@ -242,6 +246,9 @@ class Options:
     extra: dict[str, str] = field(default_factory=dict)  # scheduler options (-o)
     link_bytes: int = 64 * 1024 * 1024  # the message size of the links check's pair jobs
     baselines: bool = True  # the 1-node training runs scaling efficiency divides by
+    # a smoke run (--quick on CPUs): the jobs of the side_by_side checks run at the same
+    # time on the same nodes, each with its own rendezvous port (:func:`side_by_side`)
+    side_by_side: bool = False
 
     @property
     def node_picks(self) -> dict[str, str | None] | None:
@@ -262,14 +269,39 @@ def plan_jobs(o: Options) -> list[Job]:
     unknown = [name for name in o.checks if name not in REGISTRY]
     if unknown:
         raise ValueError(f"unknown checks {', '.join(unknown)} (known: {', '.join(CHECKS)})")
-    return [job for name, check in REGISTRY.items() if name in o.checks
+    jobs = [job for name, check in REGISTRY.items() if name in o.checks
             for job in check.plan(o)]
+    return side_by_side(jobs, o) if o.side_by_side else jobs
+
+
+def side_by_side(jobs: list[Job], o: Options) -> list[Job]:
+    """The jobs of the ``side_by_side`` checks marked shared, each with a rendezvous port
+    of its own (its launcher's, moved up past the ports taken by the jobs before it)."""
+    taken: set[int] = set()
+    out = []
+    for job in jobs:
+        if REGISTRY[job.check].side_by_side:
+            port = o.site.launchers[job.launcher].port
+            while port in taken:
+                port += 1
+            taken.add(port)
+            job = replace(job, shared=True, port=port)
+        out.append(job)
+    return out
+
+
+def shared_tasks_per_node(jobs: list[Job]) -> int:
+    """The tasks per node of the shared jobs together (they all run on the run's nodes)."""
+    return sum(j.ranks_per_node for j in jobs if j.shared)
 
 
 def job_rounds(jobs: list[Job]) -> list[list[Job]]:
     """The jobs in rounds, a round's jobs running at the same time: each job of an ``each``
-    check alone, in order, then every ``together`` check's jobs in one round."""
-    out = [[j] for j in jobs if REGISTRY[j.check].rounds == "each"]
+    check alone, in order, then the shared jobs (:func:`side_by_side`) in one round, then
+    every ``together`` check's jobs in one round."""
+    out = [[j] for j in jobs if REGISTRY[j.check].rounds == "each" and not j.shared]
+    if any(j.shared for j in jobs):
+        out.append([j for j in jobs if j.shared])
     for name, check in REGISTRY.items():
         group = [j for j in jobs if j.check == name]
         if check.rounds == "together" and group:
@@ -298,7 +330,7 @@ def job_request(job: Job, o: Options, prefix: str | None, job_name: str) -> JobR
                       launcher=job.launcher, tasks_per_node=job.ranks_per_node,
                       gpus_per_node=None if o.device == "cuda" else 0,
                       command=(), job_name=job_name, options=options, prefix=prefix,
-                      activate=prefix is not None)
+                      activate=prefix is not None, port=job.port)
 
 
 def status_trap(path: str) -> list[str]:
@@ -320,10 +352,12 @@ def placement(job: Job, o: Options) -> Placement:
 
 def allocation_request(o: Options, prefix: str | None) -> JobRequest:
     """The one allocation of a run: the run's nodes (every partition node the pernode and
-    links checks use, pinned), as many tasks per node as its biggest job. It runs no launch
-    itself, so it activates no environment (its steps do)."""
+    links checks use, pinned), as many tasks per node as its biggest job, or as the shared
+    jobs together (they run at once on the same nodes). It runs no launch itself, so it
+    activates no environment (its steps do)."""
     pinned = list(o.node_names) if {"pernode", "links"} & set(o.checks) else []
-    rpn = max(ranks_per_node(o), 2 if "pernode" in o.checks else 1)
+    rpn = max(ranks_per_node(o), 2 if "pernode" in o.checks else 1,
+              shared_tasks_per_node(plan_jobs(o)))
     whole = Job("allocation", "allocation", "allocation", max(o.nodes, len(pinned)), rpn,
                 _any_launcher(o.site), "", (), node=",".join(pinned) or None)
     return replace(job_request(whole, o, prefix, "hpcprov-validate"), activate=False)

@@ -1,7 +1,8 @@
 """One validation run: write the programs and job scripts, submit them round by round,
-collect and judge. Measurement jobs run one at a time (they would disturb each other);
-the pernode jobs run together, one round for the whole partition; the links check's pair
-jobs run a round at a time, and its confirmations one at a time."""
+collect and judge. Measurement jobs run one at a time (they would disturb each other),
+except in a smoke run on CPUs, where they run side by side and their figures are not
+judged; the pernode jobs run together, one round for the whole partition; the links
+check's pair jobs run a round at a time, and its confirmations one at a time."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def _result(job: Job, h: Handle) -> JobResult:
     return JobResult(job.id, job.check, job.impl, job.nodes, h.state, h.exit_code,
                      h.nodes, parse_records(text), text.splitlines()[-40:], seconds,
                      job.baseline, job.node, h.reason, h.bad_nodes,
-                     read_run_seconds(h.exit_file))
+                     read_run_seconds(h.exit_file), job.shared)
 
 
 def _not_run(job: Job, why: str) -> JobResult:

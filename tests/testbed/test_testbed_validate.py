@@ -71,8 +71,8 @@ def test_a_job_that_cannot_run_fails_the_run_and_says_why(testbed, prefix: Path,
 def test_the_default_checks_run_in_one_allocation_and_per_job_on_request(
         testbed, prefix: Path, tmp_path: Path) -> None:
     """env, allreduce and train (--quick: 6 jobs, no 1-node baselines) as steps of one
-    allocation, each on its own nodes; the same with a job each (--allocation per-job). The
-    1-node steps of an allocation: the training test."""
+    allocation, the measurement jobs side by side; the same with a job each (--allocation
+    per-job). The 1-node steps of an allocation: the training test."""
     proc, data = validate(testbed, prefix, tmp_path, "--nodes", "2", "--quick")
     assert proc.returncode == 0, (data.get("outcomes"), proc.stderr)
     assert (data["allocation"], data["submissions"], data["quick"]) == ("one", 1, True)
@@ -90,6 +90,21 @@ def test_the_default_checks_run_in_one_allocation_and_per_job_on_request(
     steps = [e for e in data["events"] if e["event"] == "started as a step"]
     assert len(steps) == 6 and all(e["job"].startswith(allocation[0]["job"] + ".")
                                    for e in steps)
+    # --quick on CPUs: env first, alone; then the five others side by side on the same
+    # nodes (every one started before any ended), the torch ones on ports of their own
+    events = [e["event"] for e in data["events"]]
+    ends = [i for i, e in enumerate(events) if e.startswith("ended")]
+    starts = [i for i, e in enumerate(events) if e == "started as a step"]
+    assert starts[0] < ends[0] < starts[1] and max(starts[1:]) < ends[1], events
+    rundir = testbed.scratch / "pytest-validate" / tmp_path.name
+    ports = {jid: [ln for ln in (rundir / f"{jid}.sh").read_text().splitlines()
+                   if "MASTER_PORT=" in ln] for jid in ("allreduce-torch-gloo",
+                                                        "train-torch-ddp")}
+    assert all(ports.values()) and ports["allreduce-torch-gloo"] != ports["train-torch-ddp"]
+    measured = [o for o in data["outcomes"] if o["measured"] is not None
+                and o["name"].endswith(("throughput", "busbw 4MiB"))]
+    assert measured and all(o["status"] == "info" and "beside other jobs" in o["expected"]
+                            for o in measured), measured
     per_job = tmp_path / "per-job"
     per_job.mkdir()
     proc, data = validate(testbed, prefix, per_job, "--nodes", "2", "--checks", "env",
