@@ -31,7 +31,8 @@ process adds its start-up, under a second), and beside it the JSON's split: `job
 - **one allocation** (`--allocation one`, Slurm's default): one `sbatch`, every job a step;
 - **a job each** (`--allocation per-job`): one `sbatch` per job, as before;
 - **quick** (`--quick`, one allocation): 4 MiB messages, 5 iterations, 8 training steps,
-  no 1-node training baselines (6 jobs);
+  no 1-node training baselines (6 jobs): env alone, then the other five side by side
+  (a smoke run on CPUs; their figures are reported, not judged);
 - **new user** (target <= 90 s): the path a new user of a site takes, timed as one: an
   empty prefix, `hpcprov setup --site testbed --prefix P` with the site's wheelhouse
   (`HPCPROV_WHEELHOUSE`; Horovod installed from it, not built), then
@@ -168,6 +169,7 @@ def run(ctx: Context) -> list[Result]:
                  f"each: on an idle queue the two differ by the jobs' own run-to-run noise, "
                  f"since a submission here waits about a second; what one allocation saves is "
                  f"the queue wait of every submission but the first on a busy cluster. "
-                 f"--quick took {by['quick'].median:.0f} s: the jobs' start-up (modules, Python "
-                 f"and torch imports in every rank, horovodrun's rendezvous) dominates it.")
+                 f"--quick took {by['quick'].median:.0f} s: the jobs' start-up (Python and torch "
+                 f"imports in every rank, horovodrun's ssh launch and rendezvous) on the two "
+                 f"cores that both nodes and all five side-by-side jobs share dominates it.")
     return results
