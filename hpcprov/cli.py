@@ -551,8 +551,9 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
               help="one: every job a step of one allocation, a single wait in the queue "
                    "(default where the scheduler can, Slurm); per-job: a job per check")
 @click.option("--quick", is_flag=True,
-              help="a smoke run: 4 MiB messages, 5 iterations, 8 training steps (bandwidth "
-                   "not judged); explicit sizes win")
+              help="a smoke run: 4 MiB messages, 5 iterations, 8 training steps, on CPUs "
+                   "the jobs side by side (bandwidth and throughput not judged); explicit "
+                   "sizes win")
 @json_option
 def validate_cmd(site: str | None, partition: str | None, nodes: int | None, checks: str,
                  prefix: str | None, ranks_per_node: int | None, device: str | None,
