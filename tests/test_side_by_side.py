@@ -101,3 +101,28 @@ def test_figures_of_a_shared_job_are_reported_not_judged() -> None:
         assert side[name][0] == "info" and "beside other jobs" in side[name][1]
     # correctness and sync are judged all the same
     assert side["train-x in sync"][0] == side["allreduce-x correctness"][0] == "pass"
+
+
+def test_a_quick_run_is_compared_with_quick_runs_and_never_by_its_shared_figures(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpcprov.validate.judge import SHARED
+    from hpcprov.validate.report import compare, load_baseline, save_history
+
+    monkeypatch.setenv("HPCPROV_HISTORY", str(tmp_path / "history"))
+
+    def run(quick: bool, value: float, expected: str = "no reference") -> dict:
+        return {"site": "testbed", "quick": quick, "outcomes": [
+            {"check": "train", "name": "train-x throughput", "status": "info",
+             "measured": value, "expected": expected, "unit": "samples/s", "nodes": "n"}]}
+
+    full = run(False, 100.0)
+    save_history(full)
+    assert load_baseline("testbed", "latest", quick=True) is None
+    save_history(run(True, 30.0, SHARED))
+    assert load_baseline("testbed", "latest", quick=False)["quick"] is False
+    assert load_baseline("testbed", "latest", quick=True)["quick"] is True
+    # a side-by-side figure is no baseline and is held to none
+    assert compare(run(True, 10.0, SHARED), run(True, 30.0, SHARED)) == ([], [])
+    assert compare(run(False, 10.0), run(True, 30.0, SHARED)) == ([], [])
+    rows, worse = compare(run(False, 10.0), full)
+    assert len(rows) == 1 and len(worse) == 1

@@ -167,9 +167,11 @@ def _ready(site: Any, prefix: str | None) -> Path | None:
 
 def _compare(data: dict[str, Any], site: str, against: str) -> None:
     """Add the comparison with a stored run; a regression fails the run."""
-    baseline = rep.load_baseline(site, against)
+    quick = bool(data.get("quick"))
+    baseline = rep.load_baseline(site, against, quick)
     if baseline is None:
-        raise UsageError(f"--compare {against}: no stored run for site {site}")
+        kind = "--quick run" if quick else "full run (not --quick)"
+        raise UsageError(f"--compare {against}: no stored {kind} for site {site}")
     rows, worse = rep.compare(data, baseline)
     data["compare"] = rows
     data["outcomes"] += [w.to_json() for w in worse]

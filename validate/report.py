@@ -9,7 +9,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-from hpcprov.validate.judge import Outcome
+from hpcprov.validate.judge import SHARED, Outcome
 
 
 def _fmt(v: float | None) -> str:
@@ -133,17 +133,25 @@ def history_dir(site: str) -> Path:
 def save_history(data: dict) -> Path:
     folder = history_dir(data["site"])
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}.json"
-    path.write_text(json.dumps(data, indent=2) + "\n")
+    # to the nanosecond, created exclusively: two runs in one second never overwrite
+    now = time.time_ns()
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now // 1_000_000_000))
+    path = folder / f"{stamp}-{now % 1_000_000_000:09d}-{os.getpid()}.json"
+    with path.open("x") as f:
+        f.write(json.dumps(data, indent=2) + "\n")
     return path
 
 
-def load_baseline(site: str, ref: str) -> dict | None:
-    """A stored run: a file path, or 'latest' (the newest in the site's history)."""
+def load_baseline(site: str, ref: str, quick: bool = False) -> dict | None:
+    """A stored run: a file path, or 'latest' (the newest in the site's history of the same
+    kind: a --quick run against quick ones, a full run against full ones)."""
     if ref != "latest":
         return json.loads(Path(ref).read_text())
-    runs = sorted(history_dir(site).glob("*.json"))
-    return json.loads(runs[-1].read_text()) if runs else None
+    for path in sorted(history_dir(site).glob("*.json"), reverse=True):
+        run = json.loads(path.read_text())
+        if bool(run.get("quick")) == quick:
+            return run
+    return None
 
 
 def compare(now: dict, before: dict, tolerance: float = 0.1) -> tuple[list[dict], list[Outcome]]:
@@ -154,8 +162,8 @@ def compare(now: dict, before: dict, tolerance: float = 0.1) -> tuple[list[dict]
     for o in now["outcomes"]:
         prev = old.get(o["name"])
         if o.get("measured") is None or prev is None or not prev["measured"] or \
-                o["name"].endswith("in sync"):
-            continue
+                o["name"].endswith("in sync") or SHARED in (o["expected"], prev["expected"]):
+            continue  # a job run beside others measured nothing to hold a run to
         change = o["measured"] / prev["measured"] - 1
         rows.append({"name": o["name"], "before": prev["measured"], "after": o["measured"],
                      "change": change})
