@@ -126,3 +126,32 @@ def test_a_quick_run_is_compared_with_quick_runs_and_never_by_its_shared_figures
     assert compare(run(False, 10.0), run(True, 30.0, SHARED)) == ([], [])
     rows, worse = compare(run(False, 10.0), full)
     assert len(rows) == 1 and len(worse) == 1
+
+
+def test_in_one_allocation_the_1_node_baselines_run_at_once_on_nodes_of_their_own(
+        tmp_path: Path) -> None:
+    from hpcprov.validate.plan import Job, baselines_apart, placement
+
+    o = prepared(tmp_path, device="cpu")
+    assert o.apart and not o.side_by_side
+    rounds = job_rounds(plan_jobs(o))
+    baselines = [r for r in rounds if any(j.baseline for j in r)]
+    assert len(baselines) == 1 and {j.id for j in baselines[0]} == {
+        "train-torch-ddp-1node", "train-horovod-torch-1node"}
+    slot = {j.id: j.slot for j in baselines[0]}
+    # horovodrun's on the first node, where the steps start; srun's on the second
+    assert slot == {"train-horovod-torch-1node": 0, "train-torch-ddp-1node": 1}
+    assert [placement(j, o).first for j in baselines[0]] == [slot[j.id] for j in baselines[0]]
+    assert all(j.slot is None for r in rounds for j in r if not j.baseline)
+    # a job each (the scheduler picks the nodes): one at a time, as measurements must
+    each = prepared(tmp_path, device="cpu", allocation="per-job")
+    assert not each.apart
+    assert all(len(r) == 1 for r in job_rounds(plan_jobs(each)))
+    # more baselines than free nodes: the next round; two horovodrun ones never share one
+    hvd, srun = "horovodrun", "srun"
+    jobs = [Job(f"b{i}", "train", "x", 1, 1, launcher, "train.py", (), baseline=True)
+            for i, launcher in enumerate((hvd, srun, hvd, srun, srun))]
+    apart = baselines_apart(jobs, o)
+    assert [j.slot for j in apart] == [0, 1, 0, 1, 1]
+    assert [[j.id for j in r] for r in job_rounds(apart)] == [["b0", "b1"], ["b2", "b3"],
+                                                              ["b4"]]

@@ -150,6 +150,8 @@ def prepare(o: ValidateOptions) -> Prepared:
         opts = _side_by_side(opts)
     rundir = Path(expand_prefix(o.workdir or default_rundir(opts)))
     allocation = _allocation(o, backend, s.name)
+    if allocation == "one":  # steps go where they are told: baselines on nodes of their own
+        opts = replace(opts, apart=True)
     return Prepared(opts, _ready(s, o.prefix), rundir, allocation)
 
 

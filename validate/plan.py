@@ -45,6 +45,7 @@ class Job:
     timeout_s: float = 900.0
     shared: bool = False             # runs beside other jobs: its figures are not judged
     port: int | None = None          # its own rendezvous port (beside others on its nodes)
+    slot: int | None = None          # a 1-node job beside others: its node's index in the run
 
 
 def _launchers_by_kind(site: Site) -> dict[LauncherKind, str]:
@@ -249,6 +250,9 @@ class Options:
     # a smoke run (--quick on CPUs): the jobs of the side_by_side checks run at the same
     # time on the same nodes, each with its own rendezvous port (:func:`side_by_side`)
     side_by_side: bool = False
+    # one allocation: the 1-node training baselines at the same time, each on a node of its
+    # own (:func:`baselines_apart`); they measure, so never two on one node
+    apart: bool = False
 
     @property
     def node_picks(self) -> dict[str, str | None] | None:
@@ -271,7 +275,28 @@ def plan_jobs(o: Options) -> list[Job]:
         raise ValueError(f"unknown checks {', '.join(unknown)} (known: {', '.join(CHECKS)})")
     jobs = [job for name, check in REGISTRY.items() if name in o.checks
             for job in check.plan(o)]
+    if o.apart:
+        jobs = baselines_apart(jobs, o)
     return side_by_side(jobs, o) if o.side_by_side else jobs
+
+
+def baselines_apart(jobs: list[Job], o: Options) -> list[Job]:
+    """The 1-node baselines given nodes of their own (:attr:`Job.slot`), as many at a time
+    as the run has nodes. horovodrun's go on the first node, where the steps start: started
+    there for a single other node, horovodrun finds the loopback common to both and hands
+    its rank a rendezvous address the rank cannot reach."""
+    out, used = [], set()
+    for job in jobs:
+        if job.baseline:
+            first = o.site.launchers[job.launcher].kind == LauncherKind.horovodrun
+            slots = [0] if first else [*range(1, o.nodes), 0]
+            free = [i for i in slots if i not in used]
+            if not free:  # this round is full: the job starts the next one
+                used, free = set(), slots
+            used.add(free[0])
+            job = replace(job, slot=free[0])
+        out.append(job)
+    return out
 
 
 def side_by_side(jobs: list[Job], o: Options) -> list[Job]:
@@ -297,9 +322,16 @@ def shared_tasks_per_node(jobs: list[Job]) -> int:
 
 def job_rounds(jobs: list[Job]) -> list[list[Job]]:
     """The jobs in rounds, a round's jobs running at the same time: each job of an ``each``
-    check alone, in order, then the shared jobs (:func:`side_by_side`) in one round, then
-    every ``together`` check's jobs in one round."""
-    out = [[j] for j in jobs if REGISTRY[j.check].rounds == "each" and not j.shared]
+    check alone, in order, then the baselines given nodes of their own
+    (:func:`baselines_apart`) a round at a time, then the shared jobs (:func:`side_by_side`)
+    in one round, then every ``together`` check's jobs in one round."""
+    alone = [j for j in jobs if REGISTRY[j.check].rounds == "each" and not j.shared]
+    out = [[j] for j in alone if j.slot is None]
+    for j in (j for j in alone if j.slot is not None):  # a round until a slot repeats
+        if out and out[-1][0].slot is not None and j.slot not in {k.slot for k in out[-1]}:
+            out[-1].append(j)
+        else:
+            out.append([j])
     if any(j.shared for j in jobs):
         out.append([j for j in jobs if j.shared])
     for name, check in REGISTRY.items():
@@ -347,7 +379,7 @@ def placement(job: Job, o: Options) -> Placement:
     kind = o.site.launchers[job.launcher].kind
     return Placement(job.nodes, job.ranks_per_node,
                      tuple(job.node.split(",")) if job.node else (),
-                     starts_tasks=kind == LauncherKind.srun)
+                     starts_tasks=kind == LauncherKind.srun, first=job.slot or 0)
 
 
 def allocation_request(o: Options, prefix: str | None) -> JobRequest:

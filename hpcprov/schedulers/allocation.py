@@ -121,7 +121,7 @@ class OneAllocation(Executor):
         assert self.nodes is not None
         if place is None:
             place = Placement(len(self.nodes), 1)
-        nodes = list(place.nodes) or self.nodes[:place.count]
+        nodes = list(place.nodes) or self.nodes[place.first:place.first + place.count]
         missing = [n for n in nodes if n not in self.nodes]
         if missing or len(nodes) < place.count:
             h.state, h.ended = "NOT_IN_ALLOCATION", time.monotonic()

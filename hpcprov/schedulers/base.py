@@ -296,6 +296,7 @@ class Placement:
     tasks_per_node: int
     nodes: tuple[str, ...] = ()
     starts_tasks: bool = False
+    first: int = 0  # where nodes are not named: the first of the allocation's nodes it takes
 
 
 @dataclass

@@ -127,7 +127,14 @@ def test_training_across_two_nodes_is_in_sync_and_scales_against_one(
         assert eff["measured"] > 0 and "on 2 nodes vs" in eff["detail"]
     jobs = {j["id"]: j for j in data["jobs"]}
     assert jobs["train-torch-ddp"]["node_list"] == "gpu[01-02]"
-    assert jobs["train-torch-ddp-1node"]["node_list"] in ("gpu01", "gpu02")
+    # the 1-node baselines at once, each on a node of its own (horovodrun's on the first)
+    assert jobs["train-horovod-torch-1node"]["node_list"] == "gpu01"
+    assert jobs["train-torch-ddp-1node"]["node_list"] == "gpu02"
+    events = [(e["job"], e["event"]) for e in data["events"]]
+    started = [i for i, (_, ev) in enumerate(events) if ev == "started as a step"]
+    ended = [i for i, (_, ev) in enumerate(events) if ev.startswith("ended")]
+    # four steps: two 2-node runs one after another, then both baselines before either ends
+    assert len(started) == 4 and started[3] < ended[2], events
 
 
 def test_pernode_runs_every_node_at_once_each_pinned(testbed, prefix: Path,
