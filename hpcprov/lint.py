@@ -126,7 +126,7 @@ def _nodes(req: JobRequest) -> list[Finding]:
     return []
 
 
-def _cpus(req: JobRequest) -> list[Finding]:
+def cpus_exceeded(req: JobRequest) -> list[Finding]:
     """Tasks x CPUs per task against the node's CPUs (hardware threads, as Slurm counts)."""
     part, tasks, cpt = req.part, req.scheduler_tasks_per_node, req.task_cpus or 1
     have = cpus_per_node(part)
@@ -194,7 +194,7 @@ def _geometry(req: JobRequest) -> list[Finding]:
         out.append(Finding("error", "tasks-per-node",
                            f"--ntasks-per-node={user_tpn} but {kind.value} needs {want} ({why})",
                            "drop --option ntasks-per-node; hpcprov sets it"))
-    out += _cpus(req)
+    out += cpus_exceeded(req)
     out += schedulers.of(site).lint(req)
     if req.walltime and part.limits.max_walltime:
         asked, cap_s = walltime_seconds(req.walltime), walltime_seconds(part.limits.max_walltime)

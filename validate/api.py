@@ -19,7 +19,7 @@ from typing import Any
 from hpcprov import schedulers
 from hpcprov.errors import UsageError
 from hpcprov.layout import expand_prefix, read_manifest
-from hpcprov.lint import cpus_per_node
+from hpcprov.lint import cpus_exceeded
 from hpcprov.options import parse_option
 from hpcprov.profiles import load
 from hpcprov.schedulers.allocation import OneAllocation
@@ -113,9 +113,7 @@ def _side_by_side(opts: Options) -> Options:
     overlapping), where every node has the cores for all of them at once; else as planned.
     CPU runs only: jobs on GPUs would share the node's GPUs."""
     shared = replace(opts, side_by_side=True)
-    whole = allocation_request(shared, None)
-    cpus = whole.ranks_per_node * (whole.task_cpus or 1)
-    return shared if cpus <= cpus_per_node(whole.part) else opts
+    return opts if cpus_exceeded(allocation_request(shared, None)) else shared
 
 
 def prepare(o: ValidateOptions) -> Prepared:
