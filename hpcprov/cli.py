@@ -154,7 +154,7 @@ def site_check(files: tuple[str, ...], as_json: bool) -> None:
 
     from hpcprov.lint import site_check_errors
 
-    report = {f: [str(e) for e in site_check_errors(Path(f))] for f in files}
+    report = {f: [str(e) for e in site_check_errors(Path(f), probe_nvcc=True)] for f in files}
     if as_json:
         _emit_json({"ok": not any(report.values()), "files": report})
     else:

@@ -143,6 +143,14 @@ def compatibility() -> str:
                    f"{r.evidence} |")
     out += ["", "## Build tools and libraries", ""]
     out += [f"- **{name}**: {text}" for name, text in BUILD_NOTES]
+    from hpcprov.cuda_arch import CUDA_TARGETS
+
+    out += ["", "### The GPU architectures each CUDA release targets", "",
+            "NVIDIA's CUDA toolkit release notes; the CUDA 13.0 row agrees with `nvcc "
+            "--list-gpu-arch` of 13.0.88 (compute_75 to compute_121), checked in the tests.",
+            "", "| CUDA from | lowest | highest |", "|---|---|---|"]
+    out += [f"| {major}.{minor} | sm_{low} | sm_{high} |"
+            for (major, minor), low, high in CUDA_TARGETS]
     out += ["", "## Launching", ""]
     out += [f"- **{name}**: {text}" for name, text in LAUNCH_NOTES]
     out += ["", "## What applies to each bundled site", "",

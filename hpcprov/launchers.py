@@ -253,17 +253,29 @@ def _torchrun_target(command: tuple[str, ...]) -> list[str]:
     return cmd
 
 
+def torchrun_program(command: tuple[str, ...]) -> list[str]:
+    """torchrun as the environment's Python runs it: ``python -m torch.distributed.run``,
+    with the interpreter the command names (``python3.12``, a path), else ``python``. The
+    ``torchrun`` script on PATH may belong to another Python (a site's PyTorch module puts
+    torch on PYTHONPATH and no script in the environment): its agents would start the ranks
+    outside the environment."""
+    first = command[0] if command else ""
+    python = first if _PY.match(first.rsplit("/", 1)[-1]) else "python"
+    return [python, "-m", "torch.distributed.run"]
+
+
 def build_torchrun(req: JobRequest, context: Context) -> Launch:
     launcher = req.launch
     target = _torchrun_target(req.command)
     per_node = [f"--nproc_per_node={req.ranks_per_node}"]
+    program = torchrun_program(req.command)
     job_id = schedulers.of(req.site).job_id()
     if job_id is None:
-        standalone = ["torchrun", "--standalone", "--nnodes=1", *per_node]
+        standalone = [*program, "--standalone", "--nnodes=1", *per_node]
         return Launch([*standalone, *launcher.args, *target])
     endpoint = Raw(f"{first_node(req)}:{req.rendezvous_port}")
     torchrun = [
-        "torchrun",
+        *program,
         f"--nnodes={req.nodes}",
         *per_node,
         Raw(f"--rdzv_id={job_id}"),

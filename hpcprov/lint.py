@@ -320,14 +320,27 @@ def env_findings(site: Any) -> list[Located]:
     return out
 
 
-def profile_findings(site: Any) -> list[Located]:
-    """What ``hpcprov site check`` adds to validation, for a profile that validates."""
-    return env_findings(site) + default_request_findings(site)
+def cuda_target_findings(site: Any, nvcc: Any = None) -> list[Located]:
+    """GPU partitions the CUDA they are built with cannot target (every partition, its own
+    build modules included), with the fix."""
+    from hpcprov.cuda_arch import cuda_findings
+
+    return [(where, f"{problem}; fix: {fix}") for where, problem, fix in
+            cuda_findings(site, nvcc)]
 
 
-def site_check_errors(path: Path) -> list[ProfileError]:
+def profile_findings(site: Any, nvcc: Any = None) -> list[Located]:
+    """What ``hpcprov site check`` adds to validation, for a profile that validates
+    (``nvcc``: what the nvcc at hand targets, for builds whose modules name no CUDA)."""
+    return env_findings(site) + default_request_findings(site) + \
+        cuda_target_findings(site, nvcc)
+
+
+def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError]:
     """``hpcprov site check`` of one file: its validation errors, else the problems
-    :func:`profile_findings` finds, each located at its key in the profile."""
+    :func:`profile_findings` finds, each located at its key in the profile. With
+    ``probe_nvcc`` (the command's, an effect) the nvcc on PATH answers for a CUDA build
+    whose modules name no CUDA."""
     from hpcprov.loader import resolve
     from hpcprov.profiles import check_file, validate_layer
 
@@ -336,4 +349,11 @@ def site_check_errors(path: Path) -> list[ProfileError]:
         return errors
     layer = resolve(path)
     site = validate_layer(layer)
-    return [ProfileError(*layer.where(loc), problem) for loc, problem in profile_findings(site)]
+    nvcc = None
+    if probe_nvcc:
+        from hpcprov.cuda_arch import needs_nvcc_probe
+        from hpcprov.cuda_arch import probe_nvcc as probe
+
+        nvcc = probe() if needs_nvcc_probe(site) else None
+    return [ProfileError(*layer.where(loc), problem)
+            for loc, problem in profile_findings(site, nvcc)]

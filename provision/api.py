@@ -24,6 +24,7 @@ from hpcprov.provision.plan import Plan, build_plan, render_script
 from hpcprov.provision.plan_lint import lint_plan
 
 if TYPE_CHECKING:
+    from hpcprov.cuda_arch import CudaTargets
     from hpcprov.provision.doctor import Check
     from hpcprov.provision.progress import Reporter
     from hpcprov.provision.quick import Request
@@ -86,11 +87,19 @@ def already_ready(o: SetupOptions) -> Path | None:
     return ready_prefix(request) if request else None
 
 
+def _nvcc_at_hand(site: Any) -> CudaTargets | None:
+    """What the nvcc on PATH targets, asked only where a CUDA build's modules name no CUDA
+    (then that nvcc is the build's)."""
+    from hpcprov.cuda_arch import needs_nvcc_probe, probe_nvcc
+
+    return probe_nvcc() if needs_nvcc_probe(site) else None
+
+
 def plan_setup(o: SetupOptions) -> PlannedSetup:
     """Load the site, apply --env/--container, plan and lint; errors raise (one line)."""
     site = _with_container(_with_env_name(load(o.site), o.env_name), o.container)
     plan = build_plan(site, prefix=_absolute(o.prefix), runs_on=o.runs_on)
-    findings = lint_plan(plan, site)
+    findings = lint_plan(plan, site, _nvcc_at_hand(site))
     if any(f.level == "error" for f in findings):
         raise LintFailed(findings)
     if o.until is not None and o.until not in [st.id for st in plan.steps]:

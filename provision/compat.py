@@ -24,6 +24,8 @@ LAST_HOROVOD = "0.28.1"
 BUILD_FACTS = {
     "libstdc++": "the C++ standard library's release (_GLIBCXX_RELEASE from $CXX, else c++)",
     "python": "the environment's Python (major.minor)",
+    "torch-cxx": "the C++ standard the environment's PyTorch compiles its extensions with "
+    "(the -std=c++NN of torch/utils/cpp_extension.py)",
 }
 
 
@@ -57,14 +59,19 @@ RULES: tuple[Rule, ...] = (
          explanation="Horovod before 0.28.0 predates PyTorch 2 and does not build against it; "
          f"use Horovod {LAST_HOROVOD} (hpcprov patches it for newer PyTorch)",
          evidence="Horovod 0.28.0 release notes (PyTorch 2.0 support)"),
-    Rule("cxx17", "patch", "==0.28.1", torch=">=2.1",
-         explanation="PyTorch >= 2.1 headers need C++17, Horovod 0.28.1 asks for C++14: raise "
-         "CMAKE_CXX_STANDARD to 17 in CMakeLists.txt and horovod/torch/CMakeLists.txt "
-         "(the torch one alone fails at link time; CXXFLAGS cannot do it, the CMake files "
-         "strip -std=)",
-         evidence="built here with torch 2.13.0, g++ 12, Open MPI 4.1.4, CMake 3.25: "
-         "-cb shows PyTorch, MPI, Gloo",
-         patch="horovod-0.28.1-cxx17.patch"),
+    Rule("cxx-standard", "patch", "==0.28.1", torch=">=2.1",
+         explanation="PyTorch's headers need the C++ standard PyTorch compiles extensions "
+         "with (C++17 from 2.1; C++20 from 2.14, whose headers use std::strong_ordering), "
+         "Horovod 0.28.1 asks for C++14: the patch raises CMakeLists.txt to 17 and lets "
+         "horovod/torch/CMakeLists.txt take HOROVOD_TORCH_CXX_STANDARD, which the build step "
+         "reads from the PyTorch it builds against (the -std=c++NN of torch/utils/"
+         "cpp_extension.py), CPU and GPU builds alike; CXXFLAGS cannot do it, the CMake files "
+         "strip -std=",
+         evidence="built here: torch 2.13.0 (C++17), g++ 12, Open MPI 4.1.4, CMake 3.25: -cb "
+         "shows PyTorch, MPI, Gloo; torch 2.14.1+cu130 (C++20) with CUDA 13.0 and NCCL "
+         "2.30.7, every CI run: -cb shows PyTorch, Gloo, NCCL (C++17 stops at 94%: "
+         "'strong_ordering' in namespace 'std' does not name a type)",
+         patch="horovod-0.28.1-cxx-standard.patch"),
     Rule("tf-xla-cpu", "patch", "==0.28.1", tensorflow=">=2.6", gpu=False,
          explanation="xla_mpi_ops.cc includes XLA headers that need highwayhash, which the "
          "TensorFlow wheel lacks; its XLA ops only exist with GPUs, so compile them only "
@@ -98,13 +105,16 @@ RULES: tuple[Rule, ...] = (
          "2-rank allreduce proof",
          patch="horovod-0.28.1-build-type.patch"),
     Rule("no-distutils", "patch", "==0.28.1", when=("python", "3.12"),
-         explanation="Python 3.12 has no distutils, and horovod/runner/js_run.py imports "
-         "distutils.spawn.find_executable, so horovodrun (and -cb) fails where setuptools' "
-         "shim is not in the environment (a module-provided setuptools); the patch uses "
-         "shutil.which",
+         explanation="Python 3.12 has no distutils, which Horovod 0.28.1 imports twice: "
+         "horovod/runner/js_run.py (distutils.spawn.find_executable: horovodrun and -cb fail) "
+         "and horovod/torch/CMakeLists.txt:37 (distutils.sysconfig for Python's include "
+         "folder: the PyTorch extension fails at 97% with 'Python.h: No such file'), where "
+         "setuptools' shim is not in the environment (a module-provided setuptools); the "
+         "patch uses shutil.which and sysconfig",
          evidence="reported on one H100 node with Python 3.12.3 (check-build failed with "
          "No module named 'distutils'); here: the patched js_run imports with distutils "
-         "blocked, the unpatched one does not",
+         "blocked, the unpatched one does not; a GPU build on pyenv's Python 3.12.1 with "
+         "setuptools only on PYTHONPATH compiles and passes -cb with the patch",
          patch="horovod-0.28.1-no-distutils.patch"),
     Rule("keras3", "caveat", "<=0.28.1", tensorflow=">=2.16",
          explanation="TensorFlow >= 2.16 ships Keras 3: horovod.tensorflow.keras."
@@ -117,9 +127,9 @@ RULES: tuple[Rule, ...] = (
          evidence="Horovod issue #4290; here with tensorflow-cpu 2.21.0 (Keras 3.15), 2 ranks "
          "over Gloo: the Keras optimizer left the ranks' weights 0.23 apart after 8 steps; "
          "the tape with v.value kept them identical (difference 0.0)"),
-    Rule("untested-torch", "caveat", "==0.28.1", torch=">2.13",
-         explanation="newer than any PyTorch this table has built against; "
-         "the cxx17 patch is applied, but the build is untested",
+    Rule("untested-torch", "caveat", "==0.28.1", torch=">=2.15",
+         explanation="newer than any PyTorch this table has built against (2.14.1); "
+         "the cxx-standard patch is applied, but the build is untested",
          evidence="none yet"),
     Rule("untested-tensorflow", "caveat", "==0.28.1", tensorflow=">2.21",
          explanation="newer than any TensorFlow this table has built against; untested",
@@ -144,6 +154,27 @@ BUILD_NOTES = (
      "in one process can hang); without such a wheel, a module's NCCL_HOME, else Horovod's "
      "search of the CUDA toolkit. Verified here against a wheel-shaped folder; the H100 run "
      "that found the gap made the same home by hand."),
+)
+
+# What a GPU build does about CUDA itself (provision/scripts/horovod.sh, hpcprov/cuda_arch.py)
+BUILD_NOTES += (
+    ("The CUDA toolkit, found as the toolkit is",
+     "A GPU build takes CUDA_HOME, else CUDA_PATH, else follows the nvcc on PATH to its "
+     "toolkit (`nvcc -v --dryrun` names its TOP: a wrapper script or symlink outside the "
+     "toolkit, as /usr/local/bin/nvcc on this project's machines, leads there too), and "
+     "exports it as CUDA_HOME/CUDA_PATH (PyTorch's extension machinery, CMake's "
+     "FindCUDAToolkit) and HOROVOD_CUDA_HOME (Horovod's CMake), with its bin/ first on PATH, "
+     "for the build only. Before this, the wrapper's prefix (/usr/local) was taken for the "
+     "CUDA root: `Could NOT find CUDAToolkit`, then `FOUND_LIB_cudart NOTFOUND`. Verified "
+     "every CI run with the CUDA 13.0 toolkit behind such a wrapper."),
+    ("CUDA's architecture window",
+     "Each CUDA release targets a window of GPU architectures (CUDA 12 dropped sm_35/37, "
+     "CUDA 13 dropped everything below sm_75; sm_90 needs CUDA >= 11.8). `hpcprov site "
+     "check` and `hpcprov setup` refuse a GPU partition outside the window of the CUDA it "
+     "is built with before anything is built, naming the CUDA to load instead. The CUDA is "
+     "the version in the partition's build modules (cuda/11.4, CUDA/12.1.1), else, where "
+     "it loads no build modules, what the nvcc at hand lists (`nvcc --list-gpu-arch`); the "
+     "windows are in the table below."),
 )
 
 # Not a build question but a launch one, listed in the same table for the docs.

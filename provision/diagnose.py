@@ -123,13 +123,94 @@ _RULES: tuple[tuple[re.Pattern[str], str | _Explain], ...] = (
      "Horovod's C++ build failed: the first 'error:' in the log names the cause"),
 )
 
+# The first real error of a failed build, wherever it is in the log: a compiler's
+# (`file:line:col: error:` / `fatal error:`), nvcc's (`nvcc fatal : ...`), CMake's (`Could NOT
+# find X`). The lines that follow it are usually its consequences.
+_BUILD_ERROR = re.compile(
+    r"(?P<where>[^\s:]+\.(?:c|cc|cpp|cxx|cu|cuh|h|hpp|hh|inl)(?::\d+)+): "
+    r"(?P<kind>fatal error|error): (?P<what>.+)"
+    r"|(?P<nvcc>nvcc fatal\s*:\s*.+)"
+    r"|(?P<cmake>Could NOT find \S+.*)"
+    r"|(?P<notfound>\b[A-Za-z_]*FOUND_LIB_\w+[^\n]*NOTFOUND.*)")
+# what a build error means, and its fix or the compatibility row it matches
+# (docs/compatibility.md), first match wins
+_BUILD_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"strong_ordering|three_way_comparable|requires '?-std=c\+\+20|"
+                r"C\+\+20 or (later|newer)"),
+     "PyTorch's headers need C++20 (compatibility row cxx-standard): the extension must "
+     "compile as the standard PyTorch uses; hpcprov reads it from torch/utils/"
+     "cpp_extension.py, so check that the environment's PyTorch is the one the build sees"),
+    (re.compile(r"Unsupported gpu architecture '?compute_(\d+)"),
+     "the build's CUDA cannot target sm_{0} (CUDA's architecture window, docs/"
+     "compatibility.md): build with a CUDA that can (`hpcprov site check` names which), or "
+     "set horovod.env.HOROVOD_BUILD_CUDA_CC_LIST"),
+    (re.compile(r"Python\.h: No such file"),
+     "the build found no Python headers: under Python >= 3.12 Horovod asked distutils for "
+     "them (compatibility row no-distutils); otherwise install the Python development "
+     "headers (python3-dev) or load the Python module with them"),
+    (re.compile(r"Could NOT find CUDAToolkit|FOUND_LIB_cudart\w* *NOTFOUND|"
+                r"FOUND_LIB_c10_cuda\w* *NOTFOUND"),
+     "CMake did not find the CUDA toolkit: set CUDA_HOME to the toolkit (the folder with "
+     "bin/nvcc) or load the site's CUDA module in modules.build"),
+    (re.compile(r"Could NOT find NCCL"),
+     "no NCCL for the GPU build: set horovod.env.HOROVOD_NCCL_HOME in the profile, load "
+     "the site's NCCL module, or use a PyTorch with the nvidia-nccl wheel"),
+    (re.compile(r"Could NOT find MPI"),
+     "no MPI for the build: load the site's MPI module in modules.build (or install "
+     "libopenmpi-dev), or drop mpi from horovod.controllers"),
+    (re.compile(r"'string' in namespace 'std' does not name|'logic_error' is not a member"),
+     "GCC 13's libstdc++ (compatibility row std-includes)"),
+    (re.compile(r"No space left on device"),
+     "the disk under the prefix is full: free space or choose another --prefix"),
+)
 
-def diagnose(log: str) -> str | None:
-    """The most specific explanation for a failed step's output, or None."""
+
+class BuildErrors:
+    """Keeps the first few real errors of a build as its lines stream by (bounded: the
+    whole log is never held), for :func:`diagnose`."""
+
+    KEEP = 3
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+
+    def feed(self, line: str) -> None:
+        if len(self.found) < self.KEEP and _BUILD_ERROR.search(line):
+            self.found.append(line.strip()[:400])
+
+
+def _first_build_error(lines: list[str]) -> str | None:
+    """The first real build error among these lines, in one or two lines: the error itself
+    (file:line: and message), then the fix or compatibility row it matches."""
+    for line in lines:
+        m = _BUILD_ERROR.search(line)
+        if not m:
+            continue
+        if m["where"]:
+            text = f"{m['where']}: {m['kind']}: {m['what'].strip()}"
+        else:
+            text = (m["nvcc"] or m["cmake"] or m["notfound"]).strip()
+        text = f"the build's first error: {text[:300]}"
+        for pattern, hint in _BUILD_HINTS:
+            h = pattern.search(line)
+            if h:
+                groups = [g for g in h.groups() if g] or [""]
+                return f"{text}\n  {hint.format(groups[0])}"
+        return f"{text}\n  (the lines after it in the log are its consequences)"
+    return None
+
+
+def diagnose(log: str, first_errors: list[str] | None = None) -> str | None:
+    """The most specific explanation for a failed step's output, or None. ``first_errors``:
+    the first real errors of a build (:class:`BuildErrors`), which may lie before the part
+    of the output kept in ``log``."""
     errors = [ln.split("hpcprov: error: ", 1)[1] for ln in log.splitlines()
               if "hpcprov: error: " in ln]
     if errors:
         return errors[-1].strip()
+    found = _first_build_error([*(first_errors or []), *log.splitlines()])
+    if found:
+        return found
     for pattern, text in _RULES:
         match = pattern.search(log)
         if match and callable(text):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcprov.provision.cuda_arch import cc_list
+from hpcprov.cuda_arch import cc_list
 
 if TYPE_CHECKING:
     from hpcprov.model import HorovodBuild, Site

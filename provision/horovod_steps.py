@@ -165,6 +165,9 @@ def _compile_lines(site: Site) -> list[str]:
         else:
             lines.append(apply)
     lines.append(join(["hpcprov_cmake_below", str(CMAKE_MAX_MAJOR + 1), *idx]))
+    if "pytorch" in hvd.frameworks and any(p.name.endswith("cxx-standard.patch")
+                                           for p in patches_for(site)):
+        lines.append("hpcprov_torch_cxx_standard")
     lines += [
         env_prefix(site_build_env(site))
         + join(["python", "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
@@ -182,6 +185,12 @@ def _nccl_lines(site: Site) -> list[str]:
     return [write, join(["hpcprov_nccl_home", path])]
 
 
+def builds_cuda(site: Site) -> bool:
+    """A GPU build with CUDA (NVIDIA): it compiles with the CUDA toolkit (hpcprov_cuda_home)."""
+    hvd = site.horovod
+    return bool(hvd.gpu_operations or hvd.gpu_allreduce) and gpu_vendor(site) != "amd"
+
+
 def build_lines(site: Site) -> list[str]:
     """Build Horovod (or install it from the wheelhouse when this ABI was built before)."""
     return [
@@ -190,6 +199,7 @@ def build_lines(site: Site) -> list[str]:
               *BUILD_REQUIREMENTS]),
         'mkdir -p "$STATE/programs"',
         program_file("abi_facts.py")[0],
+        *(["hpcprov_cuda_home"] if builds_cuda(site) else []),
         *_nccl_lines(site),
         key_line(site),
         "if ! " + join(["hpcprov_wheelhouse_get", *site.paths.wheelhouse_trust]) + "; then",

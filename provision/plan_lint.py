@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hpcprov.cuda_arch import CudaTargets, cc_list, cuda_findings
 from hpcprov.findings import Finding
 from hpcprov.provision.compat import for_site
-from hpcprov.provision.cuda_arch import cc_list
 from hpcprov.provision.horovod import gpu_vendor
 
 if TYPE_CHECKING:
@@ -15,10 +15,11 @@ if TYPE_CHECKING:
     from hpcprov.provision.plan import Plan
 
 
-def lint_plan(plan: Plan, site: Site) -> list[Finding]:
-    """Problems of a setup plan: steps that need the internet where there is none, and the
+def lint_plan(plan: Plan, site: Site, nvcc: CudaTargets | None = None) -> list[Finding]:
+    """Problems of a setup plan: steps that need the internet where there is none, the
     Horovod x framework combinations the compatibility table knows to be bad (errors) or
-    to have caveats (warnings)."""
+    to have caveats (warnings), and GPUs the build's CUDA cannot target (errors; ``nvcc``:
+    what the nvcc at hand targets, where the build modules name no CUDA)."""
     findings = []
     for match in for_site(site):
         if match.rule.verdict == "bad":
@@ -29,6 +30,8 @@ def lint_plan(plan: Plan, site: Site) -> list[Finding]:
             findings.append(Finding("warning", f"compat-{match.rule.id}", match.message(),
                                     "see docs/compatibility.md"))
     findings += _cuda_arch(site)
+    findings += [Finding("error", "cuda-target", problem, fix)
+                 for _, problem, fix in cuda_findings(site, nvcc, this_build=True)]
     if plan.runs_on != "compute" or site.policies.compute_internet:
         return findings
     return findings + [

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcprov.errors import HpcprovError
-from hpcprov.provision.diagnose import diagnose
+from hpcprov.provision.diagnose import BuildErrors, diagnose
 from hpcprov.provision.journal import Journal, StepRecord
 from hpcprov.provision.plan import Plan, fingerprints, render_script
 from hpcprov.provision.progress import Reporter
@@ -265,6 +265,7 @@ class Runner:
         self.reporter.begin(index, total, step)
         t0 = time.monotonic()
         tail: collections.deque[str] = collections.deque(maxlen=400)
+        first_errors = BuildErrors()  # the build's first errors, wherever they are
         log_error: OSError | None = None
         proc: subprocess.Popen[bytes] | None = None
         try:
@@ -282,6 +283,7 @@ class Runner:
                 for raw in proc.stdout:
                     text = raw.decode(errors="replace").rstrip("\n")
                     tail.append(text)
+                    first_errors.feed(text)
                     if log is not None:
                         try:
                             log.write(raw)
@@ -315,7 +317,8 @@ class Runner:
                 self.reporter.note("    last lines of the output:")
                 for ln in lines[-15:]:
                     self.reporter.note("    | " + ln)
-            why = diagnose("\n".join(lines)) or _full_disk(self.prefix) or "see the log"
+            why = (diagnose("\n".join(lines), first_errors.found) or _full_disk(self.prefix)
+                   or "see the log")
             raise SetupFailed(
                 f"step {step.id} failed (exit {code}): {why}\n"
                 f"log: {log_path}\n"

@@ -6,7 +6,7 @@ import pytest
 from hpcprov_tests import write_profile
 
 from hpcprov.profiles import load_site
-from hpcprov.provision.cuda_arch import capability, cc_list
+from hpcprov.cuda_arch import capability, cc_list
 
 
 @pytest.mark.parametrize(("model", "cc"), [

@@ -202,7 +202,9 @@ def _env_record(j: JobResult, rec: dict, gpus_expected: int) -> list[Outcome]:
     if gpus_expected:
         seen = int(rec.get("gpus_visible", 0))
         out.append(Outcome("env", f"{j.id} gpus", "pass" if seen >= gpus_expected else "fail",
-                           seen, f">= {gpus_expected}", "GPUs", host))
+                           seen, f">= {gpus_expected}", "GPUs", host,
+                           "" if seen else "no GPU visible: the GPU checks were not run; "
+                           "--device cpu checks the CPU paths"))
     return out
 
 

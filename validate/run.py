@@ -188,6 +188,20 @@ def _judge(o: Options, results: list[JobResult]) -> list[Outcome]:
                  gpus_expected=part.gpus.count if o.device == "cuda" else 0)
 
 
+def _no_gpu_seen(o: Options, results: list[JobResult]) -> str | None:
+    """Why a GPU validation stops after its env check: a node that sees no GPU (every GPU
+    job would fail there, each for the same reason), or None."""
+    if o.device != "cuda" or not o.site.partitions[o.partition].gpus.count:
+        return None
+    blind = sorted({str(rec.get("host", "?")) for r in results if r.check == "env"
+                    for rec in r.records if "gpus_visible" in rec
+                    and not int(rec.get("gpus_visible") or 0)})
+    if not blind:
+        return None
+    return (f"no GPU visible on {', '.join(blind)}: stopped after the env check (the GPU "
+            "checks would all fail there); --device cpu checks the CPU paths")
+
+
 def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,
                    timeout_s: float, pending_timeout_s: float | None = None,
                    progress: Callable[[str], None] = lambda s: None) -> dict:
@@ -198,10 +212,15 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
     rounds = _Rounds(o, prefix, rundir, executor, timeout_s, pending_timeout_s, progress)
     results: list[JobResult] = []
     links: dict | None = None
+    stopped: str | None = None
     try:
         for rnd in job_rounds(plan_jobs(o)):
             results += rounds.run(rnd)
-        if "links" in o.checks:  # the one search check
+            stopped = _no_gpu_seen(o, results)
+            if stopped:
+                progress(stopped)
+                break
+        if "links" in o.checks and not stopped:  # the one search check
             found, links = _search_links(o, rounds)
             results += found
     finally:
@@ -216,7 +235,8 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
         "seconds": seconds, "jobs_seconds": rounds.busy,
         "overhead_s": max(0.0, seconds - rounds.busy),
         "rundir": str(rundir), "scheduler": executor.name,
-        "ok": not any(x.status in ("fail", "error") for x in outcomes),
+        "ok": not any(x.status in ("fail", "error") for x in outcomes) and not stopped,
+        "stopped": stopped,
         "outcomes": [x.to_json() for x in outcomes],
         "jobs": [{"id": r.id, "check": r.check, "impl": r.impl, "state": r.state,
                   "exit_code": r.exit_code, "node_list": r.pinned or r.node_list,

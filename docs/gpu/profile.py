@@ -3,8 +3,10 @@ the node's GPUs, a venv over the PyTorch the node already has, Horovod 0.28.1 wi
 Gloo, installed offline from the kit's wheels folder.
 
 usage: python profile.py WORK WHEELS GPUS MODEL TORCH_VERSION [--system-site-packages]
-(run.sh passes what `nvidia-smi -L` and the node's Python say; --system-site-packages when
-PyTorch is in the system Python's site-packages rather than on PYTHONPATH). Prints the path.
+(run.sh passes what `nvidia-smi -L` and the node's Python say, TORCH_VERSION as pip knows it:
+the wheel's metadata, 2.14.1, not torch.__version__'s 2.14.1+cu130, which no installed wheel
+satisfies; --system-site-packages when PyTorch is in the system Python's site-packages rather
+than on PYTHONPATH). Prints the path.
 """
 
 import os
@@ -22,8 +24,11 @@ def profile(work: str, wheels: str, gpus: int, model: str, torch_version: str,
         "login_hosts": [],
         "paths": {"scratch": work, "prefix": "{scratch}/env"},
         "modules": {"system": "none"},
+        # one rank per GPU, a CPU each: where the node has fewer cores than GPUs (a small
+        # build machine standing in for a GPU node), the ranks share them (no scheduler here
+        # counts CPUs), so the profile passes `site check` on any core count
         "partitions": {"gpu": {"description": model, "nodes": 1,
-                               "cores_per_node": os.cpu_count() or 1,
+                               "cores_per_node": max(os.cpu_count() or 1, gpus),
                                "gpus": {"count": gpus, "model": model}, "default": True}},
         "policies": {"compute_internet": False, "conda_allowed": False},
         "python": {"backend": "venv", "env_name": "horovod",

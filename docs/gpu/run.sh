@@ -5,26 +5,48 @@
 #
 # usage: run.sh FOLDER [OUT]    (FOLDER: what prepare.sh made; OUT: logs, default FOLDER/out)
 # WORK (default /tmp/hpcprov-gpu) holds hpcprov, the profile, the environment and the wheelhouse.
+#
+# Without a GPU (no nvidia-smi, or it lists none) the same script runs in its no-GPU mode for
+# the node that GPUS and MODEL describe (e.g. GPUS=4 MODEL="H100 80GB HBM3"): it builds for
+# that GPU, runs setup (build, horovodrun -cb, the 2-process proof) and doctor, and stops
+# before validate, which needs a GPU. Exit status: 0 when every step that ran passed.
 set -uo pipefail
 folder=$(cd "${1:?usage: run.sh FOLDER [OUT]}" && pwd)
 out=${2:-$folder/out}
 work=${WORK:-/tmp/hpcprov-gpu}
 mkdir -p "$out" "$work"
 exec > >(tee "$out/run.log") 2>&1
+failed=0
 
 echo "== the node"
-nvidia-smi -L
+gpu_list=$(nvidia-smi -L 2>/dev/null | grep '^GPU ' || true)
+if [ -n "$gpu_list" ]; then
+  echo "$gpu_list"
+  gpus=$(grep -c '^GPU ' <<<"$gpu_list")
+  model=$(sed -n '1s/^GPU [0-9]*: \(.*\) (UUID.*/\1/p' <<<"$gpu_list")
+  mode=gpu
+else
+  gpus=${GPUS:-}
+  model=${MODEL:-}
+  if [ -z "$gpus" ] || [ -z "$model" ]; then
+    echo "no GPU here (nvidia-smi lists none): for the no-GPU mode, say which node to build" \
+      "for, e.g. GPUS=4 MODEL='H100 80GB HBM3' bash $0 $folder"
+    exit 3
+  fi
+  echo "no GPU here: the no-GPU mode for $gpus x $model (build, -cb, proof, doctor; no validate)"
+  mode=no-gpu
+fi
 python3 -V
 g++ --version | head -n 1
 nvcc --version 2>/dev/null | tail -n 1
 cmake --version 2>/dev/null | head -n 1 || echo "no cmake on PATH"
 nproc
-python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available(),
-"nccl", torch.cuda.nccl.version(), "from", torch.__file__)' \
+python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda,
+"available", torch.cuda.is_available(), "nccl", torch.cuda.nccl.version(), "from", torch.__file__)' \
   || { echo "no PyTorch here: load its module first"; exit 3; }
-torch_version=$(python3 -c 'import torch; print(torch.__version__)')
-gpus=$(nvidia-smi -L | grep -c '^GPU ')
-model=$(nvidia-smi -L | sed -n '1s/^GPU [0-9]*: \(.*\) (UUID.*/\1/p')
+# the version pip knows the installed wheel by (2.14.1), not torch.__version__ (2.14.1+cu130):
+# a pin on the local label is satisfied by no wheel's metadata, so an offline pip finds nothing
+torch_version=$(python3 -c 'from importlib.metadata import version; print(version("torch"))')
 # PyTorch in the system Python itself (not on PYTHONPATH): the environment sees it through
 # --system-site-packages
 system=()
@@ -33,34 +55,48 @@ if PYTHONPATH='' python3 -c 'import torch' 2>/dev/null; then
 fi
 
 echo "== hpcprov, into its own venv (the node's PyTorch stays visible through PYTHONPATH)"
+rm -rf "$work/hpcprov"
 python3 -m venv "$work/hpcprov"
 "$work/hpcprov/bin/python" -m pip install -q --no-index --find-links "$folder/wheels" hpcprov \
   || exit 3
 hp="$work/hpcprov/bin/hpcprov"
 
-echo "== the profile: one node, no scheduler, the GPUs nvidia-smi lists"
+echo "== the profile: one node, no scheduler, $gpus x $model"
 site=$("$work/hpcprov/bin/python" "$folder/profile.py" "$work" "$folder/wheels" "$gpus" \
   "$model" "$torch_version" "${system[@]}") || exit 3
 cat "$site"
 "$hp" site check "$site" || exit 3
-export HPCPROV_WHEELHOUSE="$work/wheelhouse"
+export HPCPROV_WHEELHOUSE="${HPCPROV_WHEELHOUSE:-$work/wheelhouse}"
 
 echo "== hpcprov setup"
 SECONDS=0
 "$hp" setup --site "$site" --verbose
-echo "setup rc=$? in ${SECONDS}s"
+rc=$?
+echo "setup rc=$rc in ${SECONDS}s"
+[ "$rc" -eq 0 ] || failed=$rc
 mkdir -p "$out/logs"
 cp "$work"/env/.hpcprov/logs/* "$out/logs/" 2>/dev/null
 cp "$work/env/.hpcprov/manifest.json" "$out/" 2>/dev/null
 
-echo "== hpcprov validate (the default device: cuda, the partition has GPUs)"
-SECONDS=0
-"$hp" validate --site "$site" --env "$work/env" --nodes 1 --report "$out/report.md" --json \
-  > "$out/validate.json"
-echo "validate rc=$? in ${SECONDS}s"
-head -c 4000 "$out/validate.json"; echo
+if [ "$mode" = gpu ] && [ "$failed" -eq 0 ]; then
+  echo "== hpcprov validate (the default device: cuda, the partition has GPUs)"
+  SECONDS=0
+  "$hp" validate --site "$site" --env "$work/env" --nodes 1 --report "$out/report.md" --json \
+    > "$out/validate.json"
+  rc=$?
+  echo "validate rc=$rc in ${SECONDS}s"
+  [ "$rc" -eq 0 ] || failed=$rc
+  head -c 4000 "$out/validate.json"; echo
+else
+  why="the no-GPU mode: it needs a GPU"
+  [ "$failed" -eq 0 ] || why="setup failed"
+  echo "== hpcprov validate: not run ($why)"
+fi
 
 echo "== hpcprov doctor"
 "$hp" doctor --prefix "$work/env" --json > "$out/doctor.json"
-echo "doctor rc=$?"
+rc=$?
+echo "doctor rc=$rc"
+[ "$rc" -eq 0 ] || [ "$failed" -ne 0 ] || failed=$rc
 echo "logs, manifest, validate.json, report.md, doctor.json: $out"
+exit "$failed"

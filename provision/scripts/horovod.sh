@@ -11,7 +11,8 @@
 # the same facts must always print the same text): Horovod's version, the digest of the
 # patches, the HOROVOD_* build variables, what the Python program ABI_PROGRAM prints
 # (Python, platform and libc, framework versions), mpicc's real path and `mpirun --version`,
-# the C++ compiler's real path and version, `nvcc --version` and NCCL's version from nccl.h.
+# the C++ compiler's real path and version, the C++ standard the PyTorch extension compiles
+# as, `nvcc --version` and NCCL's version from nccl.h.
 hpcprov_horovod_key() {
   local mpicc cxx nccl_h="" d
   printf '%s\n' "horovod=$1" "patches=$2" "build-env=$3"
@@ -24,6 +25,7 @@ hpcprov_horovod_key() {
   echo "cxx=${cxx:+$(readlink -f "$cxx")} $("${CXX:-c++}" --version 2>/dev/null \
     | head -n 1 | cut -d' ' -f2- || true)"
   echo "stdlib=libstdc++ $(hpcprov_build_fact libstdc++)"
+  echo "torch-cxx=$(hpcprov_build_fact torch-cxx)"
   echo "cuda=$(nvcc --version 2>/dev/null | tail -n 1 || true)"
   for d in "${HOROVOD_NCCL_HOME:-}" "${NCCL_HOME:-}" "${CUDA_HOME:-}"; do
     if [ -n "$d" ] && [ -f "$d/include/nccl.h" ]; then
@@ -37,14 +39,30 @@ hpcprov_horovod_key() {
 
 # hpcprov_build_fact NAME: print a fact of the build's toolchain that decides a patch
 # (provision/compat.py, BUILD_FACTS): libstdc++ (the major release of the C++ standard library
-# $CXX, else c++, compiles against, from _GLIBCXX_RELEASE; empty for another library) or
-# python (the environment's major.minor).
+# $CXX, else c++, compiles against, from _GLIBCXX_RELEASE; empty for another library), python
+# (the environment's major.minor) or torch-cxx (the C++ standard, 17 or 20, that the
+# environment's PyTorch compiles its extensions with: its headers need it).
 hpcprov_build_fact() {
   case "$1" in
     libstdc++)
       printf '#include <cstddef>\n_GLIBCXX_RELEASE\n' | "${CXX:-c++}" -E -x c++ - 2>/dev/null \
         | tail -n 1 | grep -E '^[0-9]+$' || true ;;
     python) python -c 'import sys; print("%d.%d" % sys.version_info[:2])' ;;
+    torch-cxx)
+      # the newest -std=c++NN that torch's extension machinery (torch/utils/cpp_extension.py)
+      # compiles extensions with, read as text (importing torch takes seconds); empty
+      # without torch
+      python - <<'HPCPROV_PY' 2>/dev/null || true
+import importlib.util, os, re
+spec = importlib.util.find_spec("torch")
+path = os.path.join(os.path.dirname(spec.origin), "utils", "cpp_extension.py") if spec and spec.origin else ""
+if os.path.isfile(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        found = [int(n) for n in re.findall(r"-std=c\+\+(\d+)", f.read(4000000))]
+    if found:
+        print(max(found))
+HPCPROV_PY
+      ;;
     *) hpcprov_error "unknown build fact $1"; return 2 ;;
   esac
 }
@@ -91,6 +109,52 @@ hpcprov_cmake_below() {
   export PATH="$dir/cmake/data/bin:$PATH"
   hash -r
   echo "hpcprov: building with $(cmake --version | head -n 1)"
+}
+
+# hpcprov_torch_cxx_standard: the C++ standard Horovod's PyTorch extension compiles as: the one
+# the environment's PyTorch compiles its own extensions with (torch-cxx: 20 from PyTorch 2.14,
+# whose headers use <compare>; 17 before), else 17. Exported as HOROVOD_TORCH_CXX_STANDARD,
+# which the cxx-standard patch reads in horovod/torch/CMakeLists.txt.
+hpcprov_torch_cxx_standard() {
+  local std
+  std=$(hpcprov_build_fact torch-cxx)
+  export HOROVOD_TORCH_CXX_STANDARD="${std:-17}"
+  if [ -n "$std" ]; then
+    echo "hpcprov: the PyTorch extension compiles as C++$std, as this PyTorch's own do"
+  else
+    echo "hpcprov: the PyTorch extension compiles as C++17 (PyTorch names no standard)"
+  fi
+}
+
+# hpcprov_cuda_home: the CUDA toolkit a GPU build compiles with, found as the toolkit is:
+# CUDA_HOME, else CUDA_PATH, else the nvcc on PATH followed to its toolkit (`nvcc -v --dryrun`
+# names its TOP, so a wrapper script or a symlink outside the toolkit leads there too). Exports
+# it as CUDA_HOME and CUDA_PATH (PyTorch's extension machinery, CMake's FindCUDAToolkit) and
+# HOROVOD_CUDA_HOME (Horovod's CMake), and puts its bin/ first on PATH, all for the build only.
+hpcprov_cuda_home() {
+  local home="${CUDA_HOME:-${CUDA_PATH:-}}" how nvcc top
+  if [ -n "${CUDA_HOME:-}" ]; then
+    how=CUDA_HOME
+  elif [ -n "$home" ]; then
+    how=CUDA_PATH
+  elif nvcc=$(command -v nvcc); then
+    top=$(nvcc -v --dryrun -c -x cu /dev/null -o /dev/null 2>&1 | sed -n 's/^#\$ TOP=//p' \
+      | head -n 1)
+    home=$(cd "${top:-$(dirname "$(readlink -f "$nvcc")")/..}" 2>/dev/null && pwd -P) || home=""
+    how="the nvcc on PATH, $nvcc"
+  else
+    hpcprov_error "no CUDA toolkit for the GPU build: no nvcc on PATH and neither CUDA_HOME" \
+      "nor CUDA_PATH set: load the site's CUDA module in modules.build (or set CUDA_HOME)"
+    return 3
+  fi
+  if [ ! -x "$home/bin/nvcc" ]; then
+    hpcprov_error "the CUDA toolkit from $how, '$home', has no bin/nvcc: set CUDA_HOME to" \
+      "the toolkit's folder (the one with bin/nvcc, include/cuda_runtime.h)"
+    return 3
+  fi
+  export CUDA_HOME="$home" CUDA_PATH="$home" HOROVOD_CUDA_HOME="$home" PATH="$home/bin:$PATH"
+  hash -r
+  echo "hpcprov: CUDA toolkit $home (from $how): $(nvcc --version | tail -n 1)"
 }
 
 # hpcprov_nccl_home PROGRAM: which NCCL a GPU build links. One named by the site
