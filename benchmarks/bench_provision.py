@@ -78,7 +78,7 @@ def _bare(prefix: Path, env: dict[str, str]) -> float:
     here = Path(__file__).resolve().parent
     proof = here.parent / "provision" / "programs" / "allreduce_pytorch.py"
     patches = [str(here.parent / "provision" / "patches" / f"horovod-0.28.1-{name}.patch")
-               for name in ("cxx17", "build-type")]  # what hpcprov applies for local here
+               for name in ("cxx-standard", "build-type")]  # what hpcprov applies for local here
     t0 = time.perf_counter()
     Process(["bash", str(here / "bare_setup.sh"), str(prefix), str(proof), *patches], env,
             timeout=3600).once()

@@ -276,9 +276,15 @@ class Stubs:
         scripts["curl"] = _LOG + _CURL
         # the build uses the cmake on PATH only when it is 3.x (else it installs cmake<4)
         scripts["cmake"] = _LOG + 'echo "cmake version 3.25.1"\n'
+        # nvcc on PATH leads to a CUDA toolkit elsewhere, as a wrapper does (hpcprov_cuda_home)
+        toolkit = root / "cuda"
+        scripts["nvcc"] = _LOG + ('case "$*" in *--dryrun*) echo "#\\$ TOP=' + str(toolkit)
+                                  + '/bin/.." >&2;; *) echo "Cuda compilation tools, release '
+                                  '13.0, V13.0.88";; esac\n')
         for name in failing:
             scripts[name] = _LOG + "exit 1\n"
-        for name, text in scripts.items():
+        (toolkit / "bin").mkdir(parents=True, exist_ok=True)
+        for name, text in [*scripts.items(), ("../cuda/bin/nvcc", scripts["nvcc"])]:
             path = stubs.bin / name
             path.write_text(text, encoding="utf-8")
             path.chmod(0o755)

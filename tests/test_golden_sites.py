@@ -315,9 +315,12 @@ def test_cc_torchrun_launch_is_the_seed_line(capsys: pytest.CaptureFixture[str],
     out = run_ok(capsys, "launch", "--site", "cc", "-N", "2", "-G", "4", *launcher,
                  "-o", "account=def-pi", "--", "python", *script)
     w = words(out.strip().splitlines()[-1])
-    t = w.index("torchrun")
+    # the seed's torchrun, as the environment's Python runs it (issue 24: a torchrun script on
+    # PATH may be another Python's)
+    t = w.index("torch.distributed.run") - 2
+    assert w[t:t + 2] == ["python", "-m"]
     assert set(w[:t]) == {"srun", "--ntasks-per-node=1", "--ntasks=2"}
-    torchrun = w[t:]
+    torchrun = w[t + 3:]
     assert {"--nnodes=2", "--nproc_per_node=4", "--rdzv_backend=c10d",
             "--rdzv_id=$SLURM_JOB_ID"} <= set(torchrun)
     endpoint = [x for x in torchrun if x.startswith("--rdzv_endpoint=")]
@@ -335,7 +338,7 @@ def test_cc_jobscript_one_task_per_node_and_account(capsys: pytest.CaptureFixtur
     assert d["gres"] == "gpu:v100l:4"  # the site's public docs: --gres=gpu:v100l:4
     (load,) = module_load_lines(out)
     assert set(words(load)[2:]) == CC_MODULES
-    assert "torchrun" in words(last_command(out))
+    assert "torch.distributed.run" in words(last_command(out))
 
 
 def test_cc_mpirun_jobscript_one_task_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:

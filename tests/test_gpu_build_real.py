@@ -177,3 +177,44 @@ def test_the_proof_passes_and_doctor_is_healthy(run: GpuRun) -> None:
     doctor = json.loads((run.dir / "out" / "doctor.json").read_text())
     assert doctor["ok"], doctor
     assert "validate: not run (the no-GPU mode" in run.output
+
+
+def _validate(run: GpuRun, tmp_path: Path, *args: str) -> tuple[int, dict, str]:
+    """`hpcprov validate` of the recipe's node profile in the built environment, by the
+    hpcprov the recipe installed, with the node's PyTorch on PYTHONPATH as its module sets."""
+    hp = run.dir / "work" / "hpcprov" / "bin" / "hpcprov"
+    env = {**os.environ, "PYTHONPATH": str(run.torch),
+           "HPCPROV_HISTORY": str(tmp_path / "history")}
+    proc = subprocess.run([str(hp), "validate", "--site", str(run.dir / "work" / "gpu-node.yaml"),
+                           "--env", str(run.prefix), "--nodes", "1", "--workdir",
+                           str(tmp_path / "run"), "--json", "--max-bytes", "65536", "--iters",
+                           "2", "--steps", "4", *args], capture_output=True, text=True, env=env,
+                          timeout=900, stdin=subprocess.DEVNULL)
+    return proc.returncode, json.loads(proc.stdout or "{}"), proc.stderr
+
+
+def test_a_gpu_validation_without_a_gpu_stops_after_the_env_check(run: GpuRun,
+                                                                   tmp_path: Path) -> None:
+    assert run.rc == 0, run.output[-3000:]
+    rc, data, err = _validate(run, tmp_path)              # the default device: cuda
+    assert rc == 1 and not data["ok"], err[-3000:]
+    assert [j["check"] for j in data["jobs"]] == ["env"]  # no GPU job was started
+    assert "no GPU visible on" in data["stopped"] and "--device cpu" in data["stopped"]
+    gpus = [o for o in data["outcomes"] if o["name"].endswith(" gpus")]
+    assert gpus and all(o["status"] == "fail" and o["measured"] == 0 for o in gpus)
+    # everything but the GPUs is fine: the environment's imports and -cb (NCCL included)
+    status = {o["name"]: o["status"] for o in data["outcomes"]}
+    assert status["env imports"] == "pass" and status["env horovodrun -cb"] == "pass"
+
+
+def test_torch_jobs_run_with_the_environments_python(run: GpuRun, tmp_path: Path) -> None:
+    """torchrun by name would be another Python's (this machine's system one has torch
+    2.13.0 and a CPU Horovod); `python -m torch.distributed.run` is the environment's."""
+    assert run.rc == 0, run.output[-3000:]
+    rc, data, err = _validate(run, tmp_path, "--device", "cpu", "--checks", "env,allreduce")
+    status = {o["name"]: o["status"] for o in data["outcomes"]}
+    assert rc == 0 and data["ok"], (status, err[-3000:])
+    assert status["allreduce-torch-gloo correctness"] == "pass"
+    assert status["env horovodrun -cb"] == "pass"
+    script = (tmp_path / "run" / "allreduce-torch-gloo.sh").read_text()
+    assert "python -m torch.distributed.run" in script and "\ntorchrun " not in script

@@ -10,6 +10,8 @@ installs, made here with its real file names; docs/gpu.md says what that leaves 
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -88,7 +90,7 @@ def conditional_patch_lines(site_name: str) -> list[str]:
 
 def test_build_time_patches_are_guarded_by_their_facts_in_the_plan() -> None:
     cpu = conditional_patch_lines("local")
-    assert cpu[0].startswith("hpcprov_file_horovod_0_28_1_cxx17_patch |")
+    assert cpu[0].startswith("hpcprov_file_horovod_0_28_1_cxx_standard_patch |")
     assert "if hpcprov_at_least libstdc++ 13; then" in cpu
     assert "if hpcprov_at_least python 3.12; then" in cpu
     assert not any("cuda-std14" in ln for ln in cpu)        # a CPU build
@@ -120,10 +122,10 @@ def unpacked(sdist: Path, into: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("site_name", "stdlib", "want"), [
-    ("local", "12", {"cxx17", "build-type"}),
-    ("local", "13", {"cxx17", "std-includes", "build-type"}),
-    ("local", "14", {"cxx17", "std-includes", "build-type"}),  # a CPU build: no CUDA kernels
-    ("neuron", "14", {"std-includes", "cuda-std14", "build-type"}),  # torch 1.12: no cxx17
+    ("local", "12", {"cxx-standard", "build-type"}),
+    ("local", "13", {"cxx-standard", "std-includes", "build-type"}),
+    ("local", "14", {"cxx-standard", "std-includes", "build-type"}),  # a CPU build: no CUDA kernels
+    ("neuron", "14", {"std-includes", "cuda-std14", "build-type"}),  # torch 1.12: no cxx-standard
 ])
 def test_the_build_applies_the_patches_its_toolchain_needs(
         sdist: Path, tmp_path: Path, site_name: str, stdlib: str, want: set[str]) -> None:
@@ -168,6 +170,151 @@ def test_the_distutils_patch_lets_horovodrun_load_without_distutils(sdist: Path,
                            text=True, timeout=60)
     assert after.returncode == 0, after.stderr
     assert after.stdout.strip().endswith("/sh")
+
+
+@pytest.mark.slow
+def test_the_distutils_patch_gives_the_torch_extension_pythons_headers(sdist: Path,
+                                                                      tmp_path: Path) -> None:
+    """horovod/torch/CMakeLists.txt asks Python for its include folder; with distutils gone
+    (Python 3.12) the unpatched command prints nothing (then 'Python.h: No such file' at
+    97%), the patched one names the folder that holds Python.h."""
+    src = unpacked(sdist, tmp_path / "src")
+    cmake = src / "horovod" / "torch" / "CMakeLists.txt"
+
+    def include_dir() -> subprocess.CompletedProcess[str]:
+        (command,) = re.findall(r'\$\{PY_EXE\} -c "([^"]*get_\w*inc\w*[^"]*|[^"]*'
+                                r'sysconfig[^"]*)"', cmake.read_text())
+        blocked = ("import sys; sys.modules['distutils'] = sys.modules['distutils.sysconfig']"
+                   " = None; ")
+        return subprocess.run([sys.executable, "-c", blocked + command], capture_output=True,
+                              text=True, timeout=60)
+
+    before = include_dir()
+    assert before.returncode != 0 and before.stdout == ""
+    patch = Path(__file__).resolve().parents[1] / "provision/patches"
+    subprocess.run(["patch", "-p1", "--forward", "-i",
+                    str(patch / "horovod-0.28.1-no-distutils.patch")], cwd=src, check=True,
+                   capture_output=True)
+    assert "distutils" not in cmake.read_text()
+    after = include_dir()
+    assert after.returncode == 0, after.stderr
+    assert (Path(after.stdout.strip()) / "Python.h").is_file()
+
+
+# ---- the C++ standard of the PyTorch extension ---------------------------------------------
+
+def fake_torch(root: Path, std: str | None) -> Path:
+    """A torch package whose extension machinery compiles with -std=c++STD (none: no flag)."""
+    pkg = root / "torch"
+    (pkg / "utils").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('never imported: read as text')\n")
+    # an older standard named in passing does not count: the newest one does
+    text = f"# an example: -std=c++14\ncommon_cflags += ['-std=c++{std}', '-fPIC']\n" \
+        if std else "common_cflags = ['-fPIC']\n"
+    (pkg / "utils" / "cpp_extension.py").write_text(text)
+    return root
+
+
+@pytest.mark.parametrize(("std", "want"), [("17", "17"), ("20", "20"), (None, "")])
+def test_the_torch_extension_standard_is_read_from_the_pytorch_built_against(
+        tmp_path: Path, std: str | None, want: str) -> None:
+    site = fake_torch(tmp_path / "site", std)
+    env = {"PATH": f"{python_bin(tmp_path)}:/usr/bin:/bin", "PYTHONPATH": str(site)}
+    proc = bash(tmp_path, "hpcprov_build_fact torch-cxx; hpcprov_torch_cxx_standard; "
+                          'echo "std=$HOROVOD_TORCH_CXX_STANDARD"', env)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == want if want else not lines[0].isdigit()
+    assert lines[-1] == f"std={want or '17'}"
+
+
+def test_a_real_pytorch_names_its_standard(tmp_path: Path) -> None:
+    """The PyTorch this interpreter has (CI: 2.13.0, C++17; a CUDA 2.14.1 folder on
+    HPCPROV_TEST_TORCH_CUDA: C++20)."""
+    cases = [(None, sys.executable)]
+    torch_cuda = os.environ.get("HPCPROV_TEST_TORCH_CUDA")
+    if torch_cuda:
+        cases.append((torch_cuda, sys.executable))
+    for pythonpath, _ in cases:
+        env = {"PATH": f"{python_bin(tmp_path)}:/usr/bin:/bin",
+               **({"PYTHONPATH": pythonpath} if pythonpath else {})}
+        probe = subprocess.run([sys.executable, "-c", "import importlib.metadata as m; "
+                                "print(m.version('torch'))"], capture_output=True, text=True,
+                               env={**os.environ, **env})
+        if probe.returncode != 0:
+            continue
+        version = tuple(int(x) for x in probe.stdout.split("+")[0].split(".")[:2])
+        proc = bash(tmp_path, "hpcprov_build_fact torch-cxx", env)
+        assert proc.stdout.strip() == ("20" if version >= (2, 14) else "17"), probe.stdout
+
+
+def test_every_pytorch_build_takes_its_standard_from_pytorch() -> None:
+    """CPU builds included: the cxx-standard patch and the line that reads the standard."""
+    for name in ("local", "neuron"):
+        lines = [ln.strip() for ln in build_lines(load_site(name))]
+        assert ("hpcprov_torch_cxx_standard" in lines) == (name == "local")  # torch 1.12: no
+
+
+# ---- the CUDA toolkit, found as the toolkit is ---------------------------------------------
+
+def toolkit(root: Path) -> Path:
+    """A CUDA toolkit folder whose nvcc answers `-v --dryrun` as the real one does."""
+    (root / "bin").mkdir(parents=True)
+    nvcc = root / "bin" / "nvcc"
+    # the real nvcc names its own file's folder (not the name it was called by)
+    nvcc.write_text("#!/bin/sh\ncase \"$*\" in *--dryrun*) echo \"#\\$ TOP=$(dirname "
+                    "\"$(readlink -f \"$0\")\")/..\""
+                    " >&2;; *--version*) echo 'Cuda compilation tools, release 12.4';; esac\n")
+    nvcc.chmod(0o755)
+    return root
+
+
+@pytest.mark.parametrize("how", ["wrapper", "symlink", "CUDA_HOME", "CUDA_PATH"])
+def test_the_cuda_home_is_the_toolkit_not_the_wrappers_folder(tmp_path: Path, how: str) -> None:
+    kit = toolkit(tmp_path / "cuda-12.4")
+    front = tmp_path / "front" / "bin"
+    front.mkdir(parents=True)
+    env = {"PATH": f"{front}:/usr/bin:/bin"}
+    if how == "wrapper":      # as /usr/local/bin/nvcc on this project's machines
+        (front / "nvcc").write_text(f'#!/bin/sh\nexec {kit}/bin/nvcc "$@"\n')
+        (front / "nvcc").chmod(0o755)
+    elif how == "symlink":
+        (front / "nvcc").symlink_to(kit / "bin" / "nvcc")
+    else:
+        env[how] = str(kit)
+    proc = bash(tmp_path, 'hpcprov_cuda_home && printf "%s\\n" "$CUDA_HOME" "$CUDA_PATH" '
+                          '"$HOROVOD_CUDA_HOME" "$(command -v nvcc)"', env)
+    assert proc.returncode == 0, proc.stderr
+    *said, home, path, hvd, nvcc = proc.stdout.splitlines()
+    assert home == path == hvd == str(kit.resolve()) if how in ("wrapper", "symlink") else \
+        home == path == hvd == str(kit)
+    assert nvcc == f"{home}/bin/nvcc"  # the toolkit's bin/ first on PATH, for the build
+    assert "release 12.4" in said[0]
+
+
+def test_the_real_nvcc_wrapper_leads_to_the_real_toolkit(tmp_path: Path) -> None:
+    wrapper = shutil.which("nvcc")
+    if wrapper is None:
+        pytest.skip("no nvcc on PATH")
+    proc = bash(tmp_path, 'hpcprov_cuda_home && echo "$CUDA_HOME"',
+                {"PATH": f"{Path(wrapper).parent}:/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    home = Path(proc.stdout.splitlines()[-1])
+    assert (home / "include" / "cuda_runtime.h").is_file() and (home / "bin" / "nvcc").is_file()
+
+
+def test_no_toolkit_is_one_line_with_the_fix(tmp_path: Path) -> None:
+    proc = bash(tmp_path, "hpcprov_cuda_home", {"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 3 and "load the site's CUDA module" in proc.stderr
+    proc = bash(tmp_path, "hpcprov_cuda_home", {"PATH": "/usr/bin:/bin", "CUDA_HOME": "/no"})
+    assert proc.returncode == 3 and "'/no', has no bin/nvcc" in proc.stderr
+
+
+def test_only_cuda_builds_look_for_the_toolkit_before_the_key() -> None:
+    gpu = [ln.strip() for ln in build_lines(load_site("neuron"))]
+    assert gpu.index("hpcprov_cuda_home") < next(i for i, ln in enumerate(gpu)
+                                                 if "hpcprov_horovod_key" in ln)
+    assert "hpcprov_cuda_home" not in [ln.strip() for ln in build_lines(load_site("local"))]
 
 
 # ---- NCCL from PyTorch's nvidia-nccl wheel ------------------------------------------------

@@ -142,7 +142,9 @@ def test_hostile_local_jobscripts_run_without_injection(hostile: Path, tmp_path:
     env = (stubs.home / "env.txt").read_text(encoding="utf-8")
     mix = LOCAL_HOSTILE["env"]["EVIL_MIX"].replace("$HOME", str(stubs.home))
     assert env == "`touch PWNED3`|" + mix
-    (call,) = stubs.calls(launcher)
+    # torchrun runs as the environment's `python -m torch.distributed.run`
+    (call,) = ([c for c in stubs.calls("python") if "torch.distributed.run" in c]
+               if launcher == "torchrun" else stubs.calls(launcher))
     assert call[-1] == "$(touch PWNED9)"
     args = LOCAL_HOSTILE["launchers"][launcher]["args"]
     assert contains_run(call, args)

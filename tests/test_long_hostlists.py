@@ -17,8 +17,9 @@ from hpcprov.profiles import load_site
 
 NODES = 10_000
 # every program a launch line may start, replaced by a function that prints its words
+# (python: torchrun runs as `python -m torch.distributed.run`)
 LAUNCHERS = ("srun", "mpirun", "horovodrun", "torchrun", "blaunch", "apptainer",
-             "singularity")
+             "singularity", "python")
 
 
 def _fake_schedulers(bindir: Path, work: Path) -> dict[str, str]:

@@ -892,7 +892,7 @@ def test_a_rank_wrapper_and_options_for_the_srun_in_front(
     assert words(srun)[-3:] == ["./select_gpu_device", "python", "x.py"]
     torch = words(run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-l", "torchrun",
                          "--", "python", "x.py").strip().splitlines()[-1])
-    assert torch.index("--exclusive") < torch.index("torchrun")
+    assert torch.index("--exclusive") < torch.index("torch.distributed.run")
     box = words(run_ok(capsys, "launch", "--site", str(path), "-N", "1", "-l", "container",
                        "--", "python", "x.py").strip().splitlines()[-1])
     assert box.index("--mpi=pmi2") < box.index("singularity")
@@ -1197,7 +1197,7 @@ def test_every_command_the_guide_and_the_site_page_print_runs(
 def test_launch_inside_an_allocation_demands_no_allocation_option(
         capsys: pytest.CaptureFixture[str]) -> None:
     res = cli(capsys, "launch", "--site", "cc", "--", "python", "x.py")
-    assert res.rc == 0 and "torchrun" in res.out, res.err
+    assert res.rc == 0 and "-m torch.distributed.run" in res.out, res.err
     res = cli(capsys, "launch", "--site", "cc", "--allocate", "--", "python", "x.py")
     assert res.rc == 2 and "--account is mandatory" in res.err
 

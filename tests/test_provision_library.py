@@ -56,7 +56,7 @@ def test_every_carried_file_prints_itself_byte_for_byte(tmp_path: Path) -> None:
     assert {e.source for e in files.values()} >= {
         "provision/programs/abi_facts.py", "provision/programs/allreduce_pytorch.py",
         "provision/programs/allreduce_tensorflow.py", "provision/programs/doctor_probe.py",
-        "provision/patches/horovod-0.28.1-cxx17.patch"}
+        "provision/patches/horovod-0.28.1-cxx-standard.patch"}
     for name, embedded in files.items():
         script = "\n".join([*library.render_file(name, embedded), name]) + "\n"
         proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True,

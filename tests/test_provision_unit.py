@@ -31,14 +31,15 @@ BUILD_TIME_GPU = ["std-includes", "cuda-std14", "build-type", "no-distutils"]
 
 
 @pytest.mark.parametrize(("horovod", "torch", "tf", "gpu", "want"), [
-    ("0.28.1", "2.13.0", None, False, ["cxx17", *BUILD_TIME_CPU]),
+    ("0.28.1", "2.13.0", None, False, ["cxx-standard", *BUILD_TIME_CPU]),
     ("0.28.1", "2.0.1", None, False, BUILD_TIME_CPU),
     ("0.28.1", "1.12.0", "2.10.0", True, BUILD_TIME_GPU),  # neuron: as the seed built it
-    ("0.28.1", "2.13.0", "2.21.0", False, ["cxx17", "tf-xla-cpu", *BUILD_TIME_CPU, "keras3"]),
-    ("0.28.1", "2.13.0", "2.21.0", True, ["cxx17", *BUILD_TIME_GPU, "keras3"]),
+    ("0.28.1", "2.13.0", "2.21.0", False, ["cxx-standard", "tf-xla-cpu", *BUILD_TIME_CPU, "keras3"]),
+    ("0.28.1", "2.13.0", "2.21.0", True, ["cxx-standard", *BUILD_TIME_GPU, "keras3"]),
     ("0.27.0", "2.1.0", None, False, ["old-horovod-torch2"]),
     ("0.29.0", None, None, False, ["unknown-horovod"]),
-    ("0.28.1", "2.14.0", None, False, ["cxx17", *BUILD_TIME_CPU, "untested-torch"]),
+    ("0.28.1", "2.14.1", None, False, ["cxx-standard", *BUILD_TIME_CPU]),
+    ("0.28.1", "2.15.0", None, False, ["cxx-standard", *BUILD_TIME_CPU, "untested-torch"]),
     ("0.21.1", "1.7.1", None, True, []),                # taurus
 ])
 def test_compatibility_rules(horovod: str, torch: str | None, tf: str | None, gpu: bool,
@@ -46,10 +47,10 @@ def test_compatibility_rules(horovod: str, torch: str | None, tf: str | None, gp
     assert ids(evaluate(horovod, torch, tf, gpu)) == want
 
 
-def test_local_build_always_applies_the_cxx17_patch_and_the_script_carries_it() -> None:
+def test_local_build_always_applies_the_cxx_standard_patch_and_the_script_carries_it() -> None:
     site = load_site("local")
     unconditional = [p for p in patches_for(site) if p.when is None]
-    assert [p.name for p in unconditional] == ["horovod-0.28.1-cxx17.patch",
+    assert [p.name for p in unconditional] == ["horovod-0.28.1-cxx-standard.patch",
                                                "horovod-0.28.1-build-type.patch"]
     name, text = unconditional[0].name, unconditional[0].text
     plan = build_plan(site)
@@ -65,7 +66,7 @@ def test_tensorflow_variant_gets_its_patches_and_the_keras3_warning(
         capsys: pytest.CaptureFixture[str]) -> None:
     site = load_site("local-tf")
     assert [p.name for p in patches_for(site) if p.when is None] == [
-        "horovod-0.28.1-cxx17.patch", "horovod-0.28.1-tf-xla-cpu.patch",
+        "horovod-0.28.1-cxx-standard.patch", "horovod-0.28.1-tf-xla-cpu.patch",
         "horovod-0.28.1-build-type.patch"]
     res = cli(capsys, "setup", "--site", "local-tf", "--dry-run")
     assert res.rc == 0
@@ -527,3 +528,52 @@ def test_a_failure_on_a_full_disk_says_so_when_the_tool_does_not(
     assert "disk under the prefix is full (3 MiB free" in (runner._full_disk(tmp_path) or "")
     monkeypatch.setattr(runner.shutil, "disk_usage", lambda p: usage._replace(free=2**34))
     assert runner._full_disk(tmp_path) is None
+
+
+# ---- build errors named (issue 24) ---------------------------------------------------------
+
+@pytest.mark.parametrize(("line", "needles"), [
+    ("/e/torch/include/c10/core/Scalar.h:9:12: error: 'strong_ordering' in namespace 'std' "
+     "does not name a type", ["Scalar.h:9:12: error: 'strong_ordering'", "cxx-standard"]),
+    ("nvcc fatal   : Unsupported gpu architecture 'compute_70'",
+     ["nvcc fatal", "cannot target sm_70", "site check"]),
+    ("  Could NOT find CUDAToolkit (missing: CUDAToolkit_INCLUDE_DIRECTORIES)",
+     ["Could NOT find CUDAToolkit", "set CUDA_HOME"]),
+    ("-- FOUND_LIB_cudart NOTFOUND", ["FOUND_LIB_cudart NOTFOUND", "set CUDA_HOME"]),
+    ("/b/horovod/torch/mpi_ops_v2.cc:16:10: fatal error: Python.h: No such file or directory",
+     ["fatal error: Python.h", "no-distutils"]),
+    ("x/group_table.h:30:8: error: 'string' in namespace 'std' does not name a type",
+     ["group_table.h:30:8", "std-includes"]),
+    ("q.cu(3): a.cu:3:1: error: something new", ["a.cu:3:1: error: something new",
+                                                 "consequences"]),
+])
+def test_a_failed_build_is_named_by_its_first_error(line: str, needles: list[str]) -> None:
+    log = "\n".join(["-- configuring", line, *[f"noise {i}" for i in range(50)],
+                     "error: command '/usr/bin/g++' failed with exit code 1",
+                     "ERROR: Failed building wheel for horovod"])
+    why = diagnose(log) or ""
+    assert why.startswith("the build's first error: ") and len(why.splitlines()) == 2, why
+    assert all(n in why for n in needles), why
+
+
+def test_the_first_error_is_found_beyond_the_kept_tail(tmp_path: Path) -> None:
+    """A real step fails: its first compiler error printed 2,000 lines before the end (the
+    runner keeps 400), then the consequences; the failure names that first error."""
+    from dataclasses import replace
+
+    from hpcprov.profiles import load_site
+    from hpcprov.provision.plan import Step, build_plan
+    from hpcprov.provision.progress import make_reporter
+    from hpcprov.provision.runner import Runner, SetupFailed
+
+    plan = build_plan(load_site("local"), str(tmp_path / "p"))
+    step = Step("build-horovod", "a build that fails", (
+        "echo 'src/first.cc:12:3: error: the real cause'",
+        "for i in $(seq 2000); do echo \"[ 50%] Building CXX object obj$i.o\"; done",
+        "echo 'src/later.cc:1:1: error: a consequence'", "exit 2"))
+    plan = replace(plan, steps=(step,))
+    with pytest.raises(SetupFailed) as failed:
+        Runner(plan, make_reporter(quiet=True), prefix_path=tmp_path / "p").run()
+    message = str(failed.value)
+    assert "the build's first error: src/first.cc:12:3: error: the real cause" in message
+    assert "see the log" not in message and "later.cc" not in message

@@ -59,10 +59,10 @@ def test_torchrun_starts_once_per_host_with_blaunch(tmp_path: Path,
               "--no-activate", "--", "python", "train.py")
     assert res.rc == 0, res.err
     launch = res.out.rstrip().split("\n\n")[-1]  # the host file lines and the launch
-    # run the launch with blaunch and torchrun replaced by printers, on a host file with
-    # one line per slot as LSF writes it
+    # run the launch with blaunch and python (torchrun is `python -m torch.distributed.run`)
+    # replaced by printers, on a host file with one line per slot as LSF writes it
     (tmp_path / "bin").mkdir()
-    for tool in ("blaunch", "torchrun"):
+    for tool in ("blaunch", "python"):
         exe = tmp_path / "bin" / tool
         exe.write_text(f'#!/bin/bash\necho {tool} "$@"\n' + (
             'cat "$2"; shift 2; exec "$@"\n' if tool == "blaunch" else ""))
