@@ -105,7 +105,7 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 
 def _extension(run: GpuRun) -> Path:
-    (path,) = run.prefix.glob("lib/python3*/site-packages/horovod/torch/mpi_lib_v2*.so")
+    (path,) = run.prefix.glob("venvs/*/lib/python3*/site-packages/horovod/torch/mpi_lib_v2*.so")
     return path
 
 
