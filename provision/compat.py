@@ -60,15 +60,17 @@ RULES: tuple[Rule, ...] = (
          f"use Horovod {LAST_HOROVOD} (hpcprov patches it for newer PyTorch)",
          evidence="Horovod 0.28.0 release notes (PyTorch 2.0 support)"),
     Rule("cxx-standard", "patch", "==0.28.1", torch=">=2.1",
-         explanation="PyTorch's headers need the C++ standard PyTorch compiles extensions "
-         "with (C++17 from 2.1; C++20 from 2.14, whose headers use std::strong_ordering), "
+         explanation="PyTorch's headers need C++17 from 2.1 and C++20 from 2.14 (they use "
+         "std::strong_ordering); the torch extension compiles as the standard PyTorch's own "
+         "extension machinery uses (C++20 in 2.13 and 2.14), "
          "Horovod 0.28.1 asks for C++14: the patch raises CMakeLists.txt to 17 and lets "
          "horovod/torch/CMakeLists.txt take HOROVOD_TORCH_CXX_STANDARD, which the build step "
          "reads from the PyTorch it builds against (the -std=c++NN of torch/utils/"
          "cpp_extension.py), CPU and GPU builds alike; CXXFLAGS cannot do it, the CMake files "
          "strip -std=",
-         evidence="built here: torch 2.13.0 (C++17), g++ 12, Open MPI 4.1.4, CMake 3.25: -cb "
-         "shows PyTorch, MPI, Gloo; torch 2.14.1+cu130 (C++20) with CUDA 13.0 and NCCL "
+         evidence="built here: torch 2.13.0 (C++17 before, C++20 now), g++ 12, Open MPI "
+         "4.1.4, CMake 3.25: -cb shows PyTorch, MPI, Gloo; torch 2.14.1+cu130 (C++20) with "
+         "CUDA 13.0 and NCCL "
          "2.30.7, every CI run: -cb shows PyTorch, Gloo, NCCL (C++17 stops at 94%: "
          "'strong_ordering' in namespace 'std' does not name a type)",
          patch="horovod-0.28.1-cxx-standard.patch"),

@@ -229,8 +229,9 @@ def test_the_torch_extension_standard_is_read_from_the_pytorch_built_against(
 
 
 def test_a_real_pytorch_names_its_standard(tmp_path: Path) -> None:
-    """The PyTorch this interpreter has (CI: 2.13.0, C++17; a CUDA 2.14.1 folder on
-    HPCPROV_TEST_TORCH_CUDA: C++20)."""
+    """The PyTorch this interpreter has (CI: 2.13.0) and a CUDA 2.14.1 folder on
+    HPCPROV_TEST_TORCH_CUDA: both compile their extensions as C++20 (2.14's headers need it;
+    2.13's still compile as C++17, as Horovod builds with it before showed)."""
     cases = [(None, sys.executable)]
     torch_cuda = os.environ.get("HPCPROV_TEST_TORCH_CUDA")
     if torch_cuda:
@@ -245,7 +246,7 @@ def test_a_real_pytorch_names_its_standard(tmp_path: Path) -> None:
             continue
         version = tuple(int(x) for x in probe.stdout.split("+")[0].split(".")[:2])
         proc = bash(tmp_path, "hpcprov_build_fact torch-cxx", env)
-        assert proc.stdout.strip() == ("20" if version >= (2, 14) else "17"), probe.stdout
+        assert proc.stdout.strip() == ("20" if version >= (2, 13) else "17"), probe.stdout
 
 
 def test_every_pytorch_build_takes_its_standard_from_pytorch() -> None:
@@ -521,3 +522,26 @@ def test_the_recipes_kit_installs_hpcprov_without_the_index(tmp_path: Path) -> N
     sites = subprocess.run([str(tmp_path / "venv/bin/hpcprov"), "sites"], capture_output=True,
                            text=True, timeout=120)
     assert sites.returncode == 0 and "local" in sites.stdout
+
+
+# ---- the recipe's profile ------------------------------------------------------------------
+
+@pytest.mark.parametrize("cores", [1, 2, 64])
+def test_the_recipes_profile_passes_site_check_on_any_core_count(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int) -> None:
+    import importlib.util
+
+    from hpcprov.lint import site_check_errors
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "gpu" / "profile.py"
+    spec = importlib.util.spec_from_file_location("gpu_profile", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(module.os, "cpu_count", lambda: cores)
+    assert module.main(["profile.py", str(tmp_path), str(tmp_path / "wheels"), "4",
+                        "H100 80GB HBM3", "2.14.1"]) == 0
+    profile = tmp_path / "gpu-node.yaml"
+    assert site_check_errors(profile) == []
+    # pinned as pip knows the wheel (its metadata), which an offline pip can satisfy
+    assert '"2.14.1"' in profile.read_text() or "version: 2.14.1" in profile.read_text()

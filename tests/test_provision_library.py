@@ -4,6 +4,7 @@ byte, only what a plan calls, and a step's fingerprint covering exactly what it 
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import subprocess
@@ -143,15 +144,19 @@ def test_the_key_text_is_what_published_keys_hold(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     abi = subprocess.run([str(bin_dir / "python"), str(REPO / "provision/programs/abi_facts.py")],
                          capture_output=True, text=True, timeout=60).stdout
-    # patches= changed on purpose twice (2026-11-23: the build-time patches for GCC 13/14
-    # and Python 3.12 joined the table, then the build-type patch with Release builds, which
-    # also added HOROVOD_CMAKE_BUILD_TYPE), and stdlib= was added (the fact those follow)
-    want = ("horovod=0.28.1\npatches=900f4a984140e888\nbuild-env=HOROVOD_WITHOUT_TENSORFLOW=1 "
+    # patches= changed on purpose three times (2026-11-23: the build-time patches for GCC
+    # 13/14 and Python 3.12 joined the table, then the build-type patch with Release builds,
+    # which also added HOROVOD_CMAKE_BUILD_TYPE; 2026-11-25: the C++ standard read from
+    # PyTorch and the second distutils use), stdlib= was added (the fact those follow), and
+    # torch-cxx= (the standard the PyTorch extension compiles as: torch 2.13.0 here: 20)
+    torch_cxx = "20" if importlib.util.find_spec("torch") else ""
+    want = ("horovod=0.28.1\npatches=02cda683461b1a0a\nbuild-env=HOROVOD_WITHOUT_TENSORFLOW=1 "
             "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 "
             "HOROVOD_WITH_GLOO=1 HOROVOD_CMAKE_BUILD_TYPE=Release\n"
             f"{abi}mpi={os.path.realpath(bin_dir / 'mpicc')} "
             f"mpirun (Open MPI) 4.1.4\ncxx={os.path.realpath(bin_dir / 'c++')} "
-            "(Debian 12.2.0-14+deb12u1) 12.2.0\nstdlib=libstdc++ \ncuda=\nnccl=\n")
+            f"(Debian 12.2.0-14+deb12u1) 12.2.0\nstdlib=libstdc++ \ntorch-cxx={torch_cxx}\n"
+            "cuda=\nnccl=\n")
     assert proc.stdout == want
     # the same compiler called g++ (as a module's CXX=g++ does) gives the same key text
     (bin_dir / "g++").symlink_to(bin_dir / "c++")

@@ -34,7 +34,8 @@ BUILD_TIME_GPU = ["std-includes", "cuda-std14", "build-type", "no-distutils"]
     ("0.28.1", "2.13.0", None, False, ["cxx-standard", *BUILD_TIME_CPU]),
     ("0.28.1", "2.0.1", None, False, BUILD_TIME_CPU),
     ("0.28.1", "1.12.0", "2.10.0", True, BUILD_TIME_GPU),  # neuron: as the seed built it
-    ("0.28.1", "2.13.0", "2.21.0", False, ["cxx-standard", "tf-xla-cpu", *BUILD_TIME_CPU, "keras3"]),
+    ("0.28.1", "2.13.0", "2.21.0", False,
+     ["cxx-standard", "tf-xla-cpu", *BUILD_TIME_CPU, "keras3"]),
     ("0.28.1", "2.13.0", "2.21.0", True, ["cxx-standard", *BUILD_TIME_GPU, "keras3"]),
     ("0.27.0", "2.1.0", None, False, ["old-horovod-torch2"]),
     ("0.29.0", None, None, False, ["unknown-horovod"]),
