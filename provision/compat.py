@@ -71,7 +71,8 @@ RULES: tuple[Rule, ...] = (
          evidence="built here: torch 2.13.0 (C++17 before, C++20 now), g++ 12, Open MPI "
          "4.1.4, CMake 3.25: -cb shows PyTorch, MPI, Gloo; torch 2.14.1+cu130 (C++20) with "
          "CUDA 13.0 and NCCL "
-         "2.30.7, every CI run: -cb shows PyTorch, Gloo, NCCL (C++17 stops at 94%: "
+         "2.30.7, every CI run: -cb shows PyTorch, Gloo, NCCL (as reported when the gap was "
+         "found, C++17 stops at 94%: "
          "'strong_ordering' in namespace 'std' does not name a type)",
          patch="horovod-0.28.1-cxx-standard.patch"),
     Rule("tf-xla-cpu", "patch", "==0.28.1", tensorflow=">=2.6", gpu=False,

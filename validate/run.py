@@ -194,8 +194,7 @@ def _no_gpu_seen(o: Options, results: list[JobResult]) -> str | None:
     if o.device != "cuda" or not o.site.partitions[o.partition].gpus.count:
         return None
     blind = sorted({str(rec.get("host", "?")) for r in results if r.check == "env"
-                    for rec in r.records if "gpus_visible" in rec
-                    and not int(rec.get("gpus_visible") or 0)})
+                    for rec in r.records if rec.get("gpus_visible", None) in (0, "0")})
     if not blind:
         return None
     return (f"no GPU visible on {', '.join(blind)}: stopped after the env check (the GPU "
