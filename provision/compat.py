@@ -24,8 +24,8 @@ LAST_HOROVOD = "0.28.1"
 BUILD_FACTS = {
     "libstdc++": "the C++ standard library's release (_GLIBCXX_RELEASE from $CXX, else c++)",
     "python": "the environment's Python (major.minor)",
-    "torch-cxx": "the C++ standard the environment's PyTorch compiles its extensions with "
-    "(the -std=c++NN of torch/utils/cpp_extension.py)",
+    "torch-cxx": "the C++ standard the environment's PyTorch headers demand (the "
+    "__cplusplus check of torch/all.h: 201703L is C++17, 202002L C++20)",
 }
 
 
@@ -61,15 +61,13 @@ RULES: tuple[Rule, ...] = (
          evidence="Horovod 0.28.0 release notes (PyTorch 2.0 support)"),
     Rule("cxx-standard", "patch", "==0.28.1", torch=">=2.1",
          explanation="PyTorch's headers need C++17 from 2.1 and C++20 from 2.14 (they use "
-         "std::strong_ordering); the torch extension compiles as the standard PyTorch's own "
-         "extension machinery uses (C++20 in 2.13 and 2.14), "
+         "std::strong_ordering; torch/all.h stops any compile below the standard it needs), "
          "Horovod 0.28.1 asks for C++14: the patch raises CMakeLists.txt to 17 and lets "
          "horovod/torch/CMakeLists.txt take HOROVOD_TORCH_CXX_STANDARD, which the build step "
-         "reads from the PyTorch it builds against (the -std=c++NN of torch/utils/"
-         "cpp_extension.py), CPU and GPU builds alike; CXXFLAGS cannot do it, the CMake files "
-         "strip -std=",
-         evidence="built here: torch 2.13.0 (C++17 before, C++20 now), g++ 12, Open MPI "
-         "4.1.4, CMake 3.25: -cb shows PyTorch, MPI, Gloo; torch 2.14.1+cu130 (C++20) with "
+         "reads from the PyTorch it builds against (the __cplusplus check of torch/all.h), CPU "
+         "and GPU builds alike; CXXFLAGS cannot do it, the CMake files strip -std=",
+         evidence="built here: torch 2.13.0 (C++17), g++ 12, Open MPI 4.1.4, CMake 3.25: -cb "
+         "shows PyTorch, MPI, Gloo; torch 2.14.1+cu130 (C++20) with "
          "CUDA 13.0 and NCCL "
          "2.30.7, every CI run: -cb shows PyTorch, Gloo, NCCL (as reported when the gap was "
          "found, C++17 stops at 94%: "

@@ -138,8 +138,8 @@ _BUILD_HINTS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"strong_ordering|three_way_comparable|requires '?-std=c\+\+20|"
                 r"C\+\+20 or (later|newer)"),
      "PyTorch's headers need C++20 (compatibility row cxx-standard): the extension must "
-     "compile as the standard PyTorch uses; hpcprov reads it from torch/utils/"
-     "cpp_extension.py, so check that the environment's PyTorch is the one the build sees"),
+     "compile as the standard they demand; hpcprov reads it from torch/all.h, so check "
+     "that the environment's PyTorch is the one the build sees"),
     (re.compile(r"Unsupported gpu architecture '?compute_(\d+)"),
      "the build's CUDA cannot target sm_{0} (CUDA's architecture window, docs/"
      "compatibility.md): build with a CUDA that can (`hpcprov site check` names which), or "

@@ -204,14 +204,16 @@ def test_the_distutils_patch_gives_the_torch_extension_pythons_headers(sdist: Pa
 # ---- the C++ standard of the PyTorch extension ---------------------------------------------
 
 def fake_torch(root: Path, std: str | None) -> Path:
-    """A torch package whose extension machinery compiles with -std=c++STD (none: no flag)."""
+    """A torch package whose headers demand C++STD as PyTorch's do (torch/all.h stops a
+    compile below it); None: headers without that check."""
     pkg = root / "torch"
-    (pkg / "utils").mkdir(parents=True)
+    header = pkg / "include" / "torch" / "csrc" / "api" / "include" / "torch" / "all.h"
+    header.parent.mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise ImportError('never imported: read as text')\n")
-    # an older standard named in passing does not count: the newest one does
-    text = f"# an example: -std=c++14\ncommon_cflags += ['-std=c++{std}', '-fPIC']\n" \
-        if std else "common_cflags = ['-fPIC']\n"
-    (pkg / "utils" / "cpp_extension.py").write_text(text)
+    value = {"17": "201703L", "20": "202002L"}.get(std or "")
+    check = (f"#if !defined(_MSC_VER) && __cplusplus < {value}\n#error C++{std} or later "
+             "compatible compiler is required to use PyTorch.\n#endif\n") if value else ""
+    header.write_text("#pragma once\n\n" + check + "#include <torch/cuda.h>\n")
     return root
 
 
@@ -229,9 +231,8 @@ def test_the_torch_extension_standard_is_read_from_the_pytorch_built_against(
 
 
 def test_a_real_pytorch_names_its_standard(tmp_path: Path) -> None:
-    """The PyTorch this interpreter has (CI: 2.13.0) and a CUDA 2.14.1 folder on
-    HPCPROV_TEST_TORCH_CUDA: both compile their extensions as C++20 (2.14's headers need it;
-    2.13's still compile as C++17, as Horovod builds with it before showed)."""
+    """The PyTorch this interpreter has (CI: 2.13.0, whose headers demand C++17) and a CUDA
+    2.14.1 folder on HPCPROV_TEST_TORCH_CUDA (C++20)."""
     cases = [(None, sys.executable)]
     torch_cuda = os.environ.get("HPCPROV_TEST_TORCH_CUDA")
     if torch_cuda:
@@ -246,7 +247,7 @@ def test_a_real_pytorch_names_its_standard(tmp_path: Path) -> None:
             continue
         version = tuple(int(x) for x in probe.stdout.split("+")[0].split(".")[:2])
         proc = bash(tmp_path, "hpcprov_build_fact torch-cxx", env)
-        assert proc.stdout.strip() == ("20" if version >= (2, 13) else "17"), probe.stdout
+        assert proc.stdout.strip() == ("20" if version >= (2, 14) else "17"), probe.stdout
 
 
 def test_every_pytorch_build_takes_its_standard_from_pytorch() -> None:

@@ -148,9 +148,9 @@ def test_the_key_text_is_what_published_keys_hold(tmp_path: Path) -> None:
     # 13/14 and Python 3.12 joined the table, then the build-type patch with Release builds,
     # which also added HOROVOD_CMAKE_BUILD_TYPE; 2026-11-25: the C++ standard read from
     # PyTorch and the second distutils use), stdlib= was added (the fact those follow), and
-    # torch-cxx= (the standard the PyTorch extension compiles as: torch 2.13.0 here: 20)
-    torch_cxx = "20" if importlib.util.find_spec("torch") else ""
-    want = ("horovod=0.28.1\npatches=02cda683461b1a0a\nbuild-env=HOROVOD_WITHOUT_TENSORFLOW=1 "
+    # torch-cxx= (the standard the PyTorch extension compiles as: torch 2.13.0 here: 17)
+    torch_cxx = "17" if importlib.util.find_spec("torch") else ""
+    want = ("horovod=0.28.1\npatches=edd3156fb18d2538\nbuild-env=HOROVOD_WITHOUT_TENSORFLOW=1 "
             "HOROVOD_WITH_PYTORCH=1 HOROVOD_WITHOUT_MXNET=1 HOROVOD_WITH_MPI=1 "
             "HOROVOD_WITH_GLOO=1 HOROVOD_CMAKE_BUILD_TYPE=Release\n"
             f"{abi}mpi={os.path.realpath(bin_dir / 'mpicc')} "

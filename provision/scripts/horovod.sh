@@ -41,7 +41,7 @@ hpcprov_horovod_key() {
 # (provision/compat.py, BUILD_FACTS): libstdc++ (the major release of the C++ standard library
 # $CXX, else c++, compiles against, from _GLIBCXX_RELEASE; empty for another library), python
 # (the environment's major.minor) or torch-cxx (the C++ standard, 17 or 20, that the
-# environment's PyTorch compiles its extensions with: its headers need it).
+# environment's PyTorch headers demand).
 hpcprov_build_fact() {
   case "$1" in
     libstdc++)
@@ -49,18 +49,19 @@ hpcprov_build_fact() {
         | tail -n 1 | grep -E '^[0-9]+$' || true ;;
     python) python -c 'import sys; print("%d.%d" % sys.version_info[:2])' ;;
     torch-cxx)
-      # the newest -std=c++NN that torch's extension machinery (torch/utils/cpp_extension.py)
-      # compiles extensions with, read as text (importing torch takes seconds); empty
-      # without torch
+      # the C++ standard the environment's PyTorch headers demand: torch/all.h stops any
+      # compile below it (`#if ... __cplusplus < 202002L` / `#error`: 20 from PyTorch 2.14,
+      # 17 from 2.1), read as text (importing torch takes seconds); empty without torch
       python - <<'HPCPROV_PY' 2>/dev/null || true
 import importlib.util, os, re
 spec = importlib.util.find_spec("torch")
-path = os.path.join(os.path.dirname(spec.origin), "utils", "cpp_extension.py") if spec and spec.origin else ""
-if os.path.isfile(path):
+root = os.path.dirname(spec.origin) if spec and spec.origin else ""
+path = os.path.join(root, "include", "torch", "csrc", "api", "include", "torch", "all.h")
+if root and os.path.isfile(path):
     with open(path, encoding="utf-8", errors="replace") as f:
-        found = [int(n) for n in re.findall(r"-std=c\+\+(\d+)", f.read(4000000))]
-    if found:
-        print(max(found))
+        m = re.search(r"__cplusplus\s*<\s*(\d{4})(\d\d)L", f.read(1000000))
+    if m:
+        print(int(m.group(1)) % 100)  # 201703L: C++17, 202002L: C++20
 HPCPROV_PY
       ;;
     *) hpcprov_error "unknown build fact $1"; return 2 ;;
@@ -112,15 +113,15 @@ hpcprov_cmake_below() {
 }
 
 # hpcprov_torch_cxx_standard: the C++ standard Horovod's PyTorch extension compiles as: the one
-# the environment's PyTorch compiles its own extensions with (torch-cxx: 20 from PyTorch 2.14,
-# whose headers use <compare>; 17 before), else 17. Exported as HOROVOD_TORCH_CXX_STANDARD,
+# the environment's PyTorch headers demand (torch-cxx: 20 from PyTorch 2.14, whose headers use
+# <compare>; 17 before), else 17. Exported as HOROVOD_TORCH_CXX_STANDARD,
 # which the cxx-standard patch reads in horovod/torch/CMakeLists.txt.
 hpcprov_torch_cxx_standard() {
   local std
   std=$(hpcprov_build_fact torch-cxx)
   export HOROVOD_TORCH_CXX_STANDARD="${std:-17}"
   if [ -n "$std" ]; then
-    echo "hpcprov: the PyTorch extension compiles as C++$std, as this PyTorch's own do"
+    echo "hpcprov: the PyTorch extension compiles as C++$std, which this PyTorch's headers need"
   else
     echo "hpcprov: the PyTorch extension compiles as C++17 (PyTorch names no standard)"
   fi
