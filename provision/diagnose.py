@@ -119,7 +119,8 @@ _RULES: tuple[tuple[re.Pattern[str], str | _Explain], ...] = (
      "re-runs the build when the framework changes)"),
     (re.compile(r"CMake Error"),
      "Horovod's CMake configure failed: the log above says which dependency it did not find"),
-    (re.compile(r"error: command .* failed|[^ ]+\.(cc|cpp|h):\d+:\d+: error:"),
+    # a compiler's own `file:line:col: error:` is named by _first_build_error, before these
+    (re.compile(r"error: command .* failed"),
      "Horovod's C++ build failed: the first 'error:' in the log names the cause"),
 )
 

@@ -141,10 +141,10 @@ def key_line(site: Site) -> str:
 
 
 def links_wheel_nccl(site: Site) -> bool:
-    """The build uses NCCL and the profile names none: look for PyTorch's (nccl_home.py)."""
+    """The build uses NCCL and the profile names none: look for PyTorch's (nccl_home.py).
+    A CUDA build only: RCCL comes with ROCm, not a pip wheel."""
     hvd = site.horovod
-    return ("nccl" in (hvd.gpu_operations, hvd.gpu_allreduce)
-            and gpu_vendor(site) != "amd"  # RCCL comes with ROCm, not a pip wheel
+    return ("nccl" in (hvd.gpu_operations, hvd.gpu_allreduce) and builds_cuda(site)
             and "HOROVOD_NCCL_HOME" not in site_build_env(site))
 
 
