@@ -34,7 +34,7 @@ REFERENCES = {  # what any command pays before hpcprov's own code runs
     "`import click`": ["-c", "import click"],
     "`import yaml`": ["-c", "import yaml"],
     "`from pydantic import BaseModel`": ["-c", "from pydantic import BaseModel"],
-    "`import hpcprov.model` (the site model classes)": ["-c", "import hpcprov.model"],
+    "`import hpcprov.site.model` (the site model classes)": ["-c", "import hpcprov.site.model"],
 }
 METHOD = f"""\
 Each row is the wall time of a whole process (`subprocess.run`, `time.perf_counter`: start,
@@ -51,7 +51,7 @@ measured too. Commands run with only the bundled profiles (empty
 (`PYTHONDONTWRITEBYTECODE` removed: a wheel install is byte-compiled, an editable one writes
 `__pycache__` on first use; the warm-up run does that). Three cases per command that reads
 a profile. *warm*: the user's profile cache (`$XDG_CACHE_HOME/hpcprov/profiles`, see
-`hpcprov/profile_cache.py`) holds the validated profiles, the usual case. *first run*: the
+`hpcprov/site/cache.py`) holds the validated profiles, the usual case. *first run*: the
 cache is emptied before every run, as on first use after installing: the bundled profiles
 are parsed and validated (then cached). *changed profile*: the cache is emptied before every
 run and the profiles are copies of the bundled ones with one comment line added, first on
@@ -73,7 +73,7 @@ def _hpcprov() -> list[str]:
     found = shutil.which("hpcprov")
     if found:
         return [found]
-    return [sys.executable, "-m", "hpcprov.cli"]
+    return [sys.executable, "-m", "hpcprov"]
 
 
 def _venv(ctx: Context, name: str, first: list[str], again: list[str] | None = None
@@ -154,7 +154,7 @@ def _wheel_install(ctx: Context) -> tuple[Path | None, str]:
 
 
 def _bundled_profiles() -> list[Path]:
-    from hpcprov.loader import bundled_site_dir
+    from hpcprov.site.loader import bundled_site_dir
 
     return sorted(bundled_site_dir().glob("*.yaml"))
 
@@ -194,8 +194,8 @@ def run(ctx: Context) -> list[Result]:
                     name = f"`hpcprov {label}`{suffix}"
                     cases[name], targets[name] = Process(argv, warm), TARGET
                     if not suffix:
-                        name = f"`python -m hpcprov.cli {label}`"
-                        cases[name] = Process([sys.executable, "-m", "hpcprov.cli", *args], warm)
+                        name = f"`python -m hpcprov {label}`"
+                        cases[name] = Process([sys.executable, "-m", "hpcprov", *args], warm)
                         targets[name] = TARGET
                     continue
                 name = f"`hpcprov {label}`, warm{suffix}"
@@ -259,7 +259,7 @@ def _analyse(ctx: Context, results: list[Result]) -> None:
     bare = by_name.get("interpreter without site hooks (`python -S -c pass`)")
     click = by_name.get("`import click`")
     pyd = by_name.get("`from pydantic import BaseModel`")
-    model = by_name.get("`import hpcprov.model` (the site model classes)")
+    model = by_name.get("`import hpcprov.site.model` (the site model classes)")
     if None in (start, bare, click, pyd, model):
         return
     assert start and bare and click and pyd and model
@@ -267,7 +267,7 @@ def _analyse(ctx: Context, results: list[Result]) -> None:
         f"**Where the time goes** (this run): the interpreter starts in {start * 1000:.0f} ms, "
         f"{(start - bare) * 1000:.0f} ms of it in site-packages start-up hooks (`.pth` files of "
         f"this installation); click adds {(click - start) * 1000:.0f} ms. A *warm* command "
-        f"reads its site from the profile cache as plain objects (`hpcprov/site_view.py`), so "
+        f"reads its site from the profile cache as plain objects (`hpcprov/site/view.py`), so "
         f"it imports neither PyYAML nor pydantic (the import rows show it). On a *first run* "
         f"or with a *changed profile* hpcprov parses and validates it: pydantic alone costs "
         f"{(pyd - start) * 1000:.0f} ms (pydantic-core's schema module imports "

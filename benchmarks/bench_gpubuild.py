@@ -62,7 +62,7 @@ def _build(base: Path, label: str, cc_list: str | None, env: dict[str, str]) -> 
     profile = work / "gpu-node.yaml"
     profile.write_text(yaml.safe_dump(data, sort_keys=False))
     run_env = {**env, "HPCPROV_WHEELHOUSE": str(work / "wheelhouse")}
-    proc = subprocess.run([sys.executable, "-m", "hpcprov.cli", "setup", "--site", str(profile),
+    proc = subprocess.run([sys.executable, "-m", "hpcprov", "setup", "--site", str(profile),
                            "--until", "build-horovod"], env=run_env, capture_output=True,
                           text=True, timeout=7200, stdin=subprocess.DEVNULL)
     if proc.returncode != 0:

@@ -58,7 +58,7 @@ CHECK_BUILD_NOTE = (
 
 def _hpcprov() -> list[str]:
     exe = Path(sys.executable).with_name("hpcprov")
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "hpcprov.cli"]
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "hpcprov"]
 
 
 def _setup(prefix: Path, env: dict[str, str]) -> tuple[float, dict[str, float]]:

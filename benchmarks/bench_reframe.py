@@ -18,7 +18,7 @@ from typing import Any
 from benchmarks import BenchError, Context, Result
 from benchmarks.bench_cli import _reframe
 from benchmarks.bench_verdict import PREFIX
-from hpcprov.shell import join, quote
+from hpcprov.core.shell import join, quote
 
 NAME = "reframe"
 TITLE = "Overhead per job beside ReFrame (one 2-node allreduce job on the testbed)"
@@ -44,7 +44,7 @@ MASTER_PORT {MASTER_PORT}, after the testbed's runtime modules are loaded with L
 venv of a prefix provisioned with `hpcprov setup --site testbed`
 (`HPCPROV_BENCH_TESTBED_PREFIX`, default `{PREFIX}`) is activated.
 
-- **hpcprov**: `python -m hpcprov.cli validate --site SITE --nodes 2 --device cpu --env
+- **hpcprov**: `python -m hpcprov validate --site SITE --nodes 2 --device cpu --env
   PREFIX --json --no-history --workdir DIR --allocation per-job --quick --checks allreduce`.
   `hpcprov validate` has no option to pick one implementation of the allreduce check, and on
   the testbed that check also submits the two Horovod jobs; SITE is therefore a profile that
@@ -203,7 +203,7 @@ def reframe_check(spec: Spec, sources: Path, args: tuple[str, ...] = PROGRAM_ARG
 def site_profile(folder: Path) -> Path:
     """A profile named testbed that extends the bundled one with no Horovod controllers, so
     `validate --checks allreduce` plans the torch gloo job alone."""
-    from hpcprov.loader import bundled_site_dir
+    from hpcprov.site.loader import bundled_site_dir
 
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "testbed.yaml"
@@ -271,7 +271,7 @@ def _split(wall: float, job: float, began: float, submitted: float, trap: tuple[
 
 
 def _hpcprov(site: Path, env: dict[str, str], work: Path) -> Run:
-    argv = [sys.executable, "-m", "hpcprov.cli", "validate", "--site", str(site), "--nodes",
+    argv = [sys.executable, "-m", "hpcprov", "validate", "--site", str(site), "--nodes",
             str(NODES), "--device", "cpu", "--env", PREFIX, "--json", "--no-history",
             "--workdir", str(work), "--allocation", "per-job", "--quick",
             "--checks", "allreduce"]
@@ -353,7 +353,7 @@ def run(ctx: Context) -> list[Result]:
     if reframe is None:
         return _unavailable(f"ReFrame: {rf_version}")
     env = tb.environ()
-    from hpcprov.profiles import load_site
+    from hpcprov.site.profiles import load_site
 
     site = site_profile(ctx.cache / "reframe-site")
     spec = spec_for(load_site(str(site)), PREFIX)  # untimed: caches the profile

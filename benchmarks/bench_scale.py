@@ -20,7 +20,7 @@ In-process timings (`time.perf_counter` around one call, after one untimed warm-
 the garbage collector on, as in real use). The {NODES:,}-node partition is the `neuron`
 profile's default partition (8 GPUs per node) copied to `big` with `nodes: {NODES}` and
 no per-user GPU cap, validated through `Site.model_validate` like any profile. A job script
-is what `hpcprov jobscript` does after loading the profile: lint (`hpcprov.lint.check`)
+is what `hpcprov jobscript` does after loading the profile: lint (`hpcprov.jobs.lint.check`)
 and `build_jobscript`; with `mpirun -H gpu[0001-1000]` the host list is expanded, checked
 and written into the launch line. Planning is `hpcprov.validate.plan.plan_jobs` for the
 pernode check with the partition's {NODES:,} node names; the row after it also writes the
@@ -29,7 +29,7 @@ prepares). Host lists: python-hostlist's `expand_hostlist` of `gpu[00001-{HOSTS:
 hpcprov's `expand_hosts` (the same, plus the check of every name that `--hosts` applies),
 and `collect_hostlist` back, of the contiguous list and of a shuffled list with every third
 node missing. Target: {TARGET} s each. The `extends` row reads and merges two valid profiles
-(`hpcprov.loader.resolve`, the profile cache not involved): a parent extending `local` with
+(`hpcprov.site.loader.resolve`, the profile cache not involved): a parent extending `local` with
 {ENV_KEYS:,} `env` keys and a child extending it that sets the same {ENV_KEYS:,} keys again
 (about 0.5 MB each); most of its time is parsing the YAML, the merge is linear in the keys
 (target 3 s; merging was quadratic, about 44 s a command, before).
@@ -48,9 +48,9 @@ nodes no search can: they share the one link)."""
 
 def big_site() -> Any:
     """The neuron profile plus `big`: its default partition with NODES nodes, validated."""
-    from hpcprov.loader import available_sites
-    from hpcprov.model import Site
-    from hpcprov.profiles import validate_file
+    from hpcprov.site.loader import available_sites
+    from hpcprov.site.model import Site
+    from hpcprov.site.profiles import validate_file
 
     # the pydantic model itself (load_site may answer with a snapshot view, which cannot
     # tell set fields from defaults)
@@ -70,9 +70,9 @@ def node_names(n: int) -> list[str]:
 
 
 def _jobscripts(ctx: Context, site: Any) -> list[Result]:
-    from hpcprov.job import JobRequest
-    from hpcprov.jobscript import build_jobscript
-    from hpcprov.lint import check
+    from hpcprov.jobs.jobscript import build_jobscript
+    from hpcprov.jobs.lint import check
+    from hpcprov.request.job import JobRequest
 
     def script(**kw: Any) -> str:
         req = JobRequest(site=site, nodes=NODES, partition="big",
@@ -115,7 +115,7 @@ def _plans(ctx: Context, site: Any) -> list[Result]:
 def _hostlists(ctx: Context) -> list[Result]:
     import hostlist
 
-    from hpcprov.launchers import expand_hosts
+    from hpcprov.jobs.launchers import expand_hosts
 
     expr = f"gpu[00001-{HOSTS:05d}]"
     names = hostlist.expand_hostlist(expr)
@@ -142,7 +142,7 @@ def _extends(ctx: Context) -> list[Result]:
     import tempfile
     from pathlib import Path
 
-    from hpcprov.loader import resolve
+    from hpcprov.site.loader import resolve
 
     with tempfile.TemporaryDirectory() as tmp:
         parent, child = Path(tmp, "parent.yaml"), Path(tmp, "child.yaml")

@@ -79,7 +79,7 @@ def _new_user(ctx: Context, env: dict[str, str], base: Path, repeat: int,
             ctx.log(f"new user: run {i + 1} of {repeat}")
             prefix = Path(tmp) / "prefix"
             t0 = time.monotonic()
-            proc = subprocess.run([sys.executable, "-m", "hpcprov.cli", "setup", "--site",
+            proc = subprocess.run([sys.executable, "-m", "hpcprov", "setup", "--site",
                                    "testbed", "--prefix", str(prefix)], capture_output=True,
                                   text=True, env=env, timeout=3600)
             setup_s = time.monotonic() - t0
@@ -102,7 +102,7 @@ def _new_user(ctx: Context, env: dict[str, str], base: Path, repeat: int,
 
 def _validate(args: tuple[str, ...], env: dict[str, str], work: Path,
               prefix: str = PREFIX) -> dict:
-    argv = [sys.executable, "-m", "hpcprov.cli", "validate", "--site", "testbed", "--nodes",
+    argv = [sys.executable, "-m", "hpcprov", "validate", "--site", "testbed", "--nodes",
             "2", "--device", "cpu", "--env", prefix, "--json", "--no-history", "--workdir",
             str(work), *args]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=1800)
@@ -151,7 +151,7 @@ def run(ctx: Context) -> list[Result]:
             # first on the search path: the run directory and the jobs are the testbed's)
             sites = ROOT / ".bench-cache" / "verdict-uv-site"
             sites.mkdir(parents=True, exist_ok=True)
-            from hpcprov.loader import bundled_site_dir
+            from hpcprov.site.loader import bundled_site_dir
 
             bundled = json.dumps(str(bundled_site_dir() / "testbed.yaml"))
             (sites / "testbed.yaml").write_text(f"extends: {bundled}\npython:\n  venv: "

@@ -15,20 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hpcprov.errors import UsageError
-from hpcprov.findings import Finding, LintFailed
-from hpcprov.layout import expand_prefix, read_manifest
-from hpcprov.loader import find_profile
-from hpcprov.profiles import default_site, load
+from hpcprov.core.errors import UsageError
+from hpcprov.core.findings import Finding, LintFailed
+from hpcprov.jobs.layout import expand_prefix, read_manifest
 from hpcprov.provision.plan import Plan, build_plan, render_script
 from hpcprov.provision.plan_lint import lint_plan
+from hpcprov.site.loader import find_profile
+from hpcprov.site.profiles import default_site, load
 
 if TYPE_CHECKING:
-    from hpcprov.cuda_arch import CudaTargets
     from hpcprov.provision.doctor import Check
     from hpcprov.provision.progress import Reporter
     from hpcprov.provision.quick import Request
     from hpcprov.provision.runner import RunResult
+    from hpcprov.site.cuda_arch import CudaTargets
 
 
 @dataclass(frozen=True)
@@ -90,7 +90,7 @@ def already_ready(o: SetupOptions) -> Path | None:
 def _nvcc_at_hand(site: Any) -> CudaTargets | None:
     """What the nvcc on PATH targets, asked only where a CUDA build's modules name no CUDA
     (then that nvcc is the build's)."""
-    from hpcprov.cuda_arch import needs_nvcc_probe, probe_nvcc
+    from hpcprov.site.cuda_arch import needs_nvcc_probe, probe_nvcc
 
     return probe_nvcc() if needs_nvcc_probe(site) else None
 
@@ -140,8 +140,8 @@ def _with_container(s: Any, image: str | None) -> Any:
     """The site, provisioned through its container image IMAGE (Neuron's .sif files)."""
     if not image:
         return s
-    from hpcprov.model import ContainerSpec
-    from hpcprov.site_view import view
+    from hpcprov.site.model import ContainerSpec
+    from hpcprov.site.view import view
 
     images = s.containers.images
     if image not in images:
@@ -158,8 +158,8 @@ def _with_env_name(s: Any, env_name: str | None) -> Any:
         return s
     from pydantic import ValidationError
 
-    from hpcprov.model import PythonStack
-    from hpcprov.site_view import view
+    from hpcprov.site.model import PythonStack
+    from hpcprov.site.view import view
 
     try:
         stack = view(PythonStack.model_validate({**s.python.model_dump(), "env_name": env_name}))

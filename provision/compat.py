@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from hpcprov.model import Site
+    from hpcprov.site.model import Site
 
 
 Verdict = Literal["ok", "patch", "caveat", "bad"]
@@ -157,7 +157,7 @@ BUILD_NOTES = (
      "that found the gap made the same home by hand."),
 )
 
-# What a GPU build does about CUDA itself (provision/scripts/horovod.sh, hpcprov/cuda_arch.py)
+# What a GPU build does about CUDA itself (provision/scripts/horovod.sh, hpcprov/site/cuda_arch.py)
 BUILD_NOTES += (
     ("The CUDA toolkit, found as the toolkit is",
      "A GPU build takes CUDA_HOME, else CUDA_PATH, else follows the nvcc on PATH to its "

@@ -14,11 +14,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from hpcprov.model import Modules
-from hpcprov.modules import init_lines
+from hpcprov.core.shell import join
+from hpcprov.jobs.modules import init_lines
 from hpcprov.provision.library import definitions, file_function
 from hpcprov.provision.manifest import FRAMEWORK_DISTS, parse_freeze
-from hpcprov.shell import join
+from hpcprov.site.model import Modules
 
 IMPORTS = {"PyTorch": "horovod.torch", "TensorFlow": "horovod.tensorflow"}
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcprov.cuda_arch import cc_list
+from hpcprov.site.cuda_arch import cc_list
 
 if TYPE_CHECKING:
-    from hpcprov.model import HorovodBuild, Site
+    from hpcprov.site.model import HorovodBuild, Site
 
 FRAMEWORK_FLAGS = {"tensorflow": "TENSORFLOW", "pytorch": "PYTORCH", "mxnet": "MXNET"}
 CONTROLLER_FLAGS = {"mpi": "MPI", "gloo": "GLOO"}

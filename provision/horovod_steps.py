@@ -2,7 +2,7 @@
 
 Every line here is a call: of a library function (provision/scripts/*.sh), of a function
 that prints a program or patch verbatim (provision/library.py), or of a tool, with every
-value from the profile an argument rendered by hpcprov.shell. The build runs in the
+value from the profile an argument rendered by hpcprov.core.shell. The build runs in the
 activated environment with the site's build modules loaded, as the seed tutorials do it
 by hand.
 """
@@ -12,16 +12,16 @@ from __future__ import annotations
 import hashlib
 from typing import TYPE_CHECKING
 
-from hpcprov.checkbuild import CB_SECTIONS, expected_check_build
-from hpcprov.kinds import ModuleSystem
+from hpcprov.core.shell import Raw, env_prefix, join
+from hpcprov.jobs.checkbuild import CB_SECTIONS, expected_check_build
 from hpcprov.provision.compat import patches_for
 from hpcprov.provision.horovod import gpu_vendor, pip_spec, site_build_env
 from hpcprov.provision.library import file_function, program_file
 from hpcprov.provision.pip_args import pip_index_args, pip_settings_line
-from hpcprov.shell import Raw, env_prefix, join
+from hpcprov.site.kinds import ModuleSystem
 
 if TYPE_CHECKING:
-    from hpcprov.model import Site
+    from hpcprov.site.model import Site
 
 # Installed before the build, which runs with --no-build-isolation so that it works offline
 # and sees the environment's torch/TensorFlow (Horovod's setup needs these to run).

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from hpcprov import fsutil
+from hpcprov.core import fsutil
 
 Status = Literal["running", "done", "failed", "interrupted"]
 

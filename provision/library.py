@@ -1,7 +1,7 @@
 """hpcprov's shell library and the files that scripts carry verbatim.
 
 * ``provision/scripts/*.sh`` hold bash functions, each after a comment saying how it is
-  called; every profile value reaches them as an argument, quoted by :mod:`hpcprov.shell`.
+  called; every profile value reaches them as an argument, quoted by :mod:`hpcprov.core.shell`.
   A script (the setup script, doctor's probe) carries, verbatim, the library functions it
   calls, directly or through one another, and nothing else of the library: what
   ``--dry-run`` prints is exactly what runs, and a step's fingerprint covers the functions
@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcprov.shell import Raw, join
+from hpcprov.core.shell import Raw, join
 
 HERE = Path(__file__).parent
 SCRIPTS = HERE / "scripts"

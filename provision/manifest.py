@@ -12,14 +12,15 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprov import __version__, fsutil
-from hpcprov.checkbuild import expected_check_build, parse_check_build
-from hpcprov.layout import manifest_file
+from hpcprov import __version__
+from hpcprov.core import fsutil
+from hpcprov.jobs.checkbuild import expected_check_build, parse_check_build
+from hpcprov.jobs.layout import manifest_file
 from hpcprov.provision.compat import for_site
 from hpcprov.provision.journal import Journal
 
 if TYPE_CHECKING:
-    from hpcprov.model import Site
+    from hpcprov.site.model import Site
 
 FRAMEWORK_DISTS = {"torch": ("torch",),
                    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"),

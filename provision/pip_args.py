@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from hpcprov.core.shell import Template, join
 from hpcprov.provision.library import program_file
-from hpcprov.shell import Template, join
 
 if TYPE_CHECKING:
-    from hpcprov.model import Site
+    from hpcprov.site.model import Site
 
 
 def pip_index_args(site: Site) -> list[str]:

@@ -14,9 +14,9 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Literal
 
-from hpcprov.conda_channels import tos_channels
-from hpcprov.layout import Layout
-from hpcprov.modules import env_lines, init_lines, load_lines
+from hpcprov.core.shell import Raw, Template, assign, env_prefix, join
+from hpcprov.jobs.layout import Layout
+from hpcprov.jobs.modules import env_lines, init_lines, load_lines
 from hpcprov.provision import horovod_steps as hs
 from hpcprov.provision import library
 from hpcprov.provision.horovod import pip_spec, site_build_env
@@ -27,10 +27,10 @@ from hpcprov.provision.pip_args import (
     pip_install,
     pip_settings_line,
 )
-from hpcprov.shell import Raw, Template, assign, env_prefix, join
+from hpcprov.site.conda_channels import tos_channels
 
 if TYPE_CHECKING:
-    from hpcprov.model import Site
+    from hpcprov.site.model import Site
 
 Where = Literal["login", "compute"]
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from hpcprov.cuda_arch import CudaTargets, cc_list, cuda_findings
-from hpcprov.findings import Finding
+from hpcprov.core.findings import Finding
 from hpcprov.provision.compat import for_site
 from hpcprov.provision.horovod import gpu_vendor
+from hpcprov.site.cuda_arch import CudaTargets, cc_list, cuda_findings
 
 if TYPE_CHECKING:
-    from hpcprov.model import Site
     from hpcprov.provision.plan import Plan
+    from hpcprov.site.model import Site
 
 
 def lint_plan(plan: Plan, site: Site, nvcc: CudaTargets | None = None) -> list[Finding]:

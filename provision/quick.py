@@ -8,7 +8,7 @@ has every step done, `hpcprov setup` can say "nothing to do" after reading a few
 (no pydantic, no plan): well under a second.
 
 An entry is believed only when it and its folder are the user's own and writable by nobody
-else (:mod:`hpcprov.fsutil`), it was written by this code for this key, and the prefix it
+else (:mod:`hpcprov.core.fsutil`), it was written by this code for this key, and the prefix it
 names is the one asked for (``--prefix A`` is never answered with another prefix).
 """
 
@@ -22,8 +22,8 @@ import re
 from pathlib import Path
 from typing import NamedTuple
 
-from hpcprov import fsutil
-from hpcprov.profile_cache import fingerprint
+from hpcprov.core import fsutil
+from hpcprov.site.cache import fingerprint
 
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
 ALWAYS = ("HOME", "USER", "HPCPROV_WHEELHOUSE")
@@ -40,7 +40,7 @@ class Request(NamedTuple):
 def request_key(site_ref: str, options: dict[str, object]) -> Request | None:
     """The request of a setup (``options["prefix"]`` is the prefix asked for), or None when
     the profile cannot be read cheaply."""
-    from hpcprov.loader import find_profile, resolve
+    from hpcprov.site.loader import find_profile, resolve
 
     try:
         path = find_profile(site_ref)

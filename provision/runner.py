@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpcprov.errors import HpcprovError
+from hpcprov.core.errors import HpcprovError
 from hpcprov.provision.diagnose import BuildErrors, diagnose
 from hpcprov.provision.journal import Journal, StepRecord
 from hpcprov.provision.plan import Plan, fingerprints, render_script

@@ -3,7 +3,7 @@
 * every test runs with an empty user search path (no ~/.config/hpcprov/sites, no
   HPCPROV_SITES_PATH, no HPCPROV_SITE), so only the bundled profiles and the ones a test
   writes under tmp_path are seen;
-* :func:`cli` runs ``hpcprov.cli.main`` in-process and returns (rc, stdout, stderr);
+* :func:`cli` runs ``hpcprov.app.cli.main`` in-process and returns (rc, stdout, stderr);
   :func:`cli_subprocess` runs the real console script;
 * :class:`Stubs` is a bin folder of fake cluster tools (module, srun, conda, curl, ...)
   that record their argv, so generated scripts can really be run with bash.
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcprov.cli import main
+from hpcprov.app.cli import main
 
 # The test modules import these helpers as ``hpcprov_tests`` (tests/ is not a package, and
 # tests/testbed/ has a conftest.py of its own, so the plain name ``conftest`` is ambiguous).
@@ -75,7 +75,7 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> Result:
 
 def hpcprov_argv() -> list[str]:
     exe = shutil.which("hpcprov")
-    return [exe] if exe else [sys.executable, "-m", "hpcprov.cli"]
+    return [exe] if exe else [sys.executable, "-m", "hpcprov"]
 
 
 def cli_subprocess(*args: str, env: dict[str, str] | None = None,
@@ -225,7 +225,7 @@ def trust_stub_installer(sites: Path, name: str) -> bool:
     """Where bundled site NAME pins its conda installer's SHA-256, write a profile of the
     same name into ``sites`` (to put first on HPCPROV_SITES_PATH) that extends it with the
     SHA-256 of the stub installer the stub curl downloads; True when it did."""
-    from hpcprov.profiles import load_site
+    from hpcprov.site.profiles import load_site
 
     conda = load_site(name).python.conda
     if not conda.installer_sha256:
@@ -386,7 +386,7 @@ def planned_in_subprocess(argv: list[str], env: dict[str, str]) -> tuple[list[st
     modules of HEAVY_FOR_PLANNING it imported, what it printed); it must exit 0."""
     probe = (
         "import sys, json, contextlib, io\n"
-        "from hpcprov.cli import main\n"
+        "from hpcprov.app.cli import main\n"
         "out = io.StringIO()\n"
         "with contextlib.redirect_stdout(out):\n"
         f"    rc = main({argv!r})\n"
@@ -437,7 +437,7 @@ def validation_scripts(site: str, partition: str, work: Path,
     here) are replaced by the body."""
     from dataclasses import replace
 
-    from hpcprov.profiles import load_site
+    from hpcprov.site.profiles import load_site
     from hpcprov.validate.plan import Options, job_script, plan_jobs
 
     o = Options(load_site(site), partition, 1, ("env",))

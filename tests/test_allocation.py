@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from hpcprov.profiles import load_site
+from hpcprov.core.shell import quote
 from hpcprov.schedulers.allocation import OneAllocation, pilot_lines
 from hpcprov.schedulers.base import Backend, Placement
 from hpcprov.schedulers.local import LocalExecutor
-from hpcprov.shell import quote
+from hpcprov.site.profiles import load_site
 
 
 class TwoNodes(Backend):
@@ -192,8 +192,8 @@ def test_slurm_steps_see_only_their_nodes_and_srun_gets_a_host_file(tmp_path: Pa
 
 def test_one_allocation_is_slurms_default_and_refused_where_steps_cannot_run(
         tmp_path: Path) -> None:
-    from hpcprov.errors import UsageError
-    from hpcprov.layout import manifest_file
+    from hpcprov.core.errors import UsageError
+    from hpcprov.jobs.layout import manifest_file
     from hpcprov.validate.api import QUICK, ValidateOptions, prepare
 
     manifest_file(tmp_path / "env").parent.mkdir(parents=True)

@@ -101,7 +101,7 @@ def _reframe_spec(prefix: str, *env: tuple[str, str]) -> bench_reframe_module.Sp
     """The ReFrame job's spec from the bundled testbed profile, with more variables."""
     from dataclasses import replace
 
-    from hpcprov.profiles import load_site
+    from hpcprov.site.profiles import load_site
 
     spec = bench_reframe_module.spec_for(load_site("testbed"), prefix)
     return replace(spec, env=(*spec.env, *env))
@@ -114,8 +114,8 @@ def test_the_reframe_job_is_the_job_hpcprov_generates_for_its_allreduce_check(
     launch and program are the lines of that script."""
     from dataclasses import replace
 
-    from hpcprov.profiles import load_site
-    from hpcprov.shell import join
+    from hpcprov.core.shell import join
+    from hpcprov.site.profiles import load_site
     from hpcprov.validate.plan import Options, job_script, plan_jobs
     from hpcprov.validate.run import command_for
 

@@ -18,9 +18,9 @@ from hpcprov_tests import (
     write_profile,
 )
 
-from hpcprov.model import Site
-from hpcprov.profiles import load_site
-from hpcprov.site_view import snapshot
+from hpcprov.site.model import Site
+from hpcprov.site.profiles import load_site
+from hpcprov.site.view import snapshot
 
 # ------------------------------------------------------------------- JSON
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import write_profile
 
-from hpcprov.cuda_arch import (
+from hpcprov.site.cuda_arch import (
     capability,
     cc_list,
     cuda_of_modules,
@@ -15,7 +15,7 @@ from hpcprov.cuda_arch import (
     probe_nvcc,
     targets_of,
 )
-from hpcprov.profiles import load_site
+from hpcprov.site.profiles import load_site
 
 
 @pytest.mark.parametrize(("model", "cc"), [

@@ -5,16 +5,16 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hpcprov.cli import cli
-from hpcprov.docgen import compatibility, reference, site_page
-from hpcprov.loader import bundled_site_dir
+from hpcprov.app.cli import cli
+from hpcprov.app.docgen import compatibility, reference, site_page
+from hpcprov.site.loader import bundled_site_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_reference_is_current() -> None:
     committed = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
-    assert committed == reference(), "run: python -m hpcprov.docgen docs"
+    assert committed == reference(), "run: python -m hpcprov.app.docgen docs"
 
 
 def test_reference_documents_every_model_section() -> None:
@@ -29,7 +29,7 @@ def test_a_page_per_bundled_site_is_current() -> None:
     for name in names:
         page = ROOT / "docs" / "sites" / f"{name}.md"
         assert page.read_text(encoding="utf-8") == site_page(name), (
-            f"{page} is stale: run python -m hpcprov.docgen docs"
+            f"{page} is stale: run python -m hpcprov.app.docgen docs"
         )
 
 
@@ -46,4 +46,4 @@ def test_readme_commands_are_real_subcommands() -> None:
 
 def test_compatibility_page_is_current() -> None:
     committed = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
-    assert committed == compatibility(), "run: python -m hpcprov.docgen docs"
+    assert committed == compatibility(), "run: python -m hpcprov.app.docgen docs"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcprov.draft_modules import (
+from hpcprov.draft.modules import (
     Module,
     choose,
     cuda_aware,

@@ -13,11 +13,11 @@ import pytest
 import yaml
 from hpcprov_tests import cli_subprocess
 
-from hpcprov.draft_plan import Findings, summarize
-from hpcprov.draft_profile import draft_text
-from hpcprov.profiles import check_file
+from hpcprov.core.commands import Completed
+from hpcprov.draft.plan import Findings, summarize
+from hpcprov.draft.profile import draft_text
 from hpcprov.schedulers import lsf, pbs
-from hpcprov.schedulers.base import Completed
+from hpcprov.site.profiles import check_file
 
 HERE = Path(__file__).parent
 DATA = HERE / "data" / "draft"

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcprov.draft_facts import Cluster, DiscoveryError, LocalGpus, Queue
-from hpcprov.draft_modules import System, parse_listing, plan_modules
-from hpcprov.draft_plan import Findings, login_patterns, site_name, summarize
-from hpcprov.draft_profile import draft_text
-from hpcprov.profiles import check_file
+from hpcprov.core.commands import Completed
+from hpcprov.draft.modules import System, parse_listing, plan_modules
+from hpcprov.draft.plan import Findings, login_patterns, site_name, summarize
+from hpcprov.draft.profile import draft_text
 from hpcprov.schedulers import slurm
-from hpcprov.schedulers.base import Completed
+from hpcprov.schedulers.facts import Cluster, DiscoveryError, LocalGpus, Queue
+from hpcprov.site.profiles import check_file
 
 DATA = Path(__file__).parent / "data" / "draft"
 
@@ -286,8 +286,8 @@ def test_real_testbed_output_parses_into_the_testbeds_shape() -> None:
 
 
 def test_the_bundled_testbed_profile_matches_what_the_testbed_says() -> None:
-    from hpcprov.draft_diff import compare
-    from hpcprov.profiles import load
+    from hpcprov.draft.diff import compare
+    from hpcprov.site.profiles import load
 
     run = Fake({"scontrol show node -o": recorded("testbed-show-node.txt"),
                 "scontrol show partition -o": recorded("testbed-show-partition.txt")})

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcprov.draft_yaml import Block, comment_text, data, quote, render
-from hpcprov.loader import resolve
+from hpcprov.core.yaml_writer import Block, comment_text, data, quote, render
+from hpcprov.site.loader import resolve
 
 HOSTILE = [
     "x: {}", "a\nb: 1", "# not a comment", '"quoted"', "back\\slash", "tab\there", "",

@@ -33,10 +33,10 @@ from hpcprov_tests import (
     write_profile,
 )
 
-from hpcprov.job import JobRequest
-from hpcprov.jobscript import build_jobscript
-from hpcprov.profiles import load_site
+from hpcprov.jobs.jobscript import build_jobscript
 from hpcprov.provision.plan import activate_lines, build_plan, render_script
+from hpcprov.request.job import JobRequest
+from hpcprov.site.profiles import load_site
 
 HAVE_SHELLCHECK = shutil.which("shellcheck") is not None
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import write_profile
 
-from hpcprov.profiles import load_site
 from hpcprov.provision.horovod_steps import build_lines, links_wheel_nccl
 from hpcprov.provision.library import definitions
+from hpcprov.site.profiles import load_site
 
 PROGRAM = Path(__file__).resolve().parents[1] / "provision" / "programs" / "nccl_home.py"
 
@@ -416,7 +416,7 @@ def test_only_nccl_builds_that_name_no_nccl_look_for_pytorchs(tmp_path: Path) ->
         name: named
         horovod: {env: {HOROVOD_NCCL_HOME: /opt/nccl}}
         """)
-    from hpcprov.profiles import load
+    from hpcprov.site.profiles import load
 
     named = load(str(path))
     assert not links_wheel_nccl(named)
@@ -485,10 +485,10 @@ def test_the_recipes_profile_checks_and_plans_the_nccl_build(tmp_path: Path) -> 
                            "2.11.0+cu130"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     path = proc.stdout.strip()
-    check = subprocess.run([sys.executable, "-m", "hpcprov.cli", "site", "check", path],
+    check = subprocess.run([sys.executable, "-m", "hpcprov", "site", "check", path],
                            capture_output=True, text=True, timeout=120)
     assert check.returncode == 0, check.stdout + check.stderr
-    plan = subprocess.run([sys.executable, "-m", "hpcprov.cli", "setup", "--site", path,
+    plan = subprocess.run([sys.executable, "-m", "hpcprov", "setup", "--site", path,
                            "--dry-run"], capture_output=True, text=True, timeout=120)
     assert plan.returncode == 0, plan.stderr
     script = plan.stdout
@@ -532,7 +532,7 @@ def test_the_recipes_profile_passes_site_check_on_any_core_count(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cores: int) -> None:
     import importlib.util
 
-    from hpcprov.lint import site_check_errors
+    from hpcprov.jobs.lint import site_check_errors
 
     path = Path(__file__).resolve().parents[1] / "docs" / "gpu" / "profile.py"
     spec = importlib.util.spec_from_file_location("gpu_profile", path)

@@ -28,7 +28,7 @@ from hpcprov_tests import (
     write_profile,
 )
 
-from hpcprov.profiles import check_file
+from hpcprov.site.profiles import check_file
 
 LOCAL_HOSTILE = {
     "extends": "local",

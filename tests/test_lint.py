@@ -8,12 +8,12 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import cli, write_profile
 
-from hpcprov.job import JobRequest
-from hpcprov.launchers import build_launch
-from hpcprov.lint import Finding, LintFailed, check, lint, walltime_seconds
-from hpcprov.profiles import load_site
+from hpcprov.jobs.launchers import build_launch
+from hpcprov.jobs.lint import Finding, LintFailed, check, lint, walltime_seconds
 from hpcprov.provision.plan import build_plan
 from hpcprov.provision.plan_lint import lint_plan
+from hpcprov.request.job import JobRequest
+from hpcprov.site.profiles import load_site
 
 site = functools.cache(load_site)
 
@@ -310,7 +310,7 @@ def test_host_list_must_match_the_node_count(launcher: str) -> None:
 @pytest.mark.parametrize(("text", "gb"), [("4000", 4000 / 1024), ("100G", 100.0), ("1T", 1024.0),
                                          ("512M", 0.5), ("2gb", 2.0), ("lots", None)])
 def test_memory_sizes_are_read_as_sbatch_reads_them(text: str, gb: float | None) -> None:
-    from hpcprov.lint import memory_gb
+    from hpcprov.jobs.lint import memory_gb
 
     assert memory_gb(text) == gb
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import assert_one_line_error, cli, cli_subprocess, write_profile
 
-from hpcprov.errors import ProfileError
-from hpcprov.loader import MAX_BYTES
-from hpcprov.profiles import check_file, load_site
+from hpcprov.core.errors import ProfileError
+from hpcprov.site.loader import MAX_BYTES
+from hpcprov.site.profiles import check_file, load_site
 
 BOMB = """\
 extends: local

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import BUNDLED
 
-from hpcprov.job import JobRequest
-from hpcprov.jobscript import build_jobscript
-from hpcprov.profiles import load_site
+from hpcprov.jobs.jobscript import build_jobscript
+from hpcprov.request.job import JobRequest
+from hpcprov.site.profiles import load_site
 
 NODES = 10_000
 # every program a launch line may start, replaced by a function that prints its words

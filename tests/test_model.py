@@ -14,11 +14,11 @@ import pytest
 import yaml
 from hpcprov_tests import BUNDLED, REPO, SEED_SITES, cli, write_profile
 
-from hpcprov.errors import ProfileError
-from hpcprov.loader import available_sites, bundled_site_dir
-from hpcprov.model import Scheduler, Site
-from hpcprov.profiles import check_file, load_site, site_names
-from hpcprov.site_view import snapshot
+from hpcprov.core.errors import ProfileError
+from hpcprov.site.loader import available_sites, bundled_site_dir
+from hpcprov.site.model import Scheduler, Site
+from hpcprov.site.profiles import check_file, load_site, site_names
+from hpcprov.site.view import snapshot
 
 # ------------------------------------------------------------------ packaging
 
@@ -64,7 +64,7 @@ def test_wheel_contains_profiles_and_mapped_packages(tmp_path: Path) -> None:
         assert f"hpcprov/sites/{site.name}" in names
     for required in ("hpcprov/provision/plan.py", "hpcprov/provision/horovod.py",
                      "hpcprov/validate/__init__.py", "hpcprov/sites/__init__.py",
-                     "hpcprov/cli.py"):
+                     "hpcprov/app/cli.py"):
         assert required in names, required
     assert not any(n.startswith(("sites/", "provision/", "validate/")) for n in names)
 
@@ -72,8 +72,8 @@ def test_wheel_contains_profiles_and_mapped_packages(tmp_path: Path) -> None:
     # the profiles are still found
     target = tmp_path / "target"
     zipfile.ZipFile(wheels[0]).extractall(target)
-    probe = ("import hpcprov, hpcprov.loader as l, hpcprov.provision.plan as p;"
-             "from hpcprov.profiles import load_site;"
+    probe = ("import hpcprov, hpcprov.site.loader as l, hpcprov.provision.plan as p;"
+             "from hpcprov.site.profiles import load_site;"
              "print(hpcprov.__file__); print(l.bundled_site_dir()); print(p.__file__);"
              "print(load_site('neuron').name)")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
@@ -107,7 +107,7 @@ UNKNOWN_KEYS = [
     ("policies:\n  required_options:\n    account: {exampel: def-x}\n", 4,
      "policies.required_options.account.exampel", "example"),
     ("modules:\n  system: lmod\n  build:\n    lod: [gcc]\n", 5, "modules.build.lod", "load"),
-    ("slurm:\n  gpu_requests: gres\n", 3, "slurm.gpu_requests", "gpu_request"),
+    ("scheduler: slurm\nslurm:\n  gpu_requests: gres\n", 4, "slurm.gpu_requests", "gpu_request"),
     ("zzzzzz: 1\n", 2, "zzzzzz", None),
 ]
 
@@ -337,3 +337,20 @@ def test_site_schema_is_json_with_partitions(capsys: pytest.CaptureFixture[str])
     schema = json.loads(res.out)
     assert "partitions" in schema["properties"]
     assert schema == Site.model_json_schema()
+
+
+def test_a_section_of_another_scheduler_is_refused_at_its_line(tmp_path: Path) -> None:
+    path = write_profile(tmp_path, "mixed", "extends: testbed\npbs:\n  shell: /bin/sh\n")
+    errors = check_file(path)
+    assert [(e.file, e.line) for e in errors] == [(str(path), 2)]
+    assert "scheduler is slurm, so a pbs: section configures nothing" in errors[0].problem
+
+
+def test_a_profile_changing_scheduler_does_not_inherit_the_old_section(tmp_path: Path) -> None:
+    from hpcprov.site.profiles import validate_file
+
+    path = write_profile(tmp_path, "moved", "extends: sockeye\nscheduler: slurm\n"
+                         "launchers:\n  srun: {kind: srun}\ndefault_launcher: srun\n")
+    site = validate_file(path)
+    assert site.pbs is None and site.slurm is not None
+    assert load_site("sockeye").pbs is not None and load_site("sockeye").slurm is None

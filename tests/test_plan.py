@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import BUNDLED, Stubs, cli, stub_steps, trust_stub_installer, write_profile
 
-from hpcprov.profiles import load_site
 from hpcprov.provision.plan import activate_lines, build_plan, render_script
+from hpcprov.site.profiles import load_site
 
 
 def script_steps(script: str) -> list[str]:

@@ -17,12 +17,14 @@ from typing import Any
 import pytest
 from hpcprov_tests import BUNDLED, REPO, cli, planned_in_subprocess, write_profile
 
-from hpcprov import fsutil, loader, profile_cache, site_view
-from hpcprov.errors import ProfileError
-from hpcprov.kinds import LauncherKind, Scheduler
-from hpcprov.loader import available_sites, bundled_site_dir, read_yaml, resolve
-from hpcprov.profiles import load_site, validate_file, validate_layer
-from hpcprov.site_view import SiteView, View, from_json, snapshot, to_json
+from hpcprov.core import fsutil
+from hpcprov.core.errors import ProfileError
+from hpcprov.site import cache as profile_cache
+from hpcprov.site import loader
+from hpcprov.site.kinds import LauncherKind, Scheduler
+from hpcprov.site.loader import available_sites, bundled_site_dir, read_yaml, resolve
+from hpcprov.site.profiles import load_site, validate_file, validate_layer
+from hpcprov.site.view import SiteView, View, from_json, snapshot, to_json
 
 HAVE_LIBYAML = loader._loaders()[1] is not None
 
@@ -41,7 +43,7 @@ def _no_validation(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*args: object, **kwargs: object) -> None:
         raise AssertionError("the profile was validated again")
 
-    monkeypatch.setattr("hpcprov.profiles.validate_layer", boom)
+    monkeypatch.setattr("hpcprov.site.profiles.validate_layer", boom)
 
 
 # ------------------------------------------------------------------ libyaml vs PyYAML
@@ -111,7 +113,7 @@ def test_a_cached_site_behaves_in_a_fresh_process(cache: Path) -> None:
     load_site("neuron")
     probe = (
         "import sys, json\n"
-        "from hpcprov.profiles import load_site\n"
+        "from hpcprov.site.profiles import load_site\n"
         "s = load_site('neuron')\n"
         "assert 'yaml' not in sys.modules, 'parsed: not from the cache'\n"
         "assert 'pydantic' not in sys.modules, 'pydantic imported for a cached site'\n"
@@ -213,7 +215,7 @@ def test_sites_lists_the_same_from_the_cache(cache: Path, capsys: pytest.Capture
 def test_detect_reads_login_hosts_from_the_cache(cache: Path,
                                                 capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpcprov.detect import detect
+    from hpcprov.site.detect import detect
 
     cold = detect("glogin01.ksc.re.kr")
     assert "neuron" in cold
@@ -222,7 +224,7 @@ def test_detect_reads_login_hosts_from_the_cache(cache: Path,
     def no_parsing(path: Path) -> None:
         raise AssertionError(f"{path} parsed again")
 
-    monkeypatch.setattr("hpcprov.detect.resolve", no_parsing)
+    monkeypatch.setattr("hpcprov.site.detect.resolve", no_parsing)
     assert detect("glogin01.ksc.re.kr") == cold
 
 
@@ -236,7 +238,7 @@ def test_a_broken_profile_is_never_cached(cache: Path, user_dir: Path,
 
 def _modules_after(argv: list[str], env: dict[str, str]) -> set[str]:
     probe = ("import sys, contextlib, io\n"
-             "from hpcprov.cli import main\n"
+             "from hpcprov.app.cli import main\n"
              "with contextlib.redirect_stdout(io.StringIO()):\n"
              f"    main({argv!r})\n"
              "print(' '.join(sorted(sys.modules)))\n")
@@ -331,10 +333,6 @@ def test_reading_refuses_what_to_json_never_writes_or_the_model_refuses(bad: obj
 
 
 def test_free_text_may_span_lines_as_in_the_model() -> None:
-    from hpcprov import model
-
-    assert site_view.FREE_TEXT == model.FREE_TEXT
-    assert site_view.CONTROL.pattern == model._CONTROL.pattern
     site = from_json({"__site__": {"description": "two\nlines",
                                    "guide": {"setup": "a\nb"}, "policies": {"__view__": {
                                        "notes": ["x\ty"], "refused": {}}}}})
@@ -684,7 +682,7 @@ def test_a_cached_parent_replaced_by_a_fifo_is_a_miss_not_a_hang(tmp_path: Path)
     write_profile(sites, "child", "extends: parent\nname: child\n")
     env = {**os.environ, "HPCPROV_SITES_PATH": str(sites),
            "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    show = [sys.executable, "-m", "hpcprov.cli", "site", "show", "child"]
+    show = [sys.executable, "-m", "hpcprov", "site", "show", "child"]
     assert subprocess.run(show, env=env, capture_output=True, timeout=60).returncode == 0
     (sites / "parent.yaml").unlink()
     os.mkfifo(sites / "parent.yaml")

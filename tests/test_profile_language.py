@@ -32,11 +32,11 @@ from hpcprov_tests import (
     write_profile,
 )
 
-from hpcprov.job import JobRequest
-from hpcprov.lint import default_request_findings, lint, site_check_errors
-from hpcprov.model import LAUNCHER_KEYS
-from hpcprov.modules import env_lines, env_problems
-from hpcprov.profiles import check_file, load_site
+from hpcprov.jobs.lint import default_request_findings, lint, site_check_errors
+from hpcprov.jobs.modules import env_lines, env_problems
+from hpcprov.request.job import JobRequest
+from hpcprov.site.model import LAUNCHER_KEYS
+from hpcprov.site.profiles import check_file, load_site
 
 HAVE_SHELLCHECK = shutil.which("shellcheck") is not None
 ROOT = Path(__file__).resolve().parent.parent

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import BUNDLED, REPO, needs_shellcheck
 
-from hpcprov.profiles import load_site
 from hpcprov.provision import library
 from hpcprov.provision.plan import build_plan, fingerprints, render_script
+from hpcprov.site.profiles import load_site
 
 SCRIPTS = sorted((REPO / "provision" / "scripts").glob("*.sh"))
 

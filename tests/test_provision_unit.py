@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import assert_one_line_error, cli, write_profile
 
-from hpcprov.checkbuild import expected_check_build, parse_check_build
-from hpcprov.profiles import load_site
+from hpcprov.jobs.checkbuild import expected_check_build, parse_check_build
 from hpcprov.provision.compat import evaluate, for_site, patches_for
 from hpcprov.provision.diagnose import diagnose
 from hpcprov.provision.doctor import judge, not_ready
 from hpcprov.provision.journal import Journal, StepRecord
 from hpcprov.provision.library import file_function
 from hpcprov.provision.plan import build_plan, fingerprints, render_script
+from hpcprov.site.profiles import load_site
 
 
 def ids(matches: list) -> list[str]:
@@ -455,10 +455,10 @@ def test_a_malformed_journal_is_an_empty_one_not_a_traceback(tmp_path: Path,
 
 def test_doctor_expects_no_horovod_where_the_profile_installs_none(tmp_path: Path) -> None:
     """sockeye (horovod.source: none): doctor must not demand `import horovod.torch`."""
-    from hpcprov.profiles import load_site
     from hpcprov.provision.doctor import probe_script
     from hpcprov.provision.journal import Journal
     from hpcprov.provision.manifest import build_manifest
+    from hpcprov.site.profiles import load_site
 
     site = load_site("sockeye")
     (tmp_path / ".hpcprov").mkdir()
@@ -476,11 +476,11 @@ def test_doctor_expects_no_horovod_where_the_profile_installs_none(tmp_path: Pat
 
 def test_a_complete_prefix_answers_nothing_to_do_without_writing(tmp_path: Path) -> None:
     """A finished prefix in a read-only software area: no lock, no journal write."""
-    from hpcprov.profiles import load_site
     from hpcprov.provision.journal import Journal, StepRecord
     from hpcprov.provision.plan import build_plan, fingerprints
     from hpcprov.provision.progress import make_reporter
     from hpcprov.provision.runner import Runner
+    from hpcprov.site.profiles import load_site
 
     plan = build_plan(load_site("local"), str(tmp_path))
     state = tmp_path / ".hpcprov"
@@ -562,10 +562,10 @@ def test_the_first_error_is_found_beyond_the_kept_tail(tmp_path: Path) -> None:
     runner keeps 400), then the consequences; the failure names that first error."""
     from dataclasses import replace
 
-    from hpcprov.profiles import load_site
     from hpcprov.provision.plan import Step, build_plan
     from hpcprov.provision.progress import make_reporter
     from hpcprov.provision.runner import Runner, SetupFailed
+    from hpcprov.site.profiles import load_site
 
     plan = build_plan(load_site("local"), str(tmp_path / "p"))
     step = Step("build-horovod", "a build that fails", (

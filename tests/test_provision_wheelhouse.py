@@ -21,9 +21,9 @@ from pathlib import Path
 
 import pytest
 
+from hpcprov.core.shell import assign
 from hpcprov.provision import library
 from hpcprov.provision.doctor import judge, probe
-from hpcprov.shell import assign
 
 WHEEL = "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
 KEY_TEXT = b"horovod=0.28.1\npatches=none\nbuild-env=HOROVOD_WITH_PYTORCH=1\nmpi=\n"

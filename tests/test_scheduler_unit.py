@@ -14,11 +14,11 @@ import pytest
 from hpcprov_tests import cli
 
 from hpcprov import schedulers
-from hpcprov.draft_facts import Cluster, Node, Queue, Run
-from hpcprov.draft_run import detect_scheduler
-from hpcprov.draft_yaml import Block
-from hpcprov.kinds import SCHEDULER_BACKENDS
+from hpcprov.core.yaml_writer import Block
+from hpcprov.draft.run import detect_scheduler
 from hpcprov.schedulers.base import Backend
+from hpcprov.schedulers.facts import Cluster, Node, Queue, Run
+from hpcprov.site.kinds import SCHEDULER_BACKENDS
 
 MODULE = "hpcprov_tests_toy_scheduler"
 

@@ -10,12 +10,13 @@ from pathlib import Path
 import pytest
 
 from hpcprov import schedulers
-from hpcprov.job import JobRequest
-from hpcprov.kinds import SCHEDULER_BACKENDS, Scheduler
-from hpcprov.lint import lint
-from hpcprov.model import SCHEDULER_SECTIONS, Site
-from hpcprov.profiles import load_site
-from hpcprov.schedulers.base import Backend, Executor, run_command
+from hpcprov.core.commands import run_command
+from hpcprov.jobs.lint import lint
+from hpcprov.request.job import JobRequest
+from hpcprov.schedulers.base import Backend, Executor
+from hpcprov.site.kinds import SCHEDULER_BACKENDS, Scheduler
+from hpcprov.site.model import SCHEDULER_SECTIONS, Site
+from hpcprov.site.profiles import load_site
 
 
 def test_every_registered_scheduler_is_a_backend_with_its_profile_section() -> None:
@@ -77,7 +78,7 @@ def test_output_status_and_stdin_come_back(tmp_path: Path) -> None:
                                  "{nodes!r}", "{nodes}:ncpus={ncpus", "{}"])
 def test_a_pbs_select_format_is_profile_text_not_a_format_string(tmp_path: Path,
                                                                  fmt: str) -> None:
-    from hpcprov.profiles import check_file
+    from hpcprov.site.profiles import check_file
 
     path = tmp_path / "sel.yaml"
     path.write_text(f"extends: sockeye\nname: sel\npbs:\n  select_format: '{fmt}'\n")

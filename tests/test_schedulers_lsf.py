@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import cli, emulated_scheduler, hpcprov_argv, validation_scripts, write_profile
 
-from hpcprov.errors import UsageError
+from hpcprov.core.errors import UsageError
 from hpcprov.schedulers.lsf import LsfExecutor, directive, exec_hosts, job_fields, minutes
 from hpcprov.validate.judge import JobResult, judge
 
@@ -187,7 +187,7 @@ def test_pending_and_running_jobs_are_killed_at_their_timeouts(lsf: dict[str, st
 
 def test_a_refused_submission_is_an_error_with_lsf_s_words(lsf: dict[str, str],
                                                            tmp_path: Path) -> None:
-    from hpcprov.errors import HpcprovError
+    from hpcprov.core.errors import HpcprovError
 
     empty = tmp_path / "empty.sh"
     empty.write_text("")

@@ -42,8 +42,8 @@ from pathlib import Path
 import pytest
 
 import hpcprov
+from hpcprov.core.shell import assign
 from hpcprov.provision import library
-from hpcprov.shell import assign
 
 RUNUSER = shutil.which("runuser")
 SETPRIV = shutil.which("setpriv")
@@ -414,8 +414,11 @@ def test_nobody_racing_the_publisher_in_a_loop_never_gets_an_entry_cached(shared
 VICTIM_PRELUDE = """
 import json, os, sys, tempfile
 from pathlib import Path
-from hpcprov import fsutil, loader, profile_cache, site_view
-from hpcprov.profiles import load_site
+from hpcprov.core import fsutil
+from hpcprov.site import loader
+from hpcprov.site import cache as profile_cache
+from hpcprov.site import view as site_view
+from hpcprov.site.profiles import load_site
 from hpcprov.provision import quick
 
 profile_cache.fingerprint()  # reads files only root can (the interpreter's), so: now
@@ -601,7 +604,7 @@ def test_nobody_swapping_the_cache_folder_in_a_loop_cannot_redirect_its_writes(
     try:
         seen = victim_python("""
             import time
-            from hpcprov.profiles import validate_layer
+            from hpcprov.site.profiles import validate_layer
             layer = loader.resolve(neuron)
             view = site_view.snapshot(validate_layer(layer))
             notes = Path(os.environ["HOME"]) / "notes"

@@ -10,16 +10,16 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import write_profile
 
-from hpcprov.job import JobRequest
-from hpcprov.launchers import build_launch
-from hpcprov.model import Reference
-from hpcprov.profiles import load_site
+from hpcprov.jobs.launchers import build_launch
+from hpcprov.request.job import JobRequest
+from hpcprov.site.model import Reference
+from hpcprov.site.profiles import load_site
 from hpcprov.validate.judge import JobResult, judge
 from hpcprov.validate.plan import allocation_request, job_rounds, job_script, plan_jobs
 
 
 def prepared(tmp_path: Path, site: str = "testbed", **kw: object):
-    from hpcprov.layout import manifest_file
+    from hpcprov.jobs.layout import manifest_file
     from hpcprov.validate.api import ValidateOptions, prepare
 
     manifest_file(tmp_path / "env").parent.mkdir(parents=True, exist_ok=True)

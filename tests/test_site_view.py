@@ -1,16 +1,16 @@
-"""The snapshot a loaded site is (hpcprov/site_view.py): the model's data and behaviour
+"""The snapshot a loaded site is (hpcprov/site/view.py): the model's data and behaviour
 without pydantic, including the variants the CLI derives from it."""
 
 from __future__ import annotations
 
 import json
 
-from hpcprov.kinds import Scheduler
-from hpcprov.loader import bundled_site_dir
-from hpcprov.model import PythonStack
-from hpcprov.profiles import load_site, validate_file
 from hpcprov.provision.api import _with_container, _with_env_name
-from hpcprov.site_view import SiteView, View, snapshot
+from hpcprov.site.kinds import Scheduler
+from hpcprov.site.loader import bundled_site_dir
+from hpcprov.site.model import PythonStack
+from hpcprov.site.profiles import load_site, validate_file
+from hpcprov.site.view import SiteView, View, snapshot
 
 
 def test_a_snapshot_has_the_models_data_methods_and_enums() -> None:

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import write_profile
 
-from hpcprov.profiles import load_site
 from hpcprov.provision.diagnose import diagnose
 from hpcprov.provision.horovod_steps import preflight_lines
 from hpcprov.provision.library import definitions
 from hpcprov.provision.plan import build_plan
+from hpcprov.site.profiles import load_site
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAM = ROOT / "provision" / "programs" / "pip_to_uv.py"

@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from hpcprov.model import Reference
-from hpcprov.profiles import load_site
+from hpcprov.site.model import Reference
+from hpcprov.site.profiles import load_site
 from hpcprov.validate.judge import JobResult
 from hpcprov.validate.links import (
     LinkSearch,

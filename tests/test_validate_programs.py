@@ -529,7 +529,7 @@ def test_envcheck_a_hung_import_times_out_and_the_rest_go_on(programs: Path,
 def test_envcheck_answers_horovodrun_cb_tagged(programs: Path, where: str) -> None:
     if not importable("horovod.torch"):
         pytest.skip("horovod.torch does not import in this interpreter")
-    from hpcprov.checkbuild import parse_check_build
+    from hpcprov.jobs.checkbuild import parse_check_build
     from hpcprov.validate.judge import CB_LINE
 
     flags = ["--in-process"] if where == "in-process" else []

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import write_profile
 
-from hpcprov.jobscript import build_jobscript
-from hpcprov.model import Reference
-from hpcprov.profiles import load_site
-from hpcprov.shell import quote
+from hpcprov.core.shell import quote
+from hpcprov.jobs.jobscript import build_jobscript
+from hpcprov.site.model import Reference
+from hpcprov.site.profiles import load_site
 from hpcprov.validate.judge import JUDGES, JobResult, judge, parse_records, size_label
 from hpcprov.validate.plan import (
     CHECKS,
@@ -63,7 +63,7 @@ def test_the_status_trap_is_the_job_scripts_prolog_and_the_script_parses(
     site = load_site(site_name)
     o = Options(site, partition or next(iter(site.partitions)), 1, ("allreduce",))
     job = plan_jobs(o)[0]
-    rundir = str(tmp_path / "run dir")  # a space: quoted by hpcprov.shell
+    rundir = str(tmp_path / "run dir")  # a space: quoted by hpcprov.core.shell
     script = job_script(job, o, None, rundir, ("python", f"{rundir}/allreduce.py"))
     lines = script.splitlines()
     at = lines.index("set -eo pipefail")
@@ -252,7 +252,7 @@ def test_junit_and_markdown_and_table() -> None:
 
 def test_the_default_node_count_fits_the_partition(tmp_path: Path) -> None:
     """`hpcprov validate --site local` (one node) works without --nodes; 2 elsewhere."""
-    from hpcprov.layout import manifest_file
+    from hpcprov.jobs.layout import manifest_file
     from hpcprov.validate.api import ValidateOptions, prepare
 
     manifest_file(tmp_path).parent.mkdir(parents=True)
@@ -265,7 +265,7 @@ def test_the_default_node_count_fits_the_partition(tmp_path: Path) -> None:
 
 
 def test_a_gpu_partition_is_validated_on_its_gpus_by_default(tmp_path: Path) -> None:
-    from hpcprov.layout import manifest_file
+    from hpcprov.jobs.layout import manifest_file
     from hpcprov.validate.api import ValidateOptions, prepare
 
     manifest_file(tmp_path).parent.mkdir(parents=True)
@@ -294,7 +294,7 @@ def test_horovod_on_gpus_is_named_by_its_data_path() -> None:
 
 def test_a_partition_without_a_published_node_count_defaults_to_two_nodes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpcprov.layout import manifest_file
+    from hpcprov.jobs.layout import manifest_file
     from hpcprov.validate.api import ValidateOptions, prepare
 
     sites = tmp_path / "sites"

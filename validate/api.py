@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from hpcprov import schedulers
-from hpcprov.errors import UsageError
-from hpcprov.layout import expand_prefix, read_manifest
-from hpcprov.lint import cpus_exceeded
-from hpcprov.options import parse_option
-from hpcprov.profiles import load
+from hpcprov.core.errors import UsageError
+from hpcprov.jobs.layout import expand_prefix, read_manifest
+from hpcprov.jobs.lint import cpus_exceeded
+from hpcprov.request.options import parse_option
 from hpcprov.schedulers.allocation import OneAllocation
 from hpcprov.schedulers.base import Executor
+from hpcprov.site.profiles import load
 from hpcprov.validate import report as rep
 from hpcprov.validate.plan import (
     CHECKS,

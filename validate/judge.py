@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from hpcprov.validate.programs.runtime import CHECK_BUILD, RESULT, parse_output
 
 if TYPE_CHECKING:
-    from hpcprov.model import Reference
+    from hpcprov.site.model import Reference
 
 CB_LINE = re.compile(re.escape(CHECK_BUILD) + r" (.*)$")
 
@@ -210,7 +210,7 @@ def _env_record(j: JobResult, rec: dict, gpus_expected: int) -> list[Outcome]:
 
 def _check_build(j: JobResult, expected_cb: dict[str, list[str]]) -> Outcome:
     """``horovodrun -cb`` (its lines tagged HPCPROV_CB in the output) against the build."""
-    from hpcprov.checkbuild import parse_check_build
+    from hpcprov.jobs.checkbuild import parse_check_build
 
     text = "\n".join(m.group(1) for ln in j.tail for m in [CB_LINE.search(ln)] if m)
     found = parse_check_build(text)

@@ -16,16 +16,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from hpcprov import schedulers
-from hpcprov.job import JobRequest
-from hpcprov.jobscript import build_jobscript
-from hpcprov.kinds import LauncherKind
+from hpcprov.core.shell import quote
+from hpcprov.jobs.jobscript import build_jobscript
+from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.allocation import pilot_lines
 from hpcprov.schedulers.base import Placement
-from hpcprov.shell import quote
+from hpcprov.site.kinds import LauncherKind
 from hpcprov.validate.judge import Judge, judge_allreduce, judge_env, judge_pernode, judge_train
 
 if TYPE_CHECKING:
-    from hpcprov.model import Site
+    from hpcprov.site.model import Site
 
 
 @dataclass(frozen=True)

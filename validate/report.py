@@ -124,7 +124,7 @@ def markdown(data: dict, plot: str | None) -> str:
 
 
 def history_dir(site: str) -> Path:
-    from hpcprov import fsutil
+    from hpcprov.core import fsutil
 
     base = os.environ.get("HPCPROV_HISTORY") or fsutil.data_dir() / "validate"
     return Path(base) / site

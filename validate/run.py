@@ -11,8 +11,8 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
-from hpcprov.checkbuild import expected_check_build
-from hpcprov.errors import HpcprovError
+from hpcprov.core.errors import HpcprovError
+from hpcprov.jobs.checkbuild import expected_check_build
 from hpcprov.schedulers.base import Executor, Handle, read_run_seconds
 from hpcprov.validate.judge import JobResult, Outcome, judge, parse_records
 from hpcprov.validate.links import LinkSearch, Pair, judge_pairs, link_outcomes, pair_busbw

@@ -11,7 +11,7 @@ import importlib
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from hpcprov.kinds import SCHEDULER_BACKENDS
+from hpcprov.site.kinds import SCHEDULER_BACKENDS
 
 if TYPE_CHECKING:
     from hpcprov.schedulers.base import Backend

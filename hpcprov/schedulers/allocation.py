@@ -21,9 +21,9 @@ from pathlib import Path
 
 import hostlist
 
-from hpcprov.fsutil import atomic_write
+from hpcprov.core.fsutil import atomic_write
+from hpcprov.core.shell import assign, join, quote
 from hpcprov.schedulers.base import Backend, Executor, Handle, Placement, final_state, read_exit
-from hpcprov.shell import assign, join, quote
 
 IDLE_S = 300  # a pilot with no step to run for this long ends (its harness is gone)
 

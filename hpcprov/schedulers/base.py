@@ -3,7 +3,7 @@
 A backend is everything hpcprov knows about one scheduler, in one module:
 
 * **its profile section** (``settings``: the keys of ``site.<name>``, as plain data from which
-  :mod:`hpcprov.model` builds the pydantic section, so this module needs no pydantic);
+  :mod:`hpcprov.site.model` builds the pydantic section, so this module needs no pydantic);
 * **planning** (pure): the job options and directive lines, the job script's interpreter
   and prolog, the submit and interactive-allocation commands, and the shell expressions
   launchers ask for (the first node, host:slots lists, a host file, the job id, a
@@ -20,67 +20,24 @@ Launchers, job scripts, lint, the guide, the draft and the validation suite ask 
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
-import shutil
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-from hpcprov.errors import HpcprovError
-from hpcprov.shell import Raw, quote
+from hpcprov.core.commands import Completed, run_command
+from hpcprov.core.errors import HpcprovError
+from hpcprov.core.shell import Raw, quote
+from hpcprov.site.sections import Setting
 
 if TYPE_CHECKING:
-    from hpcprov.draft_facts import Cluster, Run
-    from hpcprov.draft_yaml import Block
-    from hpcprov.findings import Finding
-    from hpcprov.job import JobRequest
-    from hpcprov.options import Option
-
-
-class Completed(NamedTuple):
-    """What a scheduler command answered."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-
-
-def run_command(argv: list[str], env: dict[str, str] | None, timeout: float,
-                stdin: Path | None = None) -> Completed:
-    """Run a command found on ``env``'s PATH; its status and output, or why it did not run."""
-    import sh  # ~0.1 s to import: only where jobs are submitted
-
-    env = dict(os.environ) if env is None else env
-    exe = shutil.which(argv[0], path=env.get("PATH", os.defpath))
-    if exe is None:
-        return Completed(127, "", f"{argv[0]}: command not found on PATH")
-    # no terminal on stdout: a tool that sees one may start a pager and wait (Lmod did)
-    try:
-        with open(stdin, "rb") if stdin is not None else contextlib.nullcontext() as fh:
-            proc = sh.Command(exe)(*argv[1:], _env=env, _timeout=timeout, _in=fh,
-                                   _tty_out=False, _ok_code=range(256), _return_cmd=True)
-    except sh.TimeoutException:
-        return Completed(124, "", f"{argv[0]} did not answer within {timeout:.0f} s "
-                                  f"(command: {' '.join(argv)})")
-    except sh.SignalException as exc:
-        return Completed(128 + abs(exc.exit_code), "", f"{argv[0]} was killed by a signal")
-    out, err = proc.stdout, proc.stderr
-    return Completed(proc.exit_code, out.decode(errors="replace"), err.decode(errors="replace"))
-
-
-class Setting(NamedTuple):
-    """One key of a scheduler's profile section: its type, default and meaning, and an
-    optional check that raises ValueError (with the reason) for a value it refuses."""
-
-    annotation: Any
-    default: Any
-    description: str
-    check: Callable[[Any], None] | None = None
+    from hpcprov.core.findings import Finding
+    from hpcprov.core.yaml_writer import Block
+    from hpcprov.request.job import JobRequest
+    from hpcprov.request.options import Option
+    from hpcprov.schedulers.facts import Cluster, Run
 
 
 @dataclass(frozen=True)
@@ -139,7 +96,7 @@ def head_options(req: JobRequest, *, batch: bool, queue: str) -> list[Option]:
     """How a Slurm-like job's options start: its name, its time limit, the site's mandatory
     options, then the partition (under the option name ``queue``) unless the partition is a
     kind of node chosen by its own options (``routing: options``)."""
-    from hpcprov.options import required_options
+    from hpcprov.request.options import required_options
 
     opts: list[Option] = [("job-name", req.job_name or ("hpcprov" if batch else
                                                          "interactive"))]
@@ -154,7 +111,7 @@ def head_options(req: JobRequest, *, batch: bool, queue: str) -> list[Option]:
 def with_overrides(req: JobRequest, opts: list[Option]) -> list[Option]:
     """How a job's options end: the backend's (``opts``), then the partition's own ones;
     the user's (``req.options``) replace those of the same name, the others go last."""
-    from hpcprov.options import override
+    from hpcprov.request.options import override
 
     return override([*opts, *req.part.options.items()], req.options)
 
@@ -268,7 +225,7 @@ class Backend:
     def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
         """The launchers a drafted profile offers, and its default one: here mpirun,
         horovodrun and torchrun as they are, mpirun the default."""
-        from hpcprov.draft_yaml import Block, plain
+        from hpcprov.core.yaml_writer import Block, plain
 
         b = Block()
         b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))

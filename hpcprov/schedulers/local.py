@@ -9,8 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from hpcprov.findings import Finding
-from hpcprov.job import JobRequest
+from hpcprov.core.findings import Finding
+from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.base import Backend, Executor, Handle, Placement, final_state
 
 

@@ -20,9 +20,24 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from hpcprov.draft_facts import (
+from hpcprov.core.errors import HpcprovError, UsageError
+from hpcprov.core.findings import Finding
+from hpcprov.core.shell import Raw, Template
+from hpcprov.request.job import JobRequest
+from hpcprov.request.options import Option
+from hpcprov.schedulers.base import (
+    Backend,
+    Executor,
+    Handle,
+    PerNode,
+    Placement,
+    head_options,
+    slots_list,
+    with_overrides,
+)
+from hpcprov.schedulers.facts import (
     Cluster,
     Node,
     Queue,
@@ -33,27 +48,12 @@ from hpcprov.draft_facts import (
     text_blocks,
     walltime_text,
 )
-from hpcprov.errors import HpcprovError, UsageError
-from hpcprov.findings import Finding
-from hpcprov.job import JobRequest
-from hpcprov.kinds import LauncherKind
-from hpcprov.options import Option
-from hpcprov.schedulers.base import (
-    Backend,
-    Executor,
-    Handle,
-    PerNode,
-    Placement,
-    Setting,
-    head_options,
-    slots_list,
-    with_overrides,
-)
-from hpcprov.shell import Raw, Template
+from hpcprov.site.kinds import LauncherKind
+from hpcprov.site.sections import settings_of
 
 if TYPE_CHECKING:
-    from hpcprov.draft_yaml import Block
-from hpcprov.walltime import walltime_seconds
+    from hpcprov.core.yaml_writer import Block
+from hpcprov.core.walltime import walltime_seconds
 
 FLAGS = {
     "job-name": "-J", "account": "-P", "project": "-P", "partition": "-q", "queue": "-q",
@@ -102,19 +102,7 @@ class Lsf(Backend):
     name = "lsf"
     title = "LSF"
     marker = "bqueues"
-    settings = {
-        "task_request": Setting(Literal["slots", "nnodes"], "slots",
-                                'slots: -n TOTAL -R "span[ptile=N]"; nnodes: -nnodes N '
-                                "(IBM CSM/jsrun systems)"),
-        "gpu_request": Setting(Literal["gpu", "none"], "gpu",
-                               '-gpu "num=N" per host (LSF 10.1), or no GPU request'),
-        "output": Setting(str, "%J.out", "-o path of batch jobs (%J: the job id)"),
-        "error": Setting(str | None, "%J.err", "-e path (null: with the output)"),
-        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
-        "launch_node_in_hostfile": Setting(
-            bool, False, "the first line of $LSB_DJOB_HOSTFILE is the launch node (CSM "
-            "systems): it runs no ranks"),
-    }
+    settings = settings_of("lsf")
     # Horovod (0.28.1, runner/driver/driver_service.py) skips finding the hosts' network
     # interfaces when it sees LSF (LSB_JOBID) and its Gloo launcher then fails; under LSF
     # horovodrun starts ranks with jsrun (CSM systems) or mpirun instead
@@ -199,7 +187,7 @@ class Lsf(Backend):
 
     def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
         """mpirun (the default), horovodrun without --gloo, torchrun."""
-        from hpcprov.draft_yaml import Block, plain
+        from hpcprov.core.yaml_writer import Block, plain
 
         b = Block()
         b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))

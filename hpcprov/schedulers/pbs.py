@@ -10,7 +10,21 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprov.draft_facts import (
+from hpcprov.core.errors import UsageError
+from hpcprov.core.findings import Finding
+from hpcprov.core.shell import Raw, Template
+from hpcprov.request.job import JobRequest
+from hpcprov.request.options import Option, required_options, short_name_findings
+from hpcprov.schedulers.base import (
+    Backend,
+    Executor,
+    Handle,
+    Placement,
+    slots_list,
+    unique_hosts,
+    with_overrides,
+)
+from hpcprov.schedulers.facts import (
     Cluster,
     Node,
     Queue,
@@ -22,25 +36,11 @@ from hpcprov.draft_facts import (
     text_blocks,
     walltime_text,
 )
-from hpcprov.errors import UsageError
-from hpcprov.findings import Finding
-from hpcprov.job import JobRequest
-from hpcprov.kinds import LauncherKind
-from hpcprov.options import Option, required_options, short_name_findings
-from hpcprov.schedulers.base import (
-    Backend,
-    Executor,
-    Handle,
-    Placement,
-    Setting,
-    slots_list,
-    unique_hosts,
-    with_overrides,
-)
-from hpcprov.shell import Raw, Template
+from hpcprov.site.kinds import LauncherKind
+from hpcprov.site.sections import SELECT_FIELD, check_select, settings_of
 
 if TYPE_CHECKING:
-    from hpcprov.draft_yaml import Block
+    from hpcprov.core.yaml_writer import Block
 
 # PBS spellings of the generic (Slurm-style) option names; the rest become -l name=value.
 FLAGS = {
@@ -60,25 +60,10 @@ _DONE = {"F", "X"}          # finished; a finished subjob
 _RUNNING = {"R", "E", "B"}  # running; exiting; an array job with subjobs running
 
 
-SELECT_FIELDS = ("nodes", "ncpus", "gpus", "mpiprocs")
-_FIELD = re.compile(r"\{([^{}]*)\}")
-
-
-def check_select(text: str) -> None:
-    """Refuse a select_format with anything in braces but the four field names (it is
-    profile text, never a Python format string: no specs, conversions or attributes)."""
-    for name in _FIELD.findall(text):
-        if name not in SELECT_FIELDS:
-            raise ValueError(f"{{{name}}} is not a field: use {{nodes}}, {{ncpus}}, {{gpus}} "
-                             "or {mpiprocs}")
-    if "{" in _FIELD.sub("", text) or "}" in _FIELD.sub("", text):
-        raise ValueError("unbalanced { or }: fields are {nodes}, {ncpus}, {gpus}, {mpiprocs}")
-
-
 def render_select(text: str, values: dict[str, int]) -> str:
     """The select value with its fields filled in (checked first)."""
     check_select(text)
-    return _FIELD.sub(lambda m: str(values[m.group(1)]), text)
+    return SELECT_FIELD.sub(lambda m: str(values[m.group(1)]), text)
 
 
 def directive(name: str, value: str | None) -> str:
@@ -96,16 +81,7 @@ class Pbs(Backend):
     name = "pbs"
     title = "PBS"
     marker = "pbsnodes"
-    settings = {
-        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
-        "select_format": Setting(str, "{nodes}:ncpus={ncpus}:ngpus={gpus}",
-                                 "value of -l select=; fields {nodes} {ncpus} {gpus} "
-                                 "{mpiprocs} (nothing else in braces)",
-                                 check=lambda text: check_select(text)),
-        "output": Setting(str | None, None, "-o path of batch jobs"),
-        "error": Setting(str | None, None, "-e path of batch jobs"),
-        "join_output": Setting(bool, False, "-j oe: the error stream into the output"),
-    }
+    settings = settings_of("pbs")
     variable = re.compile(r"\$\{?PBS_[A-Z_]+")
     variable_example = "$PBS_NODEFILE"
     monitor = "qstat -u $USER"
@@ -182,7 +158,7 @@ class Pbs(Backend):
 
     def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
         """mpirun on $PBS_NODEFILE (the default), torchrun on one node, horovodrun."""
-        from hpcprov.draft_yaml import Block, plain
+        from hpcprov.core.yaml_writer import Block, plain
 
         b = Block()
         b.add("mpirun", plain(kind="mpirun", hosts="hostfile", hostfile="$PBS_NODEFILE",

@@ -12,11 +12,27 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 import hostlist
 
-from hpcprov.draft_facts import (
+from hpcprov.core.findings import Finding
+from hpcprov.core.shell import Raw
+from hpcprov.request.job import JobRequest
+from hpcprov.request.options import Option, short_name_findings
+from hpcprov.schedulers.base import (
+    Backend,
+    Executor,
+    Handle,
+    PerNode,
+    Placement,
+    final_state,
+    head_options,
+    read_exit,
+    slots_list,
+    with_overrides,
+)
+from hpcprov.schedulers.facts import (
     Cluster,
     Node,
     Queue,
@@ -26,26 +42,10 @@ from hpcprov.draft_facts import (
     required,
     walltime_text,
 )
-from hpcprov.findings import Finding
-from hpcprov.job import JobRequest
-from hpcprov.options import Option, short_name_findings
-from hpcprov.schedulers.base import (
-    Backend,
-    Executor,
-    Handle,
-    PerNode,
-    Placement,
-    Setting,
-    final_state,
-    head_options,
-    read_exit,
-    slots_list,
-    with_overrides,
-)
-from hpcprov.shell import Raw
+from hpcprov.site.sections import SLURM_VERSION, settings_of
 
 if TYPE_CHECKING:
-    from hpcprov.draft_yaml import Block
+    from hpcprov.core.yaml_writer import Block
 
 NODES = '"$SLURM_JOB_NODELIST"'
 HOSTNAMES = f"scontrol show hostnames {NODES}"
@@ -70,20 +70,10 @@ SHORT_NAMES = {
 # job options that srun steps must be given again to bind their tasks as the job does
 STEP_OPTIONS = ("cpu-bind", "gpu-bind")
 SRUN_FORGETS_CPUS = (22, 5)  # from Slurm 22.05 srun no longer inherits --cpus-per-task
-_VERSION = re.compile(r"^(\d+)\.(\d+)(\.\d+)?$")
-
-
-def check_version(text: str | None) -> None:
-    """Refuse a Slurm version that is not MAJOR.MINOR[.PATCH] (as sinfo --version says)."""
-    if text is not None and not _VERSION.match(text):
-        raise ValueError(f"{text!r} is not a Slurm version: write it as sinfo --version "
-                         "prints it, e.g. '23.02' or '23.02.7' (quoted)")
-
-
 def srun_forgets_cpus(version: str | None) -> bool:
     """True when srun steps do not inherit the job's --cpus-per-task (Slurm 22.05 and
     later, and an unknown version, taken as a recent one)."""
-    m = _VERSION.match(version or "")
+    m = SLURM_VERSION.match(version or "")
     return m is None or (int(m.group(1)), int(m.group(2))) >= SRUN_FORGETS_CPUS
 
 
@@ -96,22 +86,7 @@ class Slurm(Backend):
     name = "slurm"
     title = "Slurm"
     marker = "scontrol"
-    settings = {
-        "gpu_request": Setting(Literal["gres", "gpus_per_node", "gpus", "gpus_per_task"],
-                               "gres", "--gres=gpu:N per node, --gpus-per-node=N, "
-                               "--gpus=total, or --gpus-per-task=N/tasks per node (each "
-                               "task bound to its own GPUs, as sites that bind GPUs ask)"),
-        "task_request": Setting(Literal["per_node", "total"], "per_node",
-                                "--ntasks-per-node or --ntasks"),
-        "output": Setting(str, "%x_%j.out", "--output pattern of batch jobs"),
-        "error": Setting(str | None, "%x_%j.err", "--error pattern (null: with the output)"),
-        "shell": Setting(str, "/bin/bash -l", "interpreter line of job scripts"),
-        "version": Setting(str | None, None,
-                           "the cluster's Slurm version, e.g. '23.02' (sinfo --version): from "
-                           "22.05 srun steps do not inherit --cpus-per-task, so hpcprov "
-                           "exports SRUN_CPUS_PER_TASK before them (null: taken as 22.05 or "
-                           "later)", check=check_version),
-    }
+    settings = settings_of("slurm")
     variable = re.compile(r"\$\{?SLURM_[A-Z_]+")
     variable_example = "$SLURM_JOB_NODELIST"
     monitor = "squeue -u $USER"
@@ -244,7 +219,7 @@ class Slurm(Backend):
     def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
         """srun (with PMIx where Slurm has it but does not default to it), torchrun started
         on each node by srun, mpirun and horovodrun; srun the default."""
-        from hpcprov.draft_yaml import Block, plain
+        from hpcprov.core.yaml_writer import Block, plain
 
         b = Block()
         srun = Block()
@@ -264,7 +239,7 @@ class Slurm(Backend):
     def draft_section(self, cluster: Cluster, gpus: bool) -> Block:
         """The slurm section: its version (srun's CPU inheritance depends on it), GPUs as
         gres."""
-        from hpcprov.draft_yaml import Block
+        from hpcprov.core.yaml_writer import Block
 
         b = Block()
         if cluster.version:
@@ -453,7 +428,7 @@ def picked_nodes(picks: dict[str, str | None], env: dict[str, str] | None = None
 
 # ---- discovery for `hpcprov site draft` ----------------------------------------------
 # Pure parsers of the commands' text, and discover(), which runs them through the draft's
-# recording runner (hpcprov.draft_run). Every command only reads.
+# recording runner (hpcprov.draft.run). Every command only reads.
 
 
 SINFO = ["sinfo", "-h", "-o", "%P|%a|%D|%t"]

@@ -4,7 +4,7 @@
 # A library file holds only function definitions, each after a comment that says how it is
 # called. The setup script carries, verbatim, the functions its plan calls (see
 # provision/library.py); hpcprov's Python code only writes the calls, with every profile
-# value an argument quoted by hpcprov/shell.py. PREFIX, STATE, ENV_DIR and WHEELHOUSE are
+# value an argument quoted by hpcprov/core/shell.py. PREFIX, STATE, ENV_DIR and WHEELHOUSE are
 # the setup script's variables.
 # shellcheck disable=SC2154
 

@@ -197,7 +197,7 @@ def records(text: str) -> list[dict[str, object]]:
 
 def generated_jobscript(capsys: pytest.CaptureFixture[str], site: str, *args: str) -> str:
     """`hpcprov jobscript --site SITE --no-activate ARGS`, run in-process; its script."""
-    from hpcprov.cli import main as hpcprov
+    from hpcprov.app.cli import main as hpcprov
 
     rc = hpcprov(["jobscript", "--site", site, "--no-activate", *args])
     out, err = capsys.readouterr()

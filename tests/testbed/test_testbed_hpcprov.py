@@ -9,7 +9,7 @@ import sys
 import pytest
 from hpcprov_testbed_tests import generated_jobscript, records
 
-from hpcprov.cli import main as hpcprov
+from hpcprov.app.cli import main as hpcprov
 
 pytestmark = pytest.mark.testbed
 

@@ -63,7 +63,7 @@ def test_setup_loads_the_sites_lmod_modules_and_proves_horovod(provisioned: Path
 
 def test_the_provisioned_prefix_runs_horovod_on_two_nodes(provisioned: Path, slurm,
                                                           capsys) -> None:
-    from hpcprov.cli import main as hpcprov
+    from hpcprov.app.cli import main as hpcprov
 
     slurm.write("hvd_allreduce.py", HVD_ALLREDUCE)
     python = provisioned / "venvs" / "horovod" / "bin" / "python"

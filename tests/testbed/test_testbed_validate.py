@@ -275,9 +275,9 @@ def test_a_job_the_controller_forgot_gets_its_status_from_the_file_or_is_an_erro
     trap wrote; a job without one is UNKNOWN, which the judgement makes an error."""
     from dataclasses import replace
 
-    from hpcprov.profiles import load_site
     from hpcprov.schedulers.base import Handle
     from hpcprov.schedulers.slurm import SlurmExecutor
+    from hpcprov.site.profiles import load_site
     from hpcprov.validate.judge import JobResult, judge
     from hpcprov.validate.plan import Options, job_script, plan_jobs
 

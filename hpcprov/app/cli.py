@@ -1,0 +1,690 @@
+"""The `hpcprov` command line. Heavy modules are imported inside commands, so start-up is fast."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from typing import Any, NoReturn
+
+import click
+
+from hpcprov.core.text import for_terminal
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+def _emit_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, default=str))
+
+
+def _fail(message: str, code: int = 2) -> NoReturn:
+    _print_error(message)
+    raise click.exceptions.Exit(code)
+
+
+# what a terminal may take as the start of an escape sequence (an OSC title, a cursor move)
+# is printed as \xNN instead (hpcprov.core.text)
+safe = for_terminal
+
+
+def _print_error(message: str) -> None:
+    for line in str(message).splitlines() or ["error"]:
+        click.echo(f"hpcprov: error: {safe(line)}", err=True)
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str,
+                  lineno: int, file: Any = None, line: str | None = None) -> None:
+    """warnings.showwarning for the CLI: hpcprov's own as one `hpcprov: warning:` line."""
+    from hpcprov.core.errors import HpcprovWarning
+
+    if issubclass(category, HpcprovWarning):
+        click.echo(f"hpcprov: warning: {safe(message)}", err=True)
+    else:
+        sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+def _write_file(path: str, text: str) -> None:
+    """Write ``text`` to ``path``; any failure is one error line naming the file."""
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(text)
+    except OSError as exc:
+        _fail(f"cannot write {path}: {exc.strerror or exc}")
+
+
+def _load(site: str | None) -> Any:
+    """The site a command works on (hpcprov.site.profiles.load)."""
+    from hpcprov.site.profiles import load
+
+    return load(site)
+
+
+def _site_names(ctx: click.Context, param: click.Parameter, incomplete: str) -> list[Any]:
+    from click.shell_completion import CompletionItem
+
+    from hpcprov.site.loader import available_sites
+
+    return [CompletionItem(n) for n in available_sites() if n.startswith(incomplete)]
+
+
+site_option = click.option(
+    "--site", "-s", shell_complete=_site_names,
+    help="site name or profile path (default: $HPCPROV_SITE, detected, or local)")
+json_option = click.option("--json", "as_json", is_flag=True, help="machine-readable output")
+
+
+@click.group(context_settings=CONTEXT)
+@click.version_option(package_name="hpcprov")
+def cli() -> None:
+    """Provision, launch and validate distributed deep learning on HPC clusters."""
+
+
+@cli.command("sites")
+@json_option
+def sites_cmd(as_json: bool) -> None:
+    """List the known site profiles."""
+    from hpcprov.site import cache as profile_cache
+    from hpcprov.site.loader import available_sites
+
+    rows = []
+    for name, path in sorted(available_sites().items()):
+        try:
+            # a current entry of the profile cache: no YAML, no pydantic
+            head = profile_cache.header(path)
+            if head is not None:
+                summary = head["summary"]
+            else:
+                from hpcprov.site.profiles import validate_file
+
+                site = validate_file(path)
+                summary = {"scheduler": str(site.scheduler.value),
+                           "partitions": len(site.partitions),
+                           "description": site.description}
+            rows.append({"name": name, "scheduler": summary["scheduler"],
+                         "partitions": summary["partitions"],
+                         "description": summary["description"], "path": str(path),
+                         "error": None})
+        except Exception as exc:  # a broken user profile must not hide the rest
+            rows.append({"name": name, "scheduler": "?", "partitions": 0, "description": "",
+                         "path": str(path), "error": str(exc)})
+    if as_json:
+        _emit_json(rows)
+        return
+    width = max(len(safe(r["name"])) for r in rows) if rows else 4
+    for r in rows:
+        desc = f"BROKEN: {r['error']}" if r["error"] else r["description"]
+        click.echo(f"{safe(r['name']):<{width}}  {safe(r['scheduler']):<6} {safe(desc)}")
+
+
+@cli.group("site")
+def site_group() -> None:
+    """Show, check and describe site profiles."""
+
+
+@site_group.command("show")
+@click.argument("name", shell_complete=_site_names)
+@json_option
+def site_show(name: str, as_json: bool) -> None:
+    """Print a profile with `extends` resolved and defaults filled in."""
+    import yaml
+
+    site = _load(name)
+    data = site.model_dump(mode="json")
+    if as_json:
+        _emit_json(data)
+    else:
+        click.echo(yaml.safe_dump(data, sort_keys=False, width=100), nl=False)
+
+
+@site_group.command("check")
+@click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@json_option
+def site_check(files: tuple[str, ...], as_json: bool) -> None:
+    """Validate profile files, and lint each partition's default job; one line per
+    problem, exit 2 if any."""
+    from pathlib import Path
+
+    from hpcprov.jobs.lint import site_check_errors
+
+    report = {f: [str(e) for e in site_check_errors(Path(f), probe_nvcc=True)] for f in files}
+    if as_json:
+        _emit_json({"ok": not any(report.values()), "files": report})
+    else:
+        for f, errors in report.items():
+            for err in errors:
+                click.echo(safe(err), err=True)
+            if not errors:
+                click.echo(f"{safe(f)}: ok")
+    if any(report.values()):
+        raise click.exceptions.Exit(2)
+
+
+@site_group.command("schema")
+def site_schema() -> None:
+    """Print the JSON Schema of site profiles (for editor completion)."""
+    from hpcprov.site.model import Site
+
+    _emit_json(Site.model_json_schema())
+
+
+class _DraftSchedulers(click.Choice):
+    """The schedulers `site draft` can ask: the registered backends with a marker command,
+    in registry order (hpcprov.schedulers.drafting). Read when help or parsing needs them,
+    so that other commands import no scheduler backend for this option."""
+
+    def __init__(self) -> None:
+        # not Choice.__init__, which stores the choices: they are read on each use
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        from hpcprov.schedulers import drafting
+
+        return tuple(b.name for b in drafting())
+
+
+@site_group.command("draft")
+@click.option("--scheduler", type=_DraftSchedulers(),
+              help="default: the one whose commands are on PATH")
+@click.option("--output", "-o", "out_path", type=click.Path(dir_okay=False),
+              help="write the draft here (default: stdout); an existing file needs --force")
+@click.option("--force", is_flag=True, help="overwrite the --output file")
+@click.option("--diff", "diff_ref", metavar="PROFILE",
+              help="compare this profile (name or file) with what the cluster says now "
+              "instead; exit 1 when they differ")
+@click.option("--name", help="the profile's name (default: the cluster's)")
+@click.option("--timeout", type=click.FloatRange(1), default=60, show_default=True,
+              help="seconds each command may take before it counts as hung")
+@json_option
+def site_draft(scheduler: str | None, out_path: str | None, force: bool,
+               diff_ref: str | None, name: str | None, timeout: float,
+               as_json: bool) -> None:
+    """Draft a site profile from the cluster this login node belongs to.
+
+    Runs read-only commands (the scheduler's, `module -t avail`, nvidia-smi), each with a
+    timeout, and writes YAML whose comments name the command behind every value; what
+    only the site's documentation can say is left as QUESTION lines.
+    """
+    from pathlib import Path
+
+    from hpcprov.draft.run import discover
+    from hpcprov.schedulers import drafting
+
+    if out_path and diff_ref:
+        _fail("--diff compares and writes nothing: drop --output")
+    if as_json and not diff_ref:
+        _fail("--json goes with --diff (the draft itself is YAML with comments)")
+    if out_path and Path(out_path).exists() and not force:
+        _fail(f"{out_path} exists; pass --force to overwrite it")
+    site = _load(diff_ref) if diff_ref else None
+    if site is not None and scheduler is None:
+        scheduler = getattr(site.scheduler, "value", site.scheduler)
+        if scheduler not in [b.name for b in drafting()]:
+            _fail(f"{diff_ref} has no scheduler to ask (scheduler: {scheduler})")
+    findings = discover(scheduler, timeout=timeout)
+    for r in findings.ran:
+        if r.problem and r.returncode != 127:
+            click.echo(f"hpcprov: warning: {r.problem}", err=True)
+    if site is not None:
+        _draft_diff(str(diff_ref), site, findings, as_json)
+        return
+    from hpcprov.draft.profile import draft_text
+
+    text = draft_text(findings, name)
+    if out_path:
+        Path(out_path).write_text(text, encoding="utf-8")
+        click.echo(f"hpcprov: wrote {out_path}; answer its QUESTION lines, then: "
+                   f"hpcprov site check {out_path}", err=True)
+    else:
+        click.echo(text, nl=False)
+
+
+def _draft_diff(ref: str, site: Any, findings: Any, as_json: bool) -> None:
+    """Print how a profile differs from the cluster; exit 1 when it does."""
+    from hpcprov.draft.diff import compare
+
+    found = compare(site, findings)
+    if as_json:
+        _emit_json({"profile": ref, "site": site.name, "differences":
+                    [d.to_json() for d in found]})
+    elif found:
+        for d in found:
+            click.echo(d.text())
+        click.echo(f"hpcprov: {len(found)} difference(s) between {ref} and the cluster",
+                   err=True)
+    else:
+        click.echo(f"hpcprov: {ref} matches what the cluster says")
+    if found:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command("detect")
+@click.option("--hostname", help="host name to match (default: this machine's)")
+@json_option
+def detect_cmd(hostname: str | None, as_json: bool) -> None:
+    """Name the site whose login host patterns match this machine."""
+    import socket
+
+    from hpcprov.core.errors import warn
+    from hpcprov.site.detect import matches, warn_if_ambiguous
+
+    host = hostname or socket.getfqdn()
+    result = matches(host)
+    found = result.sites
+    for name, pattern in result.catch_alls:
+        warn(f"site {name}: login_hosts pattern {pattern!r} matches every host and is not "
+             "used for detection; set HPCPROV_SITE to make it the default")
+    warn_if_ambiguous(result)
+    if as_json:
+        _emit_json({"hostname": host, "sites": found})
+    elif found:
+        click.echo(safe(found[0]))
+    if not found:
+        if not as_json:
+            _print_error(f"no site profile matches host {host!r}; use --site NAME (e.g. local)")
+        raise click.exceptions.Exit(1)
+
+
+def _job_options(func: Any) -> Any:
+    opts = [
+        site_option,
+        click.option("--nodes", "-N", type=click.IntRange(min=1), default=1, show_default=True),
+        click.option("--gpus-per-node", "-G", type=click.IntRange(min=0),
+                     help="default: all GPUs of the partition"),
+        click.option("--partition", "-p", help="default: the site's default partition"),
+        click.option("--launcher", "-l", help="srun, mpirun, horovodrun, torchrun, container"),
+        click.option("--tasks-per-node", type=click.IntRange(min=1),
+                     help="ranks per node (default: one per GPU)"),
+        click.option("--hosts", "-H", multiple=True,
+                     help="node list for mpirun/horovodrun -H, e.g. gpu[32-33]"),
+        click.option("--image", help="container image name or path (container launcher)"),
+        click.option("--option", "-o", "raw_options", multiple=True, metavar="NAME=VALUE",
+                     help="scheduler option, e.g. comment=pytorch, account=def-pi"),
+        click.option("--time", "-t", "walltime", help="walltime, e.g. 24:00:00"),
+        click.option("--job-name", "-J"),
+        click.option("--cpus-per-task", type=click.IntRange(min=1)),
+        json_option,
+        click.argument("command", nargs=-1, required=True),
+    ]
+    for opt in reversed(opts):
+        func = opt(func)
+    return func
+
+
+def _request(kw: dict[str, Any], **extra: Any) -> Any:
+    from hpcprov.request.job import JobRequest
+    from hpcprov.request.options import parse_option
+
+    site = _load(kw["site"])
+    options = dict(parse_option(o) for o in kw["raw_options"])
+    return JobRequest(
+        site=site, nodes=kw["nodes"], gpus_per_node=kw["gpus_per_node"],
+        command=tuple(kw["command"]), partition=kw["partition"], launcher=kw["launcher"],
+        tasks_per_node=kw["tasks_per_node"], cpus_per_task=kw["cpus_per_task"],
+        time=kw["walltime"], job_name=kw["job_name"], options=options,
+        hosts=tuple(kw["hosts"]), image=kw["image"], **extra)
+
+
+def _lint(req: Any, allocation: bool = True) -> list[Any]:
+    """Lint the request (errors raise); ``allocation``: the job options are used (a batch
+    script, an salloc line), else a launch line inside an allocation, which passes none of
+    the mandatory ones."""
+    from hpcprov.jobs.lint import check
+
+    warnings = check(req, allocation=allocation)
+    for w in warnings:
+        click.echo(f"hpcprov: warning: {safe(w)}", err=True)
+    return warnings
+
+
+def _geometry(req: Any) -> dict[str, Any]:
+    return {"site": req.site.name, "partition": req.partition_name, "nodes": req.nodes,
+            "gpus_per_node": req.gpus, "ranks_per_node": req.ranks_per_node,
+            "world_size": req.world_size, "launcher": req.launcher_name}
+
+
+@cli.command("launch")
+@_job_options
+@click.option("--allocate", is_flag=True, help="also print the salloc/qsub -I line first")
+def launch_cmd(allocate: bool, **kw: Any) -> None:
+    """Print the launch command for CMD (run it inside an allocation), after the site's
+    and the partition's variables and the lines it needs first."""
+    from hpcprov.core.shell import join
+    from hpcprov.jobs.jobscript import allocate_argv
+    from hpcprov.jobs.launchers import build_launch, env_lines
+
+    req = _request(kw)
+    warnings = _lint(req, allocation=allocate)
+    launch = build_launch(req, "allocation")
+    env = env_lines(req)
+    alloc = allocate_argv(req)
+    if kw["as_json"]:
+        _emit_json({**_geometry(req), "argv": [str(a) for a in launch.argv], "line": launch.line,
+                    "env": env, "setup": launch.setup, "allocate": [str(a) for a in alloc],
+                    "allocate_line": join(alloc) if alloc else None,
+                    "warnings": [w.to_json() for w in warnings]})
+        return
+    if allocate and alloc:
+        click.echo(join(alloc))
+    for line in [*env, *launch.setup]:
+        click.echo(line)
+    click.echo(launch.line)
+
+
+@cli.command("jobscript")
+@_job_options
+@click.option("--prefix", help="environment prefix to activate (default: the site's)")
+@click.option("--no-activate", is_flag=True, help="do not activate the Python environment")
+@click.option("--output", "out_path", type=click.Path(dir_okay=False, writable=True),
+              help="write the script here instead of stdout")
+def jobscript_cmd(prefix: str | None, no_activate: bool, out_path: str | None,
+                  **kw: Any) -> None:
+    """Print a batch script (sbatch, PBS, or bash) that runs CMD with the site's rules."""
+    from hpcprov.jobs.jobscript import build_jobscript, submit_argv
+
+    req = _request(kw, prefix=prefix, activate=not no_activate)
+    warnings = _lint(req)
+    text = build_jobscript(req)
+    if out_path:
+        _write_file(out_path, text)
+    if kw["as_json"]:
+        _emit_json({**_geometry(req), "script": text, "path": out_path,
+                    "submit": [str(a) for a in submit_argv(req, out_path or "job.sh")],
+                    "warnings": [w.to_json() for w in warnings]})
+    elif not out_path:
+        click.echo(text, nl=False)
+
+
+@cli.command("setup")
+@site_option
+@click.option("--prefix", help="install prefix (default: the site's)")
+@click.option("--env", "env_name", help="environment name (default: the site's)")
+@click.option("--on", "runs_on", type=click.Choice(["login", "compute"]), default="login",
+              show_default=True, help="where the steps will run")
+@click.option("--dry-run", is_flag=True, help="print the complete bash script, run nothing")
+@click.option("--until", "until", metavar="STEP",
+              help="stop after this step (the prefix is not ready then)")
+@click.option("--redo", is_flag=True, help="run every step again, ignoring the journal")
+@click.option("--verbose", "-v", is_flag=True, help="print every line the steps print")
+@click.option("--container", "container", metavar="IMAGE",
+              help="provision through one of the site's container images (containers.images) "
+              "instead of its Python environment")
+@json_option
+def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_on: str,
+              dry_run: bool, until: str | None, redo: bool, verbose: bool,
+              container: str | None, as_json: bool) -> None:
+    """Provision the Python environment and Horovod for a site, and prove the build.
+
+    Runs the plan that --dry-run prints, step by step, with a journal: running it again
+    after success does nothing, after a failure or Ctrl-C it resumes at the failed step.
+    """
+    from hpcprov.provision.api import SetupOptions, already_ready, plan_setup
+
+    opts = SetupOptions(site=site, prefix=prefix, env_name=env_name,
+                        runs_on=runs_on, until=until, redo=redo,
+                        container=container)
+    ready = None if dry_run else already_ready(opts)
+    if ready is not None:
+        _nothing_to_do(ready, site or os.environ.get("HPCPROV_SITE", ""), as_json)
+        return
+    planned = plan_setup(opts)
+    if as_json and dry_run:
+        _emit_json({"plan": planned.plan.to_json(), "script": planned.script,
+                    "warnings": [f.to_json() for f in planned.warnings]})
+        return
+    if not as_json:
+        for f in planned.warnings:
+            click.echo(f"hpcprov: warning: {safe(f)}", err=True)
+    if dry_run:
+        click.echo(planned.script, nl=False)
+        return
+    _run_setup(planned, verbose, as_json)
+
+
+def _nothing_to_do(prefix: Any, site: str, as_json: bool, steps: int | None = None) -> None:
+    if as_json:
+        _emit_json({"status": "nothing-to-do", "prefix": str(prefix), "ran": [],
+                    "manifest": str(prefix / ".hpcprov" / "manifest.json")})
+        return
+    done = f"; {steps} steps done before" if steps is not None else ""
+    click.echo(f"hpcprov: nothing to do: {prefix} is ready (site {site}{done}). "
+               f"Activate with: source {prefix / 'activate'}")
+
+
+def _run_setup(planned: Any, verbose: bool, as_json: bool) -> None:
+    from hpcprov.provision.api import run_setup
+    from hpcprov.provision.runner import SetupFailed
+
+    target, until = planned.target, planned.options.until
+    try:
+        result = run_setup(planned, verbose=verbose, quiet=as_json)
+    except SetupFailed as exc:
+        if as_json:
+            _emit_json({"status": "failed", "prefix": str(target), "step": exc.step,
+                        "log": str(exc.log or ""), "error": str(exc)})
+            raise click.exceptions.Exit(exc.exit_code) from None
+        raise
+    if as_json:
+        _emit_json(result.to_json())
+    elif result.status == "nothing-to-do":
+        _nothing_to_do(target, planned.site.name, False, len(result.skipped))
+    elif result.status == "stopped":
+        click.echo(f"hpcprov: stopped after step {until} as asked; {target} is not ready yet "
+                   "(run without --until to finish)")
+    else:
+        click.echo(f"hpcprov: {target} is ready ({len(result.ran)} steps in "
+                   f"{result.seconds:.0f} s). Activate with: source {target / 'activate'}\n"
+                   f"hpcprov: manifest: {result.manifest}; check it any time with: "
+                   f"hpcprov doctor --prefix {target}")
+
+
+@cli.command("doctor")
+@site_option
+@click.option("--prefix", help="the provisioned prefix (default: the site's)")
+@click.option("--partition", "-p", help="partition whose GPUs should be visible "
+              "(default: $SLURM_JOB_PARTITION inside a job, else none)")
+@json_option
+def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
+               as_json: bool) -> None:
+    """Check a provisioned environment against its manifest (exit 1 when a check fails)."""
+    from hpcprov.provision.api import doctor
+
+    report = doctor(site, prefix, partition)
+    checks = report.checks
+    if as_json:
+        _emit_json({"prefix": str(report.prefix), "ok": report.ok,
+                    "checks": [c.to_json() for c in checks]})
+    else:
+        width = max(len(c.name) for c in checks)
+        for c in checks:
+            click.echo(f"{c.status.upper():5} {c.name:{width}}  {c.detail}")
+            if c.fix and c.status in ("fail", "warn"):
+                click.echo(f"{'':5} {'':{width}}  fix: {c.fix}")
+        failed = [c for c in checks if c.status == "fail"]
+        click.echo(f"hpcprov: {len(failed)} check(s) failed" if failed
+                   else f"hpcprov: {report.prefix} is healthy")
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command("validate")
+@site_option
+@click.option("--partition", "-p", help="partition (default: the site's default)")
+@click.option("--nodes", "-N", type=click.IntRange(1),
+              help="nodes per job (default: 2, or 1 where the partition has one)")
+@click.option("--checks", default="env,allreduce,train", show_default=True,
+              help="comma-separated: env, allreduce, train, pernode, links")
+@click.option("--env", "prefix", help="provisioned prefix to run in (default: the site's)")
+@click.option("--ranks-per-node", type=click.IntRange(1),
+              help="ranks per node (default: one per GPU, 1 without GPUs)")
+@click.option("--device", type=click.Choice(["cpu", "cuda"]),
+              help="where tensors live (default: cuda where the partition has GPUs, else cpu)")
+@click.option("--max-bytes", type=click.IntRange(8), default=256 * 1024 * 1024,
+              show_default=True, help="largest allreduce message")
+@click.option("--iters", type=click.IntRange(1), default=20, show_default=True)
+@click.option("--link-bytes", type=click.IntRange(8), default=64 * 1024 * 1024,
+              show_default=True, help="message size of the links check's pair jobs")
+@click.option("--steps", type=click.IntRange(1), default=30, show_default=True,
+              help="training steps")
+@click.option("--timeout", type=click.FloatRange(1), default=1800, show_default=True,
+              help="seconds for the whole run; late jobs are cancelled")
+@click.option("--pending-timeout", type=click.FloatRange(1), default=600, show_default=True,
+              help="cancel a job still pending after this many seconds")
+@click.option("--workdir", help="run directory, visible to the nodes (default: under scratch)")
+@click.option("--option", "-o", "options", multiple=True, metavar="NAME=VALUE",
+              help="scheduler option for every job (e.g. -o account=def-pi)")
+@click.option("--junit", type=click.Path(dir_okay=False), help="write JUnit XML here")
+@click.option("--report", type=click.Path(dir_okay=False),
+              help="write a Markdown report here (with busbw.png beside it)")
+@click.option("--compare", metavar="latest|FILE",
+              help="compare with a stored run (a regression over 10%% fails)")
+@click.option("--no-history", is_flag=True, help="do not store this run in the history")
+@click.option("--allocation", type=click.Choice(["one", "per-job"]),
+              help="one: every job a step of one allocation, a single wait in the queue "
+                   "(default where the scheduler can, Slurm); per-job: a job per check")
+@click.option("--quick", is_flag=True,
+              help="a smoke run: 4 MiB messages, 5 iterations, 8 training steps, on CPUs "
+                   "the jobs side by side (bandwidth and throughput not judged); explicit "
+                   "sizes win")
+@json_option
+def validate_cmd(site: str | None, partition: str | None, nodes: int | None, checks: str,
+                 prefix: str | None, ranks_per_node: int | None, device: str | None,
+                 max_bytes: int,
+                 iters: int, link_bytes: int, steps: int, timeout: float, pending_timeout: float,
+                 workdir: str | None, options: tuple[str, ...], junit: str | None,
+                 report: str | None, compare: str | None, no_history: bool,
+                 allocation: str | None, quick: bool, as_json: bool) -> None:
+    """Submit multi-node allreduce and training jobs, measure, judge, report (exit 0 = pass)."""
+    from hpcprov.validate.api import ValidateOptions, validate
+    from hpcprov.validate.judge import Outcome
+    from hpcprov.validate.report import table
+
+    wanted = tuple(c.strip() for c in checks.split(",") if c.strip())
+    opts = ValidateOptions(
+        site=site, partition=partition, nodes=nodes, checks=wanted, prefix=prefix,
+        ranks_per_node=ranks_per_node, device=device, max_bytes=max_bytes, iters=iters,
+        link_bytes=link_bytes, steps=steps, timeout=timeout, pending_timeout=pending_timeout,
+        workdir=workdir, options=options, junit=junit, report=report, compare=compare,
+        history=not no_history, allocation=allocation, quick=quick)
+    say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
+    data = validate(opts, say)
+    if as_json:
+        _emit_json(data)
+    else:
+        click.echo(table([Outcome(**x) for x in data["outcomes"]]))
+        verdict = "PASS" if data["ok"] else "FAIL"
+        queued = (f", {data['submissions']} submission(s) ({data['allocation']})"
+                  if data.get("submissions") else "")
+        click.echo(f"hpcprov: {verdict}: {data['site']}/{data['partition']}, "
+                   f"{data['nodes']} node(s), {data['seconds']:.1f} s (harness overhead "
+                   f"{data['overhead_s']:.2f} s{queued}); run directory {data['rundir']}")
+    if not data["ok"]:
+        raise click.exceptions.Exit(1)
+
+
+@cli.command("guide")
+@site_option
+@click.option("--partition", "-p")
+def guide_cmd(site: str | None, partition: str | None) -> None:
+    """Print the site's walkthrough for a new user (Markdown)."""
+    from hpcprov.app.guide import render_guide
+
+    s = _load(site)
+    if partition and partition not in s.partitions:
+        _fail(f"site {s.name} has no partition {partition!r} ({', '.join(s.partitions)})")
+    click.echo(safe(render_guide(s, partition, ref=site), lines=True), nl=False)
+
+
+@cli.command("completion")
+@click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
+def completion_cmd(shell: str) -> None:
+    """Print the shell completion script: eval "$(hpcprov completion bash)"."""
+    from click.shell_completion import get_completion_class
+
+    comp_cls = get_completion_class(shell)
+    assert comp_cls is not None
+    comp = comp_cls(cli, {}, "hpcprov", "_HPCPROV_COMPLETE")
+    click.echo(comp.source())
+
+
+def _stdout_lost() -> None:
+    """After stdout failed (a closed pipe, a full disk): point it at /dev/null, so the
+    interpreter's last flush has nothing left to fail on (no 'Exception ignored')."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # not a real file (tests capture it)
+        pass
+
+
+def _output_error(exc: OSError) -> int:
+    """An OSError no command handled: writing the output failed (stdout on a full disk),
+    or a file could not be read or written. One error line, exit status 2."""
+    _stdout_lost()
+    what = f"{exc.filename}: " if exc.filename else "cannot write the output: "
+    _print_error(f"{what}{exc.strerror or exc}")
+    return 2
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: errors become one line on stderr and exit status 2 (never a traceback),
+    hpcprov's warnings one `hpcprov: warning:` line each. Stdout is flushed here, so a
+    failure to write the output (a full disk) is such an error too."""
+    from hpcprov.core.errors import HpcprovWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default", HpcprovWarning)  # each once per command
+        warnings.showwarning = _show_warning
+        try:
+            rc = _run(argv)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader went away (| head): not an error
+            _stdout_lost()
+            return 0
+        except OSError as exc:
+            return _output_error(exc)
+    return rc
+
+
+def _json_error(argv: list[str] | None, message: str, code: int) -> None:
+    """With --json (before any ``--``), an error is also a JSON object on stdout, so a
+    program reading the output always gets JSON; the exit status stays the error's."""
+    args = sys.argv[1:] if argv is None else argv
+    mine = args[:args.index("--")] if "--" in args else args
+    if "--json" in mine:
+        click.echo(json.dumps({"ok": False, "error": str(message), "exit_code": code}))
+
+
+def _run(argv: list[str] | None) -> int:
+    """Run the command; its errors as one line each (and as JSON with --json), the exit
+    status returned."""
+    from hpcprov.core.errors import HpcprovError
+
+    try:
+        rc = cli.main(args=argv, prog_name="hpcprov", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.exceptions.Abort:
+        _print_error("aborted")
+        return 130
+    except click.exceptions.NoArgsIsHelpError as exc:
+        click.echo(exc.ctx.get_help() if exc.ctx else "")
+        return 0
+    except click.ClickException as exc:
+        ctx = getattr(exc, "ctx", None)
+        hint = f" (see: {ctx.command_path} --help)" if ctx else ""
+        _print_error(exc.format_message() + hint)
+        _json_error(argv, exc.format_message() + hint, 2)
+        return 2
+    except HpcprovError as exc:
+        _print_error(str(exc))
+        _json_error(argv, str(exc), exc.exit_code)
+        return exc.exit_code
+    return rc if isinstance(rc, int) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

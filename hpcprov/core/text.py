@@ -1,0 +1,42 @@
+"""The text rules, in one place: which characters a value may hold, and how text from
+elsewhere is shown.
+
+A *single-line* value (a name, a path, a module, an option value: anything that may reach a
+shell line, a directive or a YAML scalar) holds no control character: C0 (newline and tab
+included), DEL, or C1 (ESC and \\x9b start terminal escape sequences). *Free text* (the
+fields named in :data:`FREE_TEXT`: descriptions, notes, guide sections) may span lines and
+hold tabs, nothing else of those. The site model, its cached snapshot, job options, the
+site draft and the command line's printing all use these definitions.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0, DEL and C1
+CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# the same less newline and tab: what free text and a terminal line may not hold
+TEXT_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# the profile fields that are free text (by field name, at any depth)
+FREE_TEXT = frozenset({"description", "note", "notes", "reason", "guide"})
+
+SINGLE_LINE_RULE = "control characters (newlines, tabs, escapes) are not allowed here"
+TEXT_RULE = ("control characters other than newline and tab (escape sequences a terminal "
+             "would obey) are not allowed in text")
+
+
+def has_control(value: str, free: bool = False) -> bool:
+    """True when ``value`` breaks the single-line rule (or the free-text one, ``free``)."""
+    return (TEXT_CONTROL if free else CONTROL).search(value) is not None
+
+
+def printable(text: str, replacement: str = "?") -> str:
+    """``text`` with every control character (newline and tab included) replaced."""
+    return CONTROL.sub(replacement, text)
+
+
+def for_terminal(text: object, lines: bool = False) -> str:
+    """``text`` for a terminal: every control character escaped as ``\\xNN`` (tabs kept);
+    newlines kept with ``lines``, else escaped too (one line stays one line)."""
+    out = TEXT_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
+    return out if lines else out.replace("\n", "\\n")

@@ -1,0 +1,139 @@
+"""The one layer of `hpcprov site draft` that runs commands: read-only, each with a timeout,
+each recorded.
+
+:class:`Recorder` runs a command through :func:`hpcprov.schedulers.base.run_command` (a
+missing, failing or hung command is a result that says so, never an exception) and keeps a
+:class:`~hpcprov.schedulers.facts.Ran` for every one; a hung command is named by what the draft
+calls it (``module -t avail``, not the shell line behind it). :func:`discover` asks the
+scheduler's backend, the module system, the host's GPUs and network interfaces, and returns
+the :class:`~hpcprov.draft.plan.Findings` the pure layers plan from.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from hpcprov import schedulers
+from hpcprov.core.commands import Completed, run_command
+from hpcprov.draft import modules as dm
+from hpcprov.draft.plan import Findings
+from hpcprov.schedulers.facts import (
+    Cluster,
+    DiscoveryError,
+    LocalGpus,
+    Ran,
+    command_text,
+    parse_nvidia_smi,
+    parse_rocm_smi,
+    why_not,
+)
+
+NVIDIA_SMI = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
+ROCM_SMI = ["rocm-smi", "--showproductname", "--csv"]
+
+
+class Recorder:
+    """Runs read-only commands with one environment and timeout, recording each."""
+
+    def __init__(self, env: dict[str, str] | None = None, timeout: float = 60) -> None:
+        self.env = dict(os.environ) if env is None else env
+        self.timeout = timeout
+        self.ran: list[Ran] = []
+
+    def __call__(self, argv: Sequence[str], label: str | None = None,
+                 extra_env: dict[str, str] | None = None) -> Completed:
+        name = label or command_text(argv)
+        start = time.monotonic()
+        proc = run_command(list(argv), {**self.env, **(extra_env or {})}, self.timeout)
+        if proc.returncode == 124:
+            proc = Completed(124, "", f"{name} did not answer within {self.timeout:g} s "
+                                      "(it hung: a slow file system or a dead daemon?)")
+        problem = "" if proc.returncode == 0 else why_not(proc, name)
+        self.ran.append(Ran(name, proc.returncode, time.monotonic() - start, problem))
+        return proc
+
+
+def detect_scheduler(env: dict[str, str] | None = None) -> str:
+    """The scheduler whose commands are on PATH, or DiscoveryError: the first backend, in
+    registry order, whose ``marker`` command is there."""
+    path = (env or os.environ).get("PATH", os.defpath)
+    drafting = schedulers.drafting()
+    for backend in drafting:
+        if shutil.which(str(backend.marker), path=path):
+            return backend.name
+    raise DiscoveryError("no scheduler commands on PATH (looked for "
+                         f"{', '.join(str(b.marker) for b in drafting)}); run this on a "
+                         "login node or pass --scheduler")
+
+
+def scheduler_facts(scheduler: str, run: Recorder) -> Cluster:
+    """The cluster as the scheduler's backend discovers it."""
+    return schedulers.backend(scheduler).discover(run)
+
+
+def module_facts(run: Recorder, gpus: bool,
+                 notes: list[str]) -> tuple[dm.ModulePlan | None, list[dm.Module]]:
+    """The module system, the module sets chosen from ``module -t avail`` (and Lmod's
+    spider), and everything offered; None where there is no module command."""
+    probe = run(["bash", "-c", dm.PROBE], "module (which module system)", dm.ENV)
+    if probe.returncode != 0:
+        notes.append(why_not(probe, "module"))
+        return None, []
+    system = dm.parse_probe(probe.stdout)
+    avail = run(["bash", "-c", dm.AVAIL], "module -t avail", dm.ENV)
+    if avail.returncode != 0:
+        notes.append(why_not(avail, "module -t avail") + ": no modules in the draft")
+        return dm.ModulePlan(system), []
+    spider: list[dm.Module] = []
+    if system.kind == "lmod":
+        proc = run(["bash", "-c", dm.SPIDER], "module -t spider", dm.ENV)
+        if proc.returncode == 0:
+            spider = dm.parse_listing(proc.stdout)
+        else:
+            notes.append(why_not(proc, "module -t spider"))
+    listing = dm.parse_listing(avail.stdout)
+    return dm.plan_modules(system, listing, spider, gpus), listing + spider
+
+
+def local_gpus(run: Recorder) -> LocalGpus:
+    """The GPUs of this host: nvidia-smi, else rocm-smi (none is no error)."""
+    for argv, parse in ((NVIDIA_SMI, parse_nvidia_smi), (ROCM_SMI, parse_rocm_smi)):
+        proc = run(argv)
+        if proc.returncode == 0 and parse(proc.stdout):
+            return LocalGpus(parse(proc.stdout), argv[0])
+    return LocalGpus()
+
+
+def host_name() -> str:
+    """This host's fully qualified name; its plain name where the FQDN is only localhost."""
+    fqdn, plain = socket.getfqdn(), socket.gethostname()
+    return plain if fqdn.startswith("localhost") or not fqdn else fqdn
+
+
+def interfaces(root: Path = Path("/sys/class/net")) -> list[str]:
+    """This host's network interfaces (names only), sorted."""
+    try:
+        return sorted(p.name for p in root.iterdir())
+    except OSError:
+        return []
+
+
+def discover(scheduler: str | None = None, env: dict[str, str] | None = None,
+             timeout: float = 60, host: str | None = None) -> Findings:
+    """Everything the draft learns on this host, with every command it ran."""
+    run = Recorder(env, timeout)
+    sched = scheduler or detect_scheduler(run.env)
+    cluster = scheduler_facts(sched, run)
+    gpus = local_gpus(run)
+    notes: list[str] = []
+    any_gpus = bool(gpus.models) or any(n.gpus for n in cluster.nodes.values())
+    plan, listing = module_facts(run, any_gpus, notes)
+    return Findings(cluster=cluster, modules=plan, listing=listing, gpus=gpus,
+                    host=host or host_name(), interfaces=interfaces(),
+                    scratch=run.env.get("SCRATCH") or None,
+                    when=time.strftime("%Y-%m-%d %H:%M"), ran=run.ran, notes=notes)

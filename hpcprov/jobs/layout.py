@@ -1,0 +1,100 @@
+"""Where a provisioned environment lives under its prefix, and how to activate it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpcprov.core.shell import Template, quote
+
+if TYPE_CHECKING:
+    from hpcprov.site.model import Site
+
+
+def expand_prefix(template: str) -> str:
+    """The prefix as a path here: $VARS and ~ expanded; an unset variable is an error."""
+    import os
+
+    from hpcprov.core.errors import UsageError
+
+    expanded = os.path.expandvars(os.path.expanduser(template))
+    if "$" in expanded:
+        raise UsageError(f"the prefix {template} uses a variable that is not set here; set it "
+                         "or pass --prefix DIR")
+    return os.path.abspath(expanded)
+
+
+def manifest_file(prefix: Path) -> Path:
+    """Where setup records a finished environment; its presence means "ready"."""
+    return prefix / ".hpcprov" / "manifest.json"
+
+
+def read_manifest(prefix: Path) -> dict[str, Any] | None:
+    """The manifest of a provisioned prefix, or None (not provisioned, or unreadable)."""
+    import json
+
+    try:
+        data = json.loads(manifest_file(prefix).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths under an install prefix (templates: they may hold $VARS)."""
+
+    site: Site
+    prefix: str
+
+    @classmethod
+    def of(cls, site: Site, prefix: str | None = None) -> Layout:
+        return cls(site, prefix or site.prefix())
+
+    def _under(self, *parts: str) -> Template:
+        return Template("/".join([self.prefix.rstrip("/"), *parts]))
+
+    @property
+    def conda_root(self) -> Template:
+        return self._under("miniconda3")
+
+    @property
+    def env_dir(self) -> Template:
+        py = self.site.python
+        if py.backend == "conda" and py.conda.module:  # the site's conda: ours beside it
+            return self._under("conda-envs", py.env_name)
+        if py.backend == "conda":
+            return self._under("miniconda3", "envs", py.env_name)
+        return self._under("venvs", py.env_name)
+
+    @property
+    def downloads(self) -> Template:
+        return self._under("downloads")
+
+    @property
+    def images(self) -> Template:
+        return self._under("images")
+
+    @property
+    def activate_file(self) -> Template:
+        return self._under("activate")
+
+    @property
+    def state_dir(self) -> Template:
+        return self._under(".hpcprov")
+
+    def python_activation(self) -> list[str]:
+        """Shell lines that activate the Python environment (no modules)."""
+        backend = self.site.python.backend
+        if backend == "conda" and self.site.python.conda.module:  # loaded with the modules
+            return ['eval "$(conda shell.bash hook)"',
+                    f"conda activate {quote(self.env_dir)}"]
+        if backend == "conda":
+            return [
+                f"source {quote(Template(self.conda_root + '/etc/profile.d/conda.sh'))}",
+                f"conda activate {quote(self.site.python.env_name)}",
+            ]
+        if backend == "venv":
+            return [f"source {quote(Template(self.env_dir + '/bin/activate'))}"]
+        return []

@@ -1,0 +1,359 @@
+"""Lint a job request before anything is generated: errors stop, warnings print.
+
+:func:`site_check_errors` is ``hpcprov site check``: a profile that validates must also
+give a job that can run from its defaults alone, on every partition, and its env values
+must mean what they seem to (:func:`profile_findings`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpcprov import schedulers
+from hpcprov.core.errors import HpcprovError, ProfileError
+from hpcprov.core.findings import Finding, LintFailed
+from hpcprov.core.walltime import walltime_seconds
+from hpcprov.request.job import JobRequest
+
+if TYPE_CHECKING:
+    from hpcprov.site.model import Partition
+
+# Commands that need the internet when run (pip without --no-index, conda, downloads).
+_NETWORK = [
+    (re.compile(r"\bpip3?\s+install\b(?!.*--no-index)"), "pip install without --no-index"),
+    (re.compile(r"\bconda\s+(install|create|update)\b"), "conda install/create"),
+    (re.compile(r"\b(wget|curl)\b"), "a download (wget/curl)"),
+    (re.compile(r"\bgit\s+(clone|fetch|pull)\b"), "git clone/fetch"),
+    (re.compile(r"\benroot\s+import\b"), "enroot import"),
+]
+
+
+_MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.I)
+_MEM_GB = {"K": 1 / 1024**2, "M": 1 / 1024, "": 1 / 1024, "G": 1.0, "T": 1024.0}
+
+
+def memory_gb(text: str) -> float | None:
+    """GB in a Slurm memory size (``4000`` is MB, as sbatch reads it; ``100G``, ``1T``)."""
+    m = _MEM.match(text.strip())
+    return float(m.group(1)) * _MEM_GB[m.group(2).upper()] if m else None
+
+
+def _memory(req: JobRequest) -> list[Finding]:
+    """A memory request above what a node of the partition has."""
+    have, asked = req.part.memory_gb, req.options.get("mem")
+    want = memory_gb(asked) if asked else None
+    if have is None or want is None or want <= have:
+        return []
+    return [Finding("error", "memory-exceed",
+                    f"--mem={asked} is more than the {have:g} GB of a {req.partition_name} node",
+                    f"ask for {have:g}G or less")]
+
+
+_GPU_COUNT = re.compile(r"(?:^|,)gpu(?::[^:,]+)?:(\d+)(?:,|$)")
+
+
+def _int_max(text: str) -> int | None:
+    """``8`` or ``2-8`` (Slurm's min-max node count) as its largest number."""
+    m = re.fullmatch(r"(\d+)(?:-(\d+))?", text.strip())
+    return int(m.group(2) or m.group(1)) if m else None
+
+
+def effective(req: JobRequest) -> JobRequest:
+    """The request as the scheduler will read it: a user option that sets the geometry
+    (``-o nodes=``, ``time=``/``walltime=``, ``gres=gpu:N``, ``gpus-per-node=``) counts as
+    the flag would, so lint cannot be bypassed by spelling a flag as an option."""
+    opts, changes = req.options, {}
+    nodes = _int_max(opts.get("nodes") or "")
+    if nodes is not None:
+        changes["nodes"] = nodes
+    for name in ("time", "walltime"):
+        if opts.get(name):
+            changes["time"] = opts[name]
+    gres = _GPU_COUNT.search(opts.get("gres") or "")
+    per_node = (opts.get("gpus-per-node") or "").rpartition(":")[2]
+    if gres or per_node.isdigit():
+        changes["gpus_per_node"] = int(gres.group(1) if gres else per_node)
+    return replace(req, **changes) if changes else req
+
+
+def lint(req: JobRequest) -> list[Finding]:
+    """Every problem with a request (as the scheduler will read it); errors first."""
+    req = effective(req)
+    found: list[Finding] = []
+    found += _geometry(req)
+    found += _memory(req)
+    found += _policies(req)
+    found += _variables(req)
+    found += _internet(req)
+    return sorted(found, key=lambda f: f.level != "error")
+
+
+def check(req: JobRequest, allocation: bool = True) -> list[Finding]:
+    """Lint and raise :class:`LintFailed` on errors; return the warnings. Without
+    ``allocation`` (a launch line typed inside one) a mandatory job option is not missing:
+    the allocation it runs in was asked for with it."""
+    findings = [f for f in lint(req) if allocation or f.code != "missing-option"]
+    if any(f.level == "error" for f in findings):
+        raise LintFailed(findings)
+    return findings
+
+
+def cpus_per_node(part: Partition) -> int:
+    """The CPUs a scheduler counts on a node: cores x hardware threads per core."""
+    return int(part.cores_per_node) * int(part.threads_per_core)
+
+
+def _nodes(req: JobRequest) -> list[Finding]:
+    """The node count against the partition's (which a profile may not know)."""
+    part, pname = req.part, req.partition_name
+    if req.nodes < 1:
+        return [Finding("error", "nodes", "at least one node is needed",
+                        "use --nodes 1 or more")]
+    if part.nodes is None:
+        if req.nodes == 1:
+            return []
+        return [Finding("warning", "nodes-unknown",
+                        f"the profile does not say how many nodes {pname} has: {req.nodes} "
+                        "node(s) are not checked against it",
+                        f"set partitions.{pname}.nodes in the profile once it is known")]
+    if req.nodes > part.nodes:
+        return [Finding("error", "nodes-exceed",
+                        f"partition {pname} has {part.nodes} node(s); {req.nodes} requested",
+                        f"use --nodes {part.nodes} or fewer")]
+    return []
+
+
+def cpus_exceeded(req: JobRequest) -> list[Finding]:
+    """Tasks x CPUs per task against the node's CPUs (hardware threads, as Slurm counts)."""
+    part, tasks, cpt = req.part, req.scheduler_tasks_per_node, req.task_cpus or 1
+    have = cpus_per_node(part)
+    if tasks * cpt <= have:
+        return []
+    threads = int(part.threads_per_core)
+    what = (f"{have} CPUs ({part.cores_per_node} cores x {threads} threads)" if threads > 1
+            else f"{have} cores")
+    fix = "lower --cpus-per-task or --tasks-per-node"
+    if threads == 1:
+        fix += (f" (if {req.partition_name}'s nodes run 2 hardware threads per core, which "
+                "the scheduler counts as CPUs, set threads_per_core: 2 in the profile)")
+    return [Finding("error", "cores-exceed",
+                    f"{tasks} task(s) x {cpt} CPUs exceed the {what} of a "
+                    f"{req.partition_name} node", fix)]
+
+
+def _geometry(req: JobRequest) -> list[Finding]:
+    out: list[Finding] = []
+    part, pname, site = req.part, req.partition_name, req.site
+    kind = req.launch.kind
+    out += _nodes(req)
+    least = part.limits.min_nodes_per_job
+    if least and req.nodes < least:
+        out.append(Finding("error", "nodes-limit",
+                           f"{pname} takes jobs of {least} nodes or more",
+                           f"use --nodes {least} or more, or another partition"))
+    if part.limits.max_nodes_per_job and req.nodes > part.limits.max_nodes_per_job:
+        out.append(Finding("error", "nodes-limit",
+                           f"{pname} allows {part.limits.max_nodes_per_job} nodes per job",
+                           f"use --nodes {part.limits.max_nodes_per_job} or fewer"))
+    if req.hosts:
+        from hpcprov.jobs.launchers import expand_hosts
+
+        hosts = expand_hosts(req.hosts)
+        if len(hosts) != req.nodes:
+            out.append(Finding("error", "hosts-count",
+                               f"{len(hosts)} host(s) given with --hosts but --nodes {req.nodes}",
+                               f"give {req.nodes} host(s) or use --nodes {len(hosts)}"))
+    gpus = req.gpus
+    if gpus < 0 or gpus > part.gpus.count:
+        out.append(Finding("error", "gpus-exceed",
+                           f"partition {pname} has {part.gpus.count} GPU(s) per node; "
+                           f"{gpus} requested",
+                           f"use --gpus-per-node {part.gpus.count} or fewer"
+                           + ("" if part.gpus.count else ", or a GPU partition")))
+    cap = part.limits.max_gpus_per_user
+    if cap and gpus * req.nodes > cap:
+        out.append(Finding("error", "gpus-limit",
+                           f"{gpus * req.nodes} GPUs requested; {pname} allows {cap} per user",
+                           "request fewer nodes or GPUs"))
+    ranks = req.ranks_per_node
+    if gpus > 0 and ranks > gpus:
+        out.append(Finding("error", "tasks-gpus",
+                           f"{ranks} ranks per node share {gpus} GPU(s)",
+                           f"use --tasks-per-node {gpus} (one rank per GPU)"))
+    elif gpus > 0 and ranks < gpus:
+        out.append(Finding("warning", "tasks-gpus",
+                           f"{gpus} GPUs per node allocated but only {ranks} rank(s) use them",
+                           f"use --tasks-per-node {gpus}"))
+    user_tpn = req.options.get("ntasks-per-node")
+    if user_tpn is not None and user_tpn != str(req.scheduler_tasks_per_node):
+        want = req.scheduler_tasks_per_node
+        why = "torchrun starts one task per node" if req.per_node_launch else "one task per rank"
+        out.append(Finding("error", "tasks-per-node",
+                           f"--ntasks-per-node={user_tpn} but {kind.value} needs {want} ({why})",
+                           "drop --option ntasks-per-node; hpcprov sets it"))
+    out += cpus_exceeded(req)
+    out += schedulers.of(site).lint(req)
+    if req.walltime and part.limits.max_walltime:
+        asked, cap_s = walltime_seconds(req.walltime), walltime_seconds(part.limits.max_walltime)
+        if asked is None:
+            out.append(Finding("error", "time", f"cannot read --time {req.walltime!r}",
+                               "use HH:MM:SS or D-HH:MM:SS"))
+        elif cap_s is not None and asked > cap_s:
+            out.append(Finding("error", "time-limit",
+                               f"--time {req.walltime} exceeds {pname}'s limit "
+                               f"{part.limits.max_walltime}",
+                               f"use --time {part.limits.max_walltime} or less"))
+    return out
+
+
+def _policies(req: JobRequest) -> list[Finding]:
+    out: list[Finding] = []
+    pol, site = req.site.policies, req.site
+    given = {**req.part.options, **req.options}
+    for name, reason in pol.forbidden_options.items():
+        if name in given:
+            out.append(Finding("error", "forbidden-option",
+                               f"--{name} is not allowed on {site.name}: {reason}",
+                               f"remove --option {name}"))
+    for name, rule in pol.required_options.items():
+        value = req.options.get(name, rule.default)
+        if value is None:
+            example = rule.example or (rule.choices[0] if rule.choices else "VALUE")
+            out.append(Finding("error", "missing-option",
+                               f"--{name} is mandatory on {site.name}"
+                               + (f" ({rule.reason})" if rule.reason else ""),
+                               f"pass --option {name}={example}"))
+        elif rule.choices and value not in rule.choices:
+            out.append(Finding("error", "option-choice",
+                               f"--{name}={value} is not accepted on {site.name}",
+                               f"use one of: {', '.join(rule.choices)}"))
+    return out
+
+
+def _variables(req: JobRequest) -> list[Finding]:
+    """Another scheduler's job variables ($PBS_NODEFILE in a Slurm job, and so on)."""
+    own = schedulers.of(req.site)
+    text = " ".join([*req.command, *map(str, req.options.values())])
+    try:
+        opts = own.options(req, batch=True)
+    except HpcprovError:
+        opts = []
+    text += " " + " ".join(str(v) for _, v in opts if v)
+    launcher = req.launch
+    text += " " + " ".join([*launcher.args, launcher.hostfile or ""])
+    out: list[Finding] = []
+    for other in schedulers.all_backends():
+        if other is own or not other.variable_example:
+            continue
+        if m := other.variable.search(text):
+            fix = (f"use the {own.title} equivalent (e.g. {own.variable_example})"
+                   if own.variable_example else "this site has no scheduler: drop it")
+            out.append(Finding("error", f"{other.name}-variable",
+                               f"{m.group(0)} is a {other.title} variable but "
+                               f"{req.site.name} runs {own.title}", fix))
+    return out
+
+
+def _internet(req: JobRequest) -> list[Finding]:
+    if req.site.policies.compute_internet:
+        return []
+    text = " ".join(req.command)
+    for pattern, what in _NETWORK:
+        if pattern.search(text):
+            return [Finding("error", "no-internet",
+                            f"the job runs {what}, but compute nodes of {req.site.name} "
+                            "have no internet",
+                            "do it on a login node before submitting, or use the site "
+                            "wheelhouse (pip install --no-index)")]
+    return []
+
+
+# ---------------------------------------------------------------- hpcprov site check
+
+Located = tuple[tuple[str, ...], str]  # (key path in the profile, problem)
+
+
+def default_request(site: Any, partition: str) -> JobRequest:
+    """What ``hpcprov jobscript -p PARTITION -- CMD`` asks for when given nothing else:
+    one node, the default launcher, the site's mandatory options at their defaults (or
+    their examples: the user must give those)."""
+    options: dict[str, str | None] = {
+        name: rule.default or rule.example or (rule.choices[0] if rule.choices else "x")
+        for name, rule in site.policies.required_options.items()}
+    return JobRequest(site=site, partition=partition, command=("python", "train.py"),
+                      options=options)
+
+
+def default_request_findings(site: Any) -> list[Located]:
+    """Every partition whose default request can never produce a valid job: its lint
+    errors, or why no job script can be generated for it."""
+    from hpcprov.jobs.jobscript import build_jobscript
+
+    out: list[Located] = []
+    for pname in site.partitions:
+        req = default_request(site, pname)
+        try:
+            problems = [f"{f.message} (fix: {f.fix})" for f in lint(req) if f.level == "error"]
+            if not problems:
+                build_jobscript(req)
+        except HpcprovError as exc:
+            problems = [str(exc)]
+        out += [(("partitions", pname), f"partitions.{pname}: the default request "
+                 f"(1 node, launcher {req.launcher_name}) cannot run: {p}") for p in problems]
+    return out
+
+
+def env_findings(site: Any) -> list[Located]:
+    """env values (the site's, each partition's network.env) hpcprov would write as text
+    although they look like commands or shell expansions."""
+    from hpcprov.jobs.modules import env_problems
+
+    out: list[Located] = [(("env", name), f"env.{name}: {why}")
+                          for name, why in env_problems(site.env).items()]
+    for pname, part in site.partitions.items():
+        where = ("partitions", pname, "network", "env")
+        out += [((*where, name), f"{'.'.join(where)}.{name}: {why}")
+                for name, why in env_problems(part.network.env).items()]
+    return out
+
+
+def cuda_target_findings(site: Any, nvcc: Any = None) -> list[Located]:
+    """GPU partitions the CUDA they are built with cannot target (every partition, its own
+    build modules included), with the fix."""
+    from hpcprov.site.cuda_arch import cuda_findings
+
+    return [(where, f"{problem}; fix: {fix}") for where, problem, fix in
+            cuda_findings(site, nvcc)]
+
+
+def profile_findings(site: Any, nvcc: Any = None) -> list[Located]:
+    """What ``hpcprov site check`` adds to validation, for a profile that validates
+    (``nvcc``: what the nvcc at hand targets, for builds whose modules name no CUDA)."""
+    return env_findings(site) + default_request_findings(site) + \
+        cuda_target_findings(site, nvcc)
+
+
+def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError]:
+    """``hpcprov site check`` of one file: its validation errors, else the problems
+    :func:`profile_findings` finds, each located at its key in the profile. With
+    ``probe_nvcc`` (the command's, an effect) the nvcc on PATH answers for a CUDA build
+    whose modules name no CUDA."""
+    from hpcprov.site.loader import resolve
+    from hpcprov.site.profiles import check_file, validate_layer
+
+    errors = check_file(path)
+    if errors:
+        return errors
+    layer = resolve(path)
+    site = validate_layer(layer)
+    nvcc = None
+    if probe_nvcc:
+        from hpcprov.site.cuda_arch import needs_nvcc_probe
+        from hpcprov.site.cuda_arch import probe_nvcc as probe
+
+        nvcc = probe() if needs_nvcc_probe(site) else None
+    return [ProfileError(*layer.where(loc), problem)
+            for loc, problem in profile_findings(site, nvcc)]

@@ -1,0 +1,124 @@
+"""A job request (what the user asked for) and its geometry, resolved against a site."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from hpcprov.core.errors import UsageError
+from hpcprov.site.kinds import LauncherKind
+
+if TYPE_CHECKING:
+    from hpcprov.site.model import Launcher, Partition, Site
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """Everything needed to generate a launch line or a job script. Pure data."""
+
+    site: Site
+    nodes: int = 1
+    gpus_per_node: int | None = None
+    command: tuple[str, ...] = ()
+    partition: str | None = None
+    launcher: str | None = None
+    tasks_per_node: int | None = None
+    cpus_per_task: int | None = None
+    time: str | None = None
+    job_name: str | None = None
+    options: dict[str, str | None] = field(default_factory=dict)  # None: a flag
+    hosts: tuple[str, ...] = ()
+    image: str | None = None
+    prefix: str | None = None
+    activate: bool = True
+    port: int | None = None  # the rendezvous port, instead of the launcher's (side-by-side jobs)
+
+    @property
+    def partition_name(self) -> str:
+        if self.partition is None:  # a queue chosen by the job's size, where the site has them
+            picked = self.site.partition_for_nodes(self.nodes)
+            if picked is not None:
+                return picked
+        try:
+            return self.site.partition(self.partition)[0]
+        except KeyError:
+            raise UsageError(
+                f"site {self.site.name} has no partition {self.partition!r} "
+                f"(partitions: {', '.join(self.site.partitions)})"
+            ) from None
+
+    @property
+    def part(self) -> Partition:
+        return self.site.partitions[self.partition_name]
+
+    @property
+    def launcher_name(self) -> str:
+        name = self.launcher or self.site.default_launcher
+        if name not in self.site.launchers:
+            raise UsageError(
+                f"site {self.site.name} has no launcher {name!r} "
+                f"(launchers: {', '.join(self.site.launchers)}); pick one with --launcher"
+            )
+        return name
+
+    @property
+    def launch(self) -> Launcher:
+        return self.site.launchers[self.launcher_name]
+
+    @property
+    def rendezvous_port(self) -> int:
+        """The TCP port the ranks meet on: the request's own, else the launcher's."""
+        return self.launch.port if self.port is None else self.port
+
+    @property
+    def gpus(self) -> int:
+        """GPUs requested per node (default: all of the partition's)."""
+        return self.part.gpus.count if self.gpus_per_node is None else self.gpus_per_node
+
+    @property
+    def ranks_per_node(self) -> int:
+        """Training processes per node (one per GPU unless told otherwise)."""
+        if self.tasks_per_node is not None:
+            return self.tasks_per_node
+        return self.gpus if self.gpus > 0 else 1
+
+    @property
+    def world_size(self) -> int:
+        return self.nodes * self.ranks_per_node
+
+    @property
+    def per_node_launch(self) -> bool:
+        """True when the launcher starts one process per node that spawns the ranks."""
+        return self.launch.kind == LauncherKind.torchrun
+
+    @property
+    def scheduler_tasks_per_node(self) -> int:
+        """Tasks the scheduler is asked for per node."""
+        return 1 if self.per_node_launch else self.ranks_per_node
+
+    @property
+    def job_cpus_per_task(self) -> int | None:
+        if self.cpus_per_task is not None:
+            return self.cpus_per_task
+        if self.per_node_launch and self.part.cpus_per_task:
+            return self.part.cpus_per_task * self.ranks_per_node
+        return self.part.cpus_per_task
+
+    @property
+    def task_cpus(self) -> int | None:
+        """CPUs per scheduler task as the job asks for them (a cpus-per-task option wins)."""
+        given = self.options.get("cpus-per-task")
+        if given is not None and given.isdigit():
+            return int(given)
+        return self.job_cpus_per_task
+
+    @property
+    def host_name(self) -> str | None:
+        """The template naming a node on the high-speed network (``{host}-ib``): the
+        launcher's, else the partition's; None where the scheduler's names are used."""
+        template = self.launch.host_name or self.part.network.host_name
+        return None if template in (None, "{host}") else template
+
+    @property
+    def walltime(self) -> str | None:
+        return self.time or self.part.limits.default_walltime

@@ -1,0 +1,81 @@
+"""Scheduler options of a job, whatever the scheduler: parsing the user's, the site's
+mandatory ones, and the rule that the user's replace generated ones of the same name.
+
+Options are (name, value) pairs with Slurm-style long names; each scheduler backend
+(:mod:`hpcprov.schedulers`) generates its own and renders them in its own syntax.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+
+from hpcprov.core.errors import UsageError
+from hpcprov.core.findings import Finding
+from hpcprov.core.text import has_control
+from hpcprov.request.job import JobRequest
+
+Option = tuple[str, str | None]  # (long option name, value or None for a flag)
+
+
+def parse_option(text: str) -> tuple[str, str | None]:
+    """Parse ``name=value`` / ``--name=value`` / ``name`` from the command line."""
+    name, sep, value = text.lstrip("-").partition("=")
+    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", name):
+        raise UsageError(f"--option {text!r}: expected NAME=VALUE, e.g. --option comment=pytorch")
+    check_value(name, value if sep else None)
+    return name, (value if sep else None)
+
+
+def check_value(name: str, value: str | None) -> None:
+    """Refuse control characters (a newline would end a #SBATCH comment line)."""
+    if value is not None and has_control(value):
+        raise UsageError(f"option {name!r}: control characters (newlines, tabs) are not allowed")
+
+
+def required_options(req: JobRequest) -> list[Option]:
+    """Mandatory options: the user's value, else the site's default."""
+    out: list[Option] = []
+    for name, rule in req.site.policies.required_options.items():
+        value = req.options.get(name, rule.default)
+        if value is not None:
+            out.append((name, value))
+    return out
+
+
+def short_name_findings(req: JobRequest, long_names: Mapping[str, str],
+                        render: Callable[[str, str | None], str]) -> list[Finding]:
+    """One-letter option names (``-o C=gpu``, a partition's ``C: gpu``): job options are
+    written with long names, so ``C`` would become ``render("C", "gpu")`` (``--C=gpu``)."""
+    out: list[Finding] = []
+    given = {**req.part.options, **req.options}
+    for name, value in given.items():
+        if len(name) != 1:
+            continue
+        where = "-o" if name in req.options else f"partition {req.partition_name}'s option"
+        long = long_names.get(name)
+        if long:
+            fix = f"use the long name: {long}" + ("" if value is None else f"={value}")
+        else:
+            fix = "use the option's long name"
+        out.append(Finding("error", "short-option",
+                           f"{where} {name!r} is a one-letter name, but job options are "
+                           f"written with long names: it would become {render(name, value)}",
+                           fix))
+    return out
+
+
+def override(opts: list[Option], user: dict[str, str | None]) -> list[Option]:
+    """User options replace generated ones of the same name, in place; new ones go last."""
+    out, seen = [], set()
+    for name, value in opts:
+        if name in user:
+            if name in seen:
+                continue
+            value = user[name]
+        seen.add(name)
+        out.append((name, value))
+    out += [(n, v) for n, v in user.items() if n not in seen]
+    for name, value in out:
+        check_value(name, value)
+    return out

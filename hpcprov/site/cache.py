@@ -1,0 +1,182 @@
+"""The cache of validated site profiles: commands skip YAML parsing and validation.
+
+One JSON file per profile path under ``$XDG_CACHE_HOME/hpcprov/profiles/`` (default
+``~/.cache/hpcprov/profiles/``), two lines: a header, then the validated site in its JSON
+form (:func:`hpcprov.site.view.to_json`: plain objects, so loading it needs no pydantic).
+The header records the SHA-256 of every file the profile was built from (itself and what it
+extends), how each ``extends`` was resolved on the search path, and hpcprov's code
+fingerprint (:func:`fingerprint`, which the "already set up" cache of
+:mod:`hpcprov.provision.quick` uses too). An entry is used only when all of these are still
+the same and its values pass the model's single-line check again; a changed, moved or
+shadowed file, another search path, other code, or an entry that is corrupt, unreadable, not
+the user's own or in a folder that is not (:mod:`hpcprov.core.fsutil`) is a miss, and the profile
+is read and validated as if there were no cache. Writing is best effort (a read-only home
+loses only the speed). ``HPCPROV_NO_CACHE=1`` turns the cache off.
+
+This module imports neither PyYAML nor pydantic: ``hpcprov sites`` answers from the
+headers alone, and a planning command (``jobscript``, ``setup --dry-run``) from the site.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import sys
+from importlib.util import find_spec
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpcprov.core import fsutil
+
+if TYPE_CHECKING:
+    from hpcprov.site.loader import Layer
+    from hpcprov.site.view import SiteView
+
+FORMAT = 3  # 3: JSON (site_view.to_json); 2 was Python's binary serialisation
+MAX_ENTRIES = 256
+
+
+def enabled() -> bool:
+    return os.environ.get("HPCPROV_NO_CACHE", "") in ("", "0")
+
+
+@functools.cache
+def fingerprint() -> str:
+    """hpcprov's code fingerprint: the source of the hpcprov and hpcprov.provision packages
+    and their subpackages (with the Horovod patches), Python's version, and which pydantic
+    is installed. Anything cached from a run of other code is not used."""
+    h = hashlib.sha256(f"{FORMAT}|{sys.version}".encode())
+    provision = find_spec("hpcprov.provision")
+    assert provision is not None and provision.submodule_search_locations
+    seen: set[Path] = set()
+    for root in (Path(__file__).parent, Path(provision.submodule_search_locations[0])):
+        for path in sorted([*root.rglob("*.py"), *root.glob("patches/*.patch")]):
+            if path not in seen:  # in a wheel, provision/ lies inside hpcprov/
+                seen.add(path)
+                h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    for dist in ("pydantic", "pydantic_core"):
+        spec = find_spec(dist)
+        origin = spec.origin if spec else None
+        st = os.stat(origin) if origin else None
+        h.update(f"|{dist}:{origin}:{st and st.st_mtime_ns}:{st and st.st_size}".encode())
+    return h.hexdigest()
+
+
+def _entry(path: Path) -> Path:
+    key = hashlib.sha256(f"{fingerprint()}|{os.path.abspath(path)}".encode()).hexdigest()
+    return fsutil.cache_dir("profiles") / f"{key[:32]}.json"
+
+
+def _sha256(file: str) -> str:
+    """The digest of a file an entry was built from, read as the loader reads profiles (a
+    FIFO or device put in its place is refused, never waited on: the entry is a miss)."""
+    from hpcprov.site.loader import MAX_BYTES
+
+    return hashlib.sha256(fsutil.read_regular(Path(file), MAX_BYTES)).hexdigest()
+
+
+def _current(head: dict[str, Any], path: Path) -> bool:
+    """True when the entry is for ``path``, made by this code, and every file and `extends`
+    link it was built from is unchanged (each link still resolves to the same parent on
+    today's search path: not shadowed, not resolved elsewhere)."""
+    from hpcprov.site.loader import find_profile
+
+    if head.get("format") != FORMAT or head.get("fingerprint") != fingerprint() \
+            or head.get("path") != os.path.abspath(path):
+        return False
+    if any(_sha256(file) != digest for file, digest in head["files"].items()):
+        return False
+    for child, ref, parent in head["links"]:
+        found = find_profile(ref, relative_to=Path(child), skip=Path(child))
+        if os.path.abspath(found) != parent:
+            return False
+    return True
+
+
+def _clean(head: dict[str, Any]) -> bool:
+    """True when what `sites` and `detect` read from the header is what the model allows."""
+    from hpcprov.core.text import has_control
+
+    summary, hosts = head["summary"], head["login_hosts"] or []
+    single = [summary["scheduler"], *hosts]
+    return type(summary["partitions"]) is int and type(hosts) is list \
+        and all(type(s) is str and not has_control(s) for s in single) \
+        and isinstance(summary["description"], str | None)
+
+
+def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:
+    """(header, the site's JSON) of a current entry, else None. Never raises."""
+    if not enabled() or not fsutil.trusted_dir(fsutil.cache_dir("profiles")):
+        return None
+    data = fsutil.read_owned(_entry(path))
+    if data is None:
+        return None
+    try:
+        end = data.index(b"\n")
+        head = json.loads(data[:end])
+        if type(head) is not dict or not _current(head, path) or not _clean(head):
+            return None
+        return head, data[end + 1:]
+    except Exception:
+        return None
+
+
+def header(path: Path) -> dict[str, Any] | None:
+    """The summary of a current entry (scheduler, partitions, description, login_hosts)."""
+    found = _read(path)
+    return found[0] if found else None
+
+
+def load(path: Path) -> SiteView | None:
+    """The validated site of a current entry, else None (also when a value fails the
+    model's single-line check: an entry is never trusted further than the model)."""
+    found = _read(path)
+    if found is None:
+        return None
+    from hpcprov.site.view import from_json
+
+    try:
+        return from_json(json.loads(found[1]))
+    except Exception:
+        return None
+
+
+def store(path: Path, layer: Layer, site: SiteView) -> None:
+    """Record a validated site (best effort: errors are ignored)."""
+    if not enabled():
+        return
+    from hpcprov.site.view import to_json
+
+    try:
+        head = {
+            "format": FORMAT, "fingerprint": fingerprint(), "path": os.path.abspath(path),
+            "files": {os.path.abspath(f): d for f, d in layer.digests.items()},
+            "links": [[os.path.abspath(c), ref, os.path.abspath(p)] for c, ref, p in layer.links],
+            "summary": {"scheduler": site.scheduler.value, "partitions": len(site.partitions),
+                        "description": site.description},
+            "login_hosts": layer.data.get("login_hosts"),
+        }
+        if set(head["files"]) != {os.path.abspath(f) for f in layer.files}:
+            return  # a layer not read by read_yaml (no digests): nothing to check it by
+        folder = fsutil.cache_dir("profiles")
+        if not fsutil.trusted_dir(folder, create=True):
+            return
+        text = json.dumps(head) + "\n" + json.dumps(to_json(site), separators=(",", ":"))
+        fsutil.atomic_write(_entry(path), text + "\n")
+        _prune(folder)
+    except Exception:
+        return
+
+
+def _prune(folder: Path) -> None:
+    """Keep the newest MAX_ENTRIES entries; remove those of format 2 (``*.entry``)."""
+    for old in folder.glob("*.entry"):
+        old.unlink(missing_ok=True)
+    entries = list(folder.glob("*.json"))
+    if len(entries) <= MAX_ENTRIES:
+        return
+    entries.sort(key=lambda p: p.stat().st_mtime)
+    for old in entries[: len(entries) - MAX_ENTRIES]:
+        old.unlink(missing_ok=True)

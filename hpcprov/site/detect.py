@@ -1,0 +1,79 @@
+"""Which site is this? Match the host name against each profile's login host patterns.
+
+A catch-all pattern (``*``, ``*.*``, ``?*``: no letter or digit outside its wildcards) would
+make its profile every user's default site on every machine, so it is never used for
+detection: a site meant to be the default everywhere is chosen with ``HPCPROV_SITE``. When
+several sites match, the first by name is used and :func:`warn_if_ambiguous` names them all
+(docs/security.md, "Profiles and the search path").
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpcprov.core.errors import HpcprovError, warn
+from hpcprov.site import cache as profile_cache
+from hpcprov.site.loader import available_sites, resolve
+
+_BRACKETS = re.compile(r"\[[^\]]*\]")
+
+
+def catch_all(pattern: str) -> bool:
+    """True when the fnmatch ``pattern`` names no host: no letter or digit outside its
+    wildcards and ``[...]`` sets (``*``, ``*.*``, ``?*``, ``[a-z]*``)."""
+    literal = _BRACKETS.sub("", pattern).replace("*", "").replace("?", "")
+    return not any(ch.isalnum() for ch in literal)
+
+
+@dataclass
+class Detection:
+    """The sites whose patterns match a host, and the catch-all patterns passed over."""
+
+    host: str
+    sites: list[str] = field(default_factory=list)
+    catch_alls: list[tuple[str, str]] = field(default_factory=list)  # (site, pattern)
+
+
+def _patterns(path: Path) -> list[object]:
+    """A profile's `login_hosts` (from the profile cache when current); [] when broken."""
+    head = profile_cache.header(path)
+    try:
+        patterns = head["login_hosts"] if head else resolve(path).data.get("login_hosts")
+    except HpcprovError:
+        return []
+    return patterns if isinstance(patterns, list) else []
+
+
+def matches(hostname: str | None = None) -> Detection:
+    """Every site whose `login_hosts` match ``hostname`` (default: this machine's fully
+    qualified name, or its short name); broken profiles and catch-all patterns are skipped."""
+    host = (hostname or socket.getfqdn()).lower()
+    short = host.split(".", 1)[0]
+    found = Detection(host)
+    for name, path in sorted(available_sites().items()):
+        for pattern in _patterns(path):
+            pat = str(pattern).lower()
+            if catch_all(pat):
+                found.catch_alls.append((name, str(pattern)))
+            elif fnmatch.fnmatchcase(host, pat) or fnmatch.fnmatchcase(short, pat):
+                found.sites.append(name)
+                break
+    return found
+
+
+def detect(hostname: str | None = None) -> list[str]:
+    """Names of the sites whose `login_hosts` patterns match (broken profiles and catch-all
+    patterns are skipped)."""
+    return matches(hostname).sites
+
+
+def warn_if_ambiguous(found: Detection) -> None:
+    """A warning naming every matching site when there are several (the first is used)."""
+    if len(found.sites) > 1:
+        warn(f"host {found.host!r} matches the login_hosts of {len(found.sites)} sites "
+             f"({', '.join(found.sites)}); using {found.sites[0]}: set HPCPROV_SITE or give "
+             "--site to choose")

@@ -1,0 +1,36 @@
+"""The parts of the site model that planning needs at run time, without pydantic.
+
+The enums are shared by the validated model
+(:mod:`hpcprov.site.model`, pydantic) and by the snapshot a cached profile is loaded as
+(:mod:`hpcprov.site.view`), so a command answered from the cache never imports pydantic.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from hpcprov.site.sections import SCHEDULERS
+
+# the module of each scheduler's backend, by the name a profile's `scheduler:` key uses
+# (the registry and each one's profile section: hpcprov.site.sections)
+SCHEDULER_BACKENDS: dict[str, str] = {name: s.module for name, s in SCHEDULERS.items()}
+
+# the profile's `scheduler:` values, one per backend
+Scheduler = Enum(
+    "Scheduler", {name: name for name in SCHEDULER_BACKENDS}, type=str)
+
+
+class ModuleSystem(str, Enum):
+    lmod = "lmod"
+    tcl = "tcl"  # Environment Modules
+    none = "none"
+
+
+class LauncherKind(str, Enum):
+    srun = "srun"
+    mpirun = "mpirun"
+    mpiexec = "mpiexec"
+    jsrun = "jsrun"
+    horovodrun = "horovodrun"
+    torchrun = "torchrun"
+    container = "container"

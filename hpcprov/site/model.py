@@ -1,0 +1,783 @@
+"""The typed site model: what a cluster is, as checked YAML.
+
+Every seed site is expressed with these fields alone; generators read the data and never
+ask which site they are working for. Unknown keys are rejected everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    create_model,
+    field_validator,
+    model_validator,
+)
+
+from hpcprov.core.text import FREE_TEXT, SINGLE_LINE_RULE, TEXT_RULE, has_control
+from hpcprov.core.walltime import walltime_seconds
+
+# the enums and Site's methods live in hpcprov.site.kinds (no pydantic), shared with the
+# snapshots of hpcprov.site.view; importing them from here keeps working
+from hpcprov.site.conda_channels import tos_channels
+from hpcprov.site.kinds import LauncherKind, ModuleSystem, Scheduler
+from hpcprov.site.sections import DEFAULT_SCHEDULER, SCHEDULERS, Setting
+from hpcprov.site.view import SiteMethods
+
+_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
+_OPTION_RE = r"^[A-Za-z][A-Za-z0-9-]*$"
+_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+Name = Annotated[str, Field(pattern=_NAME_RE, max_length=64)]
+OptionName = Annotated[str, Field(pattern=_OPTION_RE, max_length=64)]
+
+
+# the single-line and free-text rules: hpcprov.core.text
+
+# upper bounds on counts: larger than any machine has, small enough that a plan that lists
+# every node, core or job stays a plan (a typo of 10**12 nodes is refused, not planned)
+MAX_NODES = 1_000_000  # Fugaku, the largest, has 158,976
+MAX_CORES = 16_384  # per node; the largest single-image machines have a few thousand
+MAX_MEMORY_GB = 1 << 20  # 1 PiB per node
+MAX_COUNT = 10_000_000  # jobs or GPUs of one user
+
+
+def _no_control(value: object, free: bool = False) -> None:
+    if isinstance(value, str):
+        if has_control(value, free):
+            raise ValueError(TEXT_RULE if free else SINGLE_LINE_RULE)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            _no_control(key, free)
+            _no_control(item, free)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            _no_control(item, free)
+
+
+def _count(default: Any = ..., *, ge: int = 1, le: int, description: str) -> Any:
+    """A strict integer field (``true`` is not 1, ``2.0`` is not 2) between ``ge`` and
+    ``le``; the description says why the bound is what it is."""
+    return Field(default, strict=True, ge=ge, le=le, description=description)
+
+
+class Strict(BaseModel):
+    """Base: unknown keys are errors; strings that may reach a shell hold no control chars."""
+
+    # defer_build: the validators are built on first validation, not at import; a cached
+    # site (hpcprov/site/cache.py) is loaded without ever building them.
+    # allow_inf_nan=False: numbers are finite (.inf and .nan are refused; JSON has neither)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, defer_build=True,
+                              allow_inf_nan=False)
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _single_line(cls, value: object, info: ValidationInfo) -> object:
+        _no_control(value, info.field_name in FREE_TEXT)
+        return value
+
+
+def _check_env_names(env: dict[str, str]) -> dict[str, str]:
+    for key in env:
+        if not _ENV_RE.match(key):
+            raise ValueError(f"{key!r} is not a valid environment variable name")
+    return env
+
+
+class EnvMixin(BaseModel):
+    """Checks that every key of an ``env`` field is a valid variable name."""
+
+    model_config = ConfigDict(defer_build=True)
+
+    @field_validator("env", check_fields=False)
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        return _check_env_names(value)
+
+
+class ModuleSet(Strict):
+    """Modules to load for one purpose, optionally after `module purge`."""
+
+    purge: bool = Field(False, description="run `module purge` before loading")
+    load: list[str] = Field(default_factory=list, description="modules, in load order")
+
+
+class Modules(Strict):
+    system: ModuleSystem = ModuleSystem.lmod
+    init: str | None = Field(
+        None,
+        description="file to source when `module` is not defined (e.g. /etc/profile.d/lmod.sh)",
+    )
+    use: list[str] = Field(
+        default_factory=list, description="folders `module use` adds to the module path "
+        "before any module is loaded (a site's software trees, e.g. /apps/modules/all); "
+        "$VARS are expanded")
+    build: ModuleSet = Field(default_factory=ModuleSet, description="modules to build Horovod")
+    runtime: ModuleSet = Field(default_factory=ModuleSet, description="modules to run jobs")
+
+
+class Gpus(Strict):
+    count: int = _count(0, ge=0, le=64, description="GPUs per node (at most 64)")
+    vendor: Literal["nvidia", "amd"] = Field(
+        "nvidia", description="nvidia (CUDA, NCCL) or amd (ROCm, RCCL): Horovod is built "
+        "for ROCm (HOROVOD_GPU=ROCM; gpu_operations: nccl then means RCCL, which speaks "
+        "NCCL's API and reads the NCCL_* network variables), mpirun's "
+        "set_cuda_visible_devices sets HIP_VISIBLE_DEVICES")
+    model: str | None = Field(None, description="e.g. A100-SXM4-80GB")
+    type: str | None = Field(
+        None, description="GPU type label in requests, e.g. a100 or v100l (--gres=gpu:v100l:4)"
+    )
+    interconnect: str | None = Field(None, description="NVLink, PCIe, NVSwitch, ...")
+
+
+class Limits(Strict):
+    max_jobs_per_user: int | None = _count(
+        None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,} (more than a scheduler queues)")
+    max_gpus_per_user: int | None = _count(
+        None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,}")
+    max_nodes_per_job: int | None = _count(
+        None, le=MAX_NODES, description=f"at most {MAX_NODES:,}, as a partition's nodes")
+    min_nodes_per_job: int | None = _count(
+        None, le=MAX_NODES, description="the fewest nodes a job of this queue may ask for "
+        "(queues by job size)")
+    max_walltime: str | None = Field(None, description="[D-]HH:MM:SS")
+    default_walltime: str | None = Field(
+        None, description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime")
+
+    @field_validator("max_walltime", "default_walltime")
+    @classmethod
+    def _walltime(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return value
+        seconds = walltime_seconds(value)
+        if not seconds:
+            raise ValueError(f"{value!r} is not a wall-clock limit: write [D-]HH:MM:SS, "
+                             "e.g. '24:00:00' or '2-00:00:00' (quoted), more than zero")
+        cap = info.data.get("max_walltime")
+        cap_s = walltime_seconds(cap) if cap else None
+        if info.field_name == "default_walltime" and cap_s and seconds > cap_s:
+            raise ValueError(f"{value!r} is longer than max_walltime {cap!r}")
+        return value
+
+
+class Reference(Strict):
+    """A performance reference: pass when value*(1+lower) <= measured <= value*(1+upper)."""
+
+    value: float = Field(strict=True, description="the expected value (a finite number)")
+    lower: float = Field(-0.1, strict=True, ge=-1, le=0,
+                         description="fraction, e.g. -0.05 for 5% below (-1: down to zero)")
+    upper: float | None = Field(None, strict=True, ge=0,
+                                description="fraction above; null = unbounded")
+    unit: str
+    note: str | None = None
+
+
+_HOST_TEMPLATE = re.compile(r"^[A-Za-z0-9.-]*\{host\}[A-Za-z0-9.-]*$")
+
+
+def _check_host_name(value: str | None) -> str | None:
+    """A host name template: ``{host}`` once, letters, digits, '.' and '-' around it."""
+    if value is not None and not _HOST_TEMPLATE.match(value):
+        raise ValueError(f"{value!r} is not a host name template: write {{host}} (the name "
+                         "the scheduler lists) once, with letters, digits, '.' or '-' around "
+                         "it, e.g. '{host}-ib', '{host}i' or 'ib-{host}'")
+    return value
+
+
+class Network(Strict, EnvMixin):
+    """A partition's high-speed network: the nodes' names on it, and what NCCL, Gloo and
+    libfabric are told (exported before every launch line, passed on by mpirun -x)."""
+
+    host_name: str | None = Field(
+        None, description="the node's name on the high-speed network, a template over the "
+        "name the scheduler lists ({host}), e.g. '{host}-ib' or '{host}i'; every launcher "
+        "uses it for MASTER_ADDR and torchrun's --rdzv_endpoint, horovodrun for its hosts "
+        "when it runs Gloo; mpirun keeps the scheduler's names, which its allocation knows")
+    nccl_socket_ifname: str | None = Field(
+        None, description="NCCL_SOCKET_IFNAME: NCCL's bootstrap interfaces, e.g. ib0 or hsn")
+    gloo_socket_ifname: str | None = Field(
+        None, description="GLOO_SOCKET_IFNAME: Gloo's interface, e.g. ib0")
+    nccl_ib_hca: str | None = Field(
+        None, description="NCCL_IB_HCA: the InfiniBand adapters NCCL uses, e.g. mlx5_0,mlx5_1")
+    nccl_net: str | None = Field(
+        None, description="NCCL_NET: IB, Socket, or a plugin's name (e.g. 'AWS Libfabric')")
+    nccl_net_plugin: str | None = Field(
+        None, description="NCCL_NET_PLUGIN: the network plugin library's suffix, e.g. ofi")
+    fi_provider: str | None = Field(
+        None, description="FI_PROVIDER: the libfabric provider, e.g. cxi, efa or verbs")
+    env: dict[str, str] = Field(
+        default_factory=dict, description="more network variables (e.g. FI_CXI_* or "
+        "NCCL_CROSS_NIC), with the meaning of the site's env")
+
+    @field_validator("host_name")
+    @classmethod
+    def _host_template(cls, value: str | None) -> str | None:
+        return _check_host_name(value)
+
+
+class Partition(Strict):
+    description: str | None = None
+    nodes: int | None = _count(None, le=MAX_NODES, description=f"number of nodes in the "
+                               f"partition (at most {MAX_NODES:,}: more than any machine "
+                               "has; plans list every node); null or left out: the site "
+                               "publishes no count")
+    cores_per_node: int = _count(le=MAX_CORES, description=f"CPU cores per node (at most "
+                                f"{MAX_CORES:,}: more than any node has)")
+    memory_gb: float | None = Field(None, strict=True, gt=0, le=MAX_MEMORY_GB,
+                                    description="memory per node, GB (at most 1 PiB)")
+    threads_per_core: int = Field(
+        1, strict=True, ge=1, le=8, description="hardware threads per core; the scheduler "
+        "counts cores_per_node x threads_per_core CPUs per node (Slurm's CPUs, which "
+        "--cpus-per-task counts, are hardware threads where SMT is on)")
+    arch: Literal["x86_64", "aarch64", "ppc64le"] = "x86_64"
+    gpus: Gpus = Field(default_factory=Gpus)
+    limits: Limits = Field(default_factory=Limits)
+    cpus_per_task: int | None = _count(None, le=MAX_CORES,
+                                      description="default --cpus-per-task")
+    options: dict[OptionName, str | None] = Field(
+        default_factory=dict, description="job options always added for this partition, "
+        "long names (constraint, not C); null or no value: a flag (exclusive: null)"
+    )
+    routing: Literal["partition", "options"] = Field(
+        "partition", description="partition: jobs ask for the partition (queue) of this "
+        "name; options: the name stands for a kind of node that its options pick (e.g. "
+        "constraint: gpu, qos: regular), and no partition is asked for")
+    network: Network = Field(default_factory=Network)
+    by_job_size: bool = Field(
+        False, description="a queue chosen by the job's node count: where no partition is "
+        "named and the default one's node limits do not fit the job, the first partition "
+        "with by_job_size whose limits (min_nodes_per_job, max_nodes_per_job) fit is used")
+    modules: Modules | None = Field(None, description="replaces the site's modules here")
+    references: dict[Name, Reference] = Field(
+        default_factory=dict, description="performance references by metric name"
+    )
+    default: bool = False
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _flags_have_no_value(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            for name, item in value.items():
+                if isinstance(item, bool):
+                    raise ValueError(f"{name}: {str(item).lower()}: a flag option is written "
+                                     f"with no value ('{name}:' or '{name}: null'), an option "
+                                     f"with a value as text ('{name}: \"yes\"')")
+        return value
+
+    @model_validator(mode="after")
+    def _routing_needs_options(self) -> Partition:
+        if self.routing == "options" and not self.options:
+            raise ValueError("routing: options needs the options that pick the nodes, e.g. "
+                             "options: {constraint: gpu, qos: regular}")
+        return self
+
+
+class RequiredOption(Strict):
+    """A job option the site insists on (Neuron --comment, CC --account)."""
+
+    default: str | None = Field(None, description="used when the user gives none")
+    choices: list[str] | None = None
+    example: str | None = Field(None, description="shown in the error when missing")
+    reason: str | None = None
+
+
+class Proxy(Strict):
+    """The proxy through which setup's downloads reach the internet (pip, conda, curl)."""
+
+    http: str | None = Field(None, pattern=r"^https?://\S+$",
+                             description="http_proxy, e.g. http://proxy.example.org:3128")
+    https: str | None = Field(None, pattern=r"^https?://\S+$",
+                              description="https_proxy (default: the http one)")
+    no_proxy: list[str] = Field(default_factory=list,
+                                description="hosts and domains reached directly")
+
+
+class Policies(Strict):
+    required_options: dict[OptionName, RequiredOption] = Field(default_factory=dict)
+    forbidden_options: dict[OptionName, str] = Field(
+        default_factory=dict, description="option -> why it is refused"
+    )
+    compute_internet: bool = Field(True, description="compute nodes reach the internet")
+    proxy: Proxy | None = Field(None, description="the proxy setup's downloads go through "
+                                "(exported as http_proxy/https_proxy/no_proxy and their "
+                                "upper-case forms)")
+    conda_allowed: bool = True
+    home_readonly_on_compute: bool = False
+    submit_from: str | None = Field(None, description="directory jobs must be submitted from")
+    purge_days: int | None = _count(None, le=36_500, description="scratch files unused this "
+                                   "long vanish (at most 36,500: a century)")
+    notes: list[str] = Field(default_factory=list)
+
+
+class Paths(Strict):
+    scratch: str = Field("$HOME", description="user scratch (may use $VARS)")
+    prefix: str = Field(
+        "{scratch}/hpcprov", description="install prefix; {scratch} is replaced by scratch"
+    )
+    workdir: str | None = Field(None, description="where jobs run and write (default scratch)")
+    wheelhouse: str = Field(
+        "$HOME/.cache/hpcprov/wheelhouse",
+        description="cache of built Horovod wheels, keyed by ABI; make it a group-shared "
+        "directory so the next user at the site installs instead of rebuilding "
+        "($HPCPROV_WHEELHOUSE overrides it)",
+    )
+    wheelhouse_trust: list[Annotated[str, Field(pattern=r"^@?[A-Za-z_][A-Za-z0-9_.-]*$")]] = \
+        Field(default_factory=list, max_length=64,
+              description="who else may publish wheels you install from the wheelhouse: "
+              "user names, or @group for every member (you and root always may; "
+              "$HPCPROV_WHEELHOUSE_TRUST adds more); see docs/security.md")
+
+
+class CondaSpec(Strict):
+    installer_url: str = "https://repo.anaconda.com/miniconda/Miniconda3-latest-Linux-x86_64.sh"
+    installer_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
+    mirror_url: str | None = None
+    installer_file: str | None = Field(None, description="local installer for offline sites")
+    channels: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]*$")]] = Field(
+        default_factory=list, description="the channels conda creates the environment and "
+        "installs from, exactly these (--override-channels), in this order; empty: conda's "
+        "defaults (Anaconda's repo.anaconda.com/pkgs/main and /r, which need accept_tos)")
+    accept_tos: bool = Field(
+        False, description="you (or your site) accept Anaconda's Terms of Service for its "
+        "channels (defaults, main, r, repo.anaconda.com/...), which conda otherwise refuses "
+        "non-interactively since July 2025 (CondaToSNonInteractiveError); setup then runs "
+        "`conda tos accept` for them. Or use channels that need none, e.g. [conda-forge]")
+    python: str | None = Field(None, description="python version for `conda create`")
+    module: str | None = Field(
+        None, description="the site's conda module (e.g. anaconda3/2024.06 or miniforge3): "
+        "its conda creates the environment (in PREFIX/conda-envs/ENV) instead of a downloaded "
+        "installer; list it in modules.build.load and modules.runtime.load too")
+
+
+class VenvSpec(Strict):
+    creator: Literal["venv", "virtualenv", "uv"] = "venv"
+    installer: Literal["pip", "uv", "auto"] = Field(
+        "pip", description="what installs the frameworks and packages: pip, uv (`uv pip "
+        "install`: from its cache a package is linked, not unpacked again; pip's own "
+        "configuration is passed on to it), or auto (uv where it is on the PATH, else pip)")
+    python: str = Field("python3", description="interpreter that creates the venv")
+    system_site_packages: bool = False
+    wheelhouse: list[str] = Field(default_factory=list, description="--find-links locations")
+    no_index: bool = Field(False, description="pip --no-index (only the wheelhouse)")
+
+
+class ContainerSpec(Strict):
+    """Provisioning through a container image instead of a Python environment."""
+
+    image: Name = Field(description="name in containers.images: where the image is kept")
+    source: str = Field(description="what to import, e.g. docker://nvcr.io#nvidia/pytorch:22.09-py3")
+    add_horovod: bool = Field(False, description="the image lacks Horovod: install it inside")
+
+
+class Framework(Strict):
+    version: str
+    installer: Literal["pip", "conda", "module"] = Field(
+        "pip", description="pip or conda install it into the environment; module: the "
+        "site's module (module:) provides it, and the environment (a venv with "
+        "system_site_packages: true) sees it; setup checks it imports from the module at "
+        "this version")
+    packages: list[str] = Field(
+        default_factory=list, description="exact specs; default <pkg>==<version>"
+    )
+    channel: str | None = None
+    module: str | None = Field(
+        None, description="the module that provides the framework (installer: module); "
+        "list it in modules.build.load and modules.runtime.load too")
+
+    @model_validator(mode="after")
+    def _module_named(self) -> Framework:
+        if self.installer == "module" and not self.module:
+            raise ValueError("installer: module needs module: (the module that provides it, "
+                             "e.g. pytorch/2.1.0)")
+        if self.module and self.installer != "module":
+            raise ValueError("module: is read only with installer: module")
+        return self
+
+
+class PythonStack(Strict):
+    backend: Literal["conda", "venv", "container"] = "venv"
+    env_name: Name = "horovod"
+    conda: CondaSpec = Field(default_factory=CondaSpec)
+    venv: VenvSpec = Field(default_factory=VenvSpec)
+    container: ContainerSpec | None = None
+    frameworks: dict[Literal["pytorch", "tensorflow"], Framework] = Field(default_factory=dict)
+    packages: list[str] = Field(default_factory=list, description="more pip packages")
+
+    @model_validator(mode="after")
+    def _container_needs_spec(self) -> PythonStack:
+        if self.backend == "container" and self.container is None:
+            raise ValueError("backend 'container' needs a 'container:' section")
+        return self
+
+    @model_validator(mode="after")
+    def _module_frameworks_visible(self) -> PythonStack:
+        from_modules = [n for n, f in self.frameworks.items() if f.installer == "module"]
+        if not from_modules or self.backend == "container":
+            return self
+        names = ", ".join(from_modules)
+        if self.backend == "conda":
+            raise ValueError(f"frameworks {names}: a conda environment does not see a "
+                             "module's packages; use backend: venv with "
+                             "venv.system_site_packages: true")
+        if not self.venv.system_site_packages:
+            raise ValueError(f"frameworks {names} come from modules: the venv sees a "
+                             "module's packages only with venv.system_site_packages: true")
+        return self
+
+    @model_validator(mode="after")
+    def _conda_terms(self) -> PythonStack:
+        conda_fw = [n for n, f in self.frameworks.items() if f.installer == "conda"]
+        if conda_fw and self.backend == "venv":
+            raise ValueError(f"frameworks {', '.join(conda_fw)}: installer conda needs "
+                             "backend: conda (a venv has no conda); use installer: pip")
+        if self.backend != "conda" or self.conda.accept_tos:
+            return self
+        tos = tos_channels(self)
+        if tos:
+            raise ValueError(
+                f"conda.channels: {', '.join(tos)} fall under Anaconda's Terms of Service, "
+                "which conda refuses non-interactively until they are accepted "
+                "(CondaToSNonInteractiveError): set conda.accept_tos: true if you accept "
+                "them, or name channels that need none (channels: [conda-forge])")
+        return self
+
+
+class HorovodBuild(Strict, EnvMixin):
+    source: Literal["pip", "wheelhouse", "module", "container", "none"] = "pip"
+    version: str | None = Field("0.28.1", description="null: whatever pip picks")
+    module: str | None = Field(None, description="module providing Horovod (source: module)")
+    frameworks: list[Literal["pytorch", "tensorflow", "mxnet", "keras"]] = Field(
+        default_factory=lambda: ["pytorch"]
+    )
+    controllers: list[Literal["mpi", "gloo"]] = Field(default_factory=lambda: ["mpi", "gloo"])
+    gpu_operations: Literal["nccl", "mpi", "ddl", "ccl"] | None = None
+    gpu_allreduce: Literal["nccl", "mpi", "ddl"] | None = None
+    gpu_broadcast: Literal["nccl", "mpi"] | None = None
+    env: dict[str, str] = Field(default_factory=dict, description="more build variables")
+    pip_args: list[str] = Field(default_factory=lambda: ["--no-cache-dir"])
+    debug_info: bool = Field(
+        False, description="keep debug information in Horovod's native libraries (CMake's "
+        "RelWithDebInfo, Horovod's own default): compiles about a quarter slower and the "
+        "wheel tens of MB larger; false: Release (-O3 without -g), set through "
+        "HOROVOD_CMAKE_BUILD_TYPE, which hpcprov's build-type patch adds to 0.28.1")
+
+
+_K = LauncherKind
+# The launcher kinds that read each key (kind, description and args: every kind). A key
+# its launcher's kind does not read is refused, unless it holds its default (so a profile
+# that `extends` another can neutralise an inherited value).
+LAUNCHER_KEYS: dict[str, frozenset[LauncherKind]] = {
+    "hosts": frozenset({_K.mpirun, _K.horovodrun}),
+    "hostfile": frozenset({_K.mpirun, _K.horovodrun}),
+    "oversubscribe": frozenset({_K.mpirun}),
+    "export_env": frozenset({_K.mpirun}),
+    "set_cuda_visible_devices": frozenset({_K.mpirun}),
+    "rendezvous_env": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun}),
+    "flavor": frozenset({_K.mpiexec}),
+    "rdzv_backend": frozenset({_K.torchrun}),
+    "rdzv_host": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.torchrun}),
+    "port": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.torchrun}),
+    "per_node_wrapper": frozenset({_K.torchrun}),
+    "host_name": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.horovodrun,
+                            _K.torchrun}),
+    "mpi": frozenset({_K.srun, _K.container}),
+    "runtime": frozenset({_K.container}),
+    "wrapper": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.horovodrun}),
+    "srun_args": frozenset({_K.container, _K.torchrun}),
+    "wrap_in_bash": frozenset({_K.container}),
+    "unbuffered": frozenset({_K.container}),
+    "per_task_output": frozenset({_K.container}),
+}
+
+
+class Launcher(Strict):
+    """How a site starts ranks: one builder per kind reads its keys (a key the kind does
+    not read is refused)."""
+
+    kind: LauncherKind
+    description: str | None = None
+    args: list[str] = Field(default_factory=list, description="extra launcher arguments")
+    wrapper: list[str] = Field(
+        default_factory=list, description="a command every rank runs its program through "
+        "(the GPU/NIC affinity scripts sites publish, e.g. [./select_gpu_device]); $VARS "
+        "are expanded on the node")
+    srun_args: list[str] = Field(
+        default_factory=list, description="options for the srun that starts the "
+        "container's tasks or torchrun's one agent per node (args are the runtime's or "
+        "torchrun's own)")
+    modules: ModuleSet | None = Field(
+        None, description="the modules jobs of this launcher load instead of the site's "
+        "runtime set; a container launcher loads none of it by default (only "
+        "containers.module): the host's Python and libraries stay out of the container")
+    # mpirun / horovodrun
+    hosts: Literal["list", "hostfile"] = Field(
+        "list", description="list: -H node:slots,...; hostfile: --hostfile <hostfile>"
+    )
+    hostfile: str | None = Field(None, description="e.g. $PBS_NODEFILE")
+    oversubscribe: bool = False
+    export_env: list[str] = Field(default_factory=list, description="mpirun -x NAME")
+    set_cuda_visible_devices: bool = Field(False, description="-x CUDA_VISIBLE_DEVICES=0,..,G-1")
+    rendezvous_env: bool = Field(
+        False, description="export MASTER_ADDR (first node) and MASTER_PORT to the ranks"
+    )
+    # mpiexec
+    flavor: Literal["hydra", "pals"] = Field(
+        "hydra", description="mpiexec's family: hydra (MPICH's and Intel MPI's: -n N -ppn P) "
+        "or pals (HPE Cray's PALS: -n N --ppn P); both find the job's nodes themselves and "
+        "pass the environment on; binding options (--cpu-bind depth --depth 8, -bind-to "
+        "core) go in args")
+    # torchrun
+    rdzv_backend: str = "c10d"
+    rdzv_host: Literal["hostname", "first_node"] = Field(
+        "first_node", description="rendezvous host: $(hostname) or the first node of the job"
+    )
+    port: int = _count(29500, ge=1024, le=65535, description="an unprivileged TCP port")
+    per_node_wrapper: Literal["srun", "none"] = Field(
+        "srun", description="torchrun: start one per node with srun, or run directly"
+    )
+    # srun
+    mpi: str | None = Field(None, description="srun --mpi=<plugin>, e.g. pmix")
+    # container
+    runtime: Literal["singularity", "apptainer", "pyxis", "shifter", "podman-hpc"] | None = \
+        Field(None, description="the container runtime (default: containers.runtime); "
+              "singularity/apptainer (exec IMAGE), pyxis (srun --container-image), shifter "
+              "(shifter --image=IMAGE), podman-hpc (podman-hpc run --rm IMAGE)")
+    # args for a container launcher are the runtime's verb and flags (default: exec)
+    wrap_in_bash: bool = Field(False, description='run the command as /bin/bash -c "..."')
+    unbuffered: bool = Field(False, description="python -u")
+    per_task_output: str | None = Field(None, description="srun --output pattern per task")
+    host_name: str | None = Field(
+        None, description="replaces the partition's network.host_name for this launcher "
+        "('{host}': the names the scheduler lists); set here, it also renames mpirun's and "
+        "horovodrun's host lists, which otherwise keep the scheduler's names where an MPI "
+        "starts the ranks (an MPI in an allocation refuses other names)")
+
+    @field_validator(*LAUNCHER_KEYS)
+    @classmethod
+    def _read_by_kind(cls, value: Any, info: ValidationInfo) -> Any:
+        kind, key = info.data.get("kind"), str(info.field_name)
+        readers = LAUNCHER_KEYS[key]
+        if kind is None or kind in readers:
+            return value
+        if value == cls.model_fields[key].get_default(call_default_factory=True):
+            return value
+        names = ", ".join(sorted(k.value for k in readers))
+        raise ValueError(f"a {kind.value} launcher does not read {key} (only {names} "
+                         f"launchers do): remove it, or change the launcher's kind")
+
+    @field_validator("host_name")
+    @classmethod
+    def _host_template(cls, value: str | None) -> str | None:
+        return _check_host_name(value)
+
+    @field_validator("export_env")
+    @classmethod
+    def _export_names(cls, value: list[str]) -> list[str]:
+        _check_env_names(dict.fromkeys(value, ""))
+        return value
+
+    @model_validator(mode="after")
+    def _hostfile_needs_path(self) -> Launcher:
+        if self.hosts == "hostfile" and not self.hostfile:
+            raise ValueError("hosts: hostfile needs 'hostfile:' (e.g. $PBS_NODEFILE)")
+        return self
+
+
+class Containers(Strict):
+    runtime: Literal["singularity", "apptainer", "enroot", "shifter", "podman-hpc"] | None = \
+        Field(None, description="the runtime setup --container prepares images with "
+              "(enroot: for pyxis launchers; shifter: shifterimg pull; podman-hpc: "
+              "podman-hpc pull)")
+    module: str | None = Field(None, description="module that provides the runtime")
+    images: dict[Name, str] = Field(default_factory=dict, description="name -> image path/URI")
+    default_image: Name | None = None
+    mounts: list[str] = Field(default_factory=list, description="SRC:DST, for pyxis")
+    gpu_flag: str | None = Field(None, description="e.g. --nv for Singularity")
+
+
+def _scheduler_section(name: str, settings: dict[str, Setting]) -> type[Strict]:
+    """The profile section of one scheduler (``slurm:``, ``pbs:``...), from the keys
+    :mod:`hpcprov.site.sections` declares for it."""
+    fields: dict[str, Any] = {
+        key: (s.annotation, Field(s.default, description=s.description))
+        for key, s in settings.items()
+    }
+    checks = {f"_check_{key}": field_validator(key)(_checking(s.check))
+              for key, s in settings.items() if s.check is not None}
+    return create_model(f"{name.capitalize()}Options", __base__=Strict,
+                        __doc__=f"Settings of {name} jobs (only in a profile whose scheduler "
+                        f"is {name}).", __validators__=checks, **fields)
+
+
+def _checking(check: Any) -> Any:
+    """A pydantic validator running a section's check (which raises ValueError)."""
+
+    def validate(cls: type, value: Any) -> Any:
+        check(value)
+        return value
+
+    return validate
+
+
+SCHEDULER_SECTIONS = {name: _scheduler_section(name, reg.settings)
+                      for name, reg in SCHEDULERS.items() if reg.settings}
+
+
+def _scheduler_name(value: Any) -> str | None:
+    name = getattr(value, "value", value)
+    return name if isinstance(name, str) else None
+
+
+def _own_section_filled(data: Any) -> Any:
+    """The chosen scheduler's section, empty (all defaults) where the profile has none."""
+    if isinstance(data, dict):
+        name = _scheduler_name(data.get("scheduler", DEFAULT_SCHEDULER))
+        if name in SCHEDULER_SECTIONS and data.get(name) is None:
+            data = {**data, name: {}}
+    return data
+
+
+def _only_own_section(name: str) -> Any:
+    """A validator refusing the ``name:`` section in a profile of another scheduler."""
+
+    def check(cls: type, value: Any, info: ValidationInfo) -> Any:
+        chosen = _scheduler_name(info.data.get("scheduler"))
+        if value is not None and chosen is not None and chosen != name:
+            raise ValueError(f"this profile's scheduler is {chosen}, so a {name}: section "
+                             f"configures nothing: remove it (or set scheduler: {name})")
+        return value
+
+    return check
+
+
+class _SiteBase(SiteMethods, Strict, EnvMixin):
+    """A cluster: scheduler, partitions, modules, policies, Python stack, Horovod, launchers."""
+
+    name: Name
+    description: str = ""
+    extends: str | None = Field(None, description="parent profile name or file path")
+    scheduler: Scheduler = Scheduler(DEFAULT_SCHEDULER)
+    login_hosts: list[str] = Field(default_factory=list, description="fnmatch host patterns")
+    paths: Paths = Field(default_factory=Paths)
+    modules: Modules = Field(default_factory=lambda: Modules(system=ModuleSystem.none))
+    partitions: dict[Name, Partition] = Field(min_length=1)
+    policies: Policies = Field(default_factory=Policies)
+    python: PythonStack = Field(default_factory=PythonStack)
+    horovod: HorovodBuild = Field(default_factory=HorovodBuild)
+    launchers: dict[Name, Launcher] = Field(min_length=1)
+    default_launcher: Name
+    containers: Containers = Field(default_factory=Containers)
+    env: dict[str, str] = Field(default_factory=dict, description="exported in every job")
+    guide: dict[str, str] = Field(
+        default_factory=dict, description="extra site notes for `hpcprov guide` by section"
+    )
+
+    @field_validator("partitions")
+    @classmethod
+    def _one_default(cls, value: dict[str, Partition]) -> dict[str, Partition]:
+        defaults = [n for n, p in value.items() if p.default]
+        if len(defaults) > 1:
+            raise ValueError(f"more than one default partition: {', '.join(defaults)}")
+        return value
+
+    @field_validator("default_launcher")
+    @classmethod
+    def _known_launcher(cls, value: str, info: ValidationInfo) -> str:
+        launchers = info.data.get("launchers")
+        if launchers is not None and value not in launchers:
+            raise ValueError(
+                f"{value!r} is not one of the launchers ({', '.join(launchers)})"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _framework_modules_loaded(self) -> _SiteBase:
+        py = self.python
+        needed = [] if py.backend == "container" else [
+            (f"python.frameworks.{name} comes from module {fw.module}", fw.module)
+            for name, fw in py.frameworks.items() if fw.installer == "module"]
+        if py.backend == "conda" and py.conda.module:
+            needed.append((f"python.conda.module is {py.conda.module}", py.conda.module))
+        for what, module in needed:
+            missing = [f"modules.{which}.load" for which in ("build", "runtime")
+                       if module not in getattr(self.modules, which).load]
+            if missing:
+                raise ValueError(f"{what}: add it to {' and '.join(missing)} (the build "
+                                 "and the jobs use it)")
+        return self
+
+    @model_validator(mode="after")
+    def _one_gpu_vendor(self) -> _SiteBase:
+        vendors = {p.gpus.vendor for p in self.partitions.values() if p.gpus.count}
+        if len(vendors) > 1 and self.horovod.source == "pip":
+            raise ValueError("partitions have both NVIDIA and AMD GPUs, but one Horovod "
+                             "build serves them all: describe each kind of GPU node in a "
+                             "profile of its own (extends: this one)")
+        return self
+
+    @model_validator(mode="after")
+    def _conda_allowed(self) -> _SiteBase:
+        if not self.policies.conda_allowed and self.python.backend == "conda":
+            raise ValueError("python.backend is conda, but policies.conda_allowed is false at "
+                             "this site: use python.backend: venv (frameworks with installer: "
+                             "pip), or a container")
+        return self
+
+    @field_validator("containers")
+    @classmethod
+    def _known_image(cls, value: Containers) -> Containers:
+        img = value.default_image
+        if img and img not in value.images:
+            raise ValueError(f"default_image {img!r} is not in images")
+        return value
+
+
+def _key_path_problem(data: dict[str, Any], path: str) -> str | None:
+    """Why a dotted key path (``partitions.gpu.nodes``) names nothing in the validated
+    profile ``data``; None when it names a key (written or defaulted)."""
+    parts = path.split(".")
+    if parts[0] in Site.model_fields and parts[0] not in data:
+        return None  # that section is invalid itself: its own error says so
+    node: Any = data
+    for depth, part in enumerate(parts):
+        keys = (list(type(node).model_fields) if isinstance(node, BaseModel)
+                else [str(k) for k in node] if isinstance(node, dict) else [])
+        if part not in keys:
+            where = ".".join(parts[:depth]) or "the top level"
+            known = ", ".join(keys[:12]) or "no keys"
+            return f"{path!r} names no key of this profile: {where} has {known}"
+        node = getattr(node, part) if isinstance(node, BaseModel) else node[part]
+    return None
+
+
+def _check_unverified(value: str, info: ValidationInfo) -> str:
+    problem = _key_path_problem(info.data, value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+UnverifiedKey = Annotated[str, AfterValidator(_check_unverified)]
+
+Site = create_model(
+    "Site", __base__=_SiteBase, __module__=__name__,
+    __doc__="A cluster: scheduler, partitions, modules, policies, Python stack, Horovod, "
+            "launchers; one settings section per scheduler.",
+    __validators__={
+        **{f"_only_{name}": field_validator(name, mode="before")(_only_own_section(name))
+           for name in SCHEDULER_SECTIONS},
+        "_own_section": model_validator(mode="before")(_own_section_filled),
+    },
+    **{name: (cls | None, Field(None, description=f"settings of {name} jobs: only where "
+                                f"scheduler is {name}"))
+       for name, cls in SCHEDULER_SECTIONS.items()},
+    unverified=(list[UnverifiedKey], Field(
+        default_factory=list, description="dotted keys whose values are not confirmed "
+        "(e.g. partitions.gpu.nodes); each must name a key of the profile")),
+)

@@ -1,0 +1,168 @@
+"""Site lookup: turn a name or path into a validated site.
+
+``load_site`` gives every command the same thing whether the profile cache
+(:mod:`hpcprov.site.cache`) answered or not: the plain-object snapshot of the validated
+model (:mod:`hpcprov.site.view`), so pydantic is imported only when a profile is actually
+validated.
+"""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hpcprov.core import fsutil
+from hpcprov.core.errors import ProfileError
+from hpcprov.site import cache as profile_cache
+from hpcprov.site.loader import Layer, available_sites, find_profile, resolve
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+    from hpcprov.site.model import Site
+    from hpcprov.site.view import SiteView
+
+
+def _hint(err: dict[str, Any], model_fields: list[str], written: str | None = None) -> str:
+    kind, value = err["type"], err.get("input")
+    if kind == "extra_forbidden":
+        close = difflib.get_close_matches(str(err["loc"][-1]), model_fields, n=1)
+        return f" (did you mean {close[0]!r}?)" if close else ""
+    if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
+        return f" (quote it: '{written if written is not None else value}')"
+    if kind in ("int_type", "float_type") and isinstance(value, bool):
+        return f" (write a number; {written or value} is a yes/no value)"
+    if kind == "int_type" and isinstance(value, float):
+        return " (write a whole number)"
+    if kind == "finite_number":
+        return " (.inf and .nan are not allowed)"
+    return ""
+
+
+def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
+    """Field names allowed at the parent of ``loc`` (for suggestions)."""
+    from hpcprov.site.model import Site
+
+    model: Any = Site
+    for part in loc[:-1]:
+        info = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
+        if info is None:
+            continue
+        ann = info.annotation
+        for candidate in (ann, *getattr(ann, "__args__", ())):
+            if hasattr(candidate, "model_fields"):
+                model = candidate
+                break
+            inner = getattr(candidate, "__args__", ())
+            if inner and hasattr(inner[-1], "model_fields"):
+                model = inner[-1]
+                break
+    return list(getattr(model, "model_fields", {}))
+
+
+def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
+    """Turn pydantic errors into located one-line ProfileErrors."""
+    out = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        file, line = layer.where(loc)
+        dotted = ".".join(str(p) for p in loc) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif err["type"] == "missing":
+            msg = "required key is missing"
+        hint = _hint(err, _allowed_fields(loc), layer.sources.get(loc))
+        if loc in layer.implied:
+            hint += f" ({layer.implied[loc]})"
+        out.append(ProfileError(file, line, f"{dotted}: {msg}{hint}"))
+    return out
+
+
+def _validate(layer: Layer) -> tuple[Site | None, list[ProfileError]]:
+    """The site, or every located problem with the merged profile data."""
+    from pydantic import ValidationError
+
+    from hpcprov.site.model import Site
+
+    try:
+        return Site.model_validate(layer.data), []
+    except ValidationError as exc:
+        return None, describe(exc, layer)
+
+
+def validate_layer(layer: Layer) -> Site:
+    """Validate merged profile data; raise the first located error (with a count of others)."""
+    site, errors = _validate(layer)
+    if site is None:
+        first = errors[0]
+        more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ProfileError(first.file, first.line, first.problem + more)
+    return site
+
+
+def check_file(path: Path) -> list[ProfileError]:
+    """Every problem in one profile file (empty list when it is valid)."""
+    try:
+        return _validate(resolve(path))[1]
+    except ProfileError as exc:
+        return [exc]
+
+
+def _validate_and_cache(path: Path) -> tuple[Site, SiteView]:
+    """Read, merge and validate a profile file (bypassing the cache); cache its snapshot,
+    made here once, and return both."""
+    from hpcprov.site.view import snapshot
+
+    layer = resolve(path)
+    site = validate_layer(layer)
+    view = snapshot(site)
+    profile_cache.store(path, layer, view)
+    return site, view
+
+
+def validate_file(path: Path) -> Site:
+    """Read, merge and validate a profile file (bypassing the cache), then cache the site."""
+    return _validate_and_cache(path)[0]
+
+
+def load_site(ref: str) -> SiteView:
+    """Load a site by name (search path) or by file path: the snapshot of the validated
+    model, from the profile cache when its entry is still current, else validated now (and
+    cached)."""
+    path = find_profile(ref)
+    problem = fsutil.regular_file(path)  # a stat: never opens a FIFO or a device
+    if problem == "no such file":
+        raise ProfileError(str(path), 0, "no such profile file")
+    if problem is not None:
+        raise ProfileError(str(path), 0, f"is {problem}, not a profile file; give a YAML file "
+                           "(NAME.yaml) or a site name")
+    cached = profile_cache.load(path)
+    if cached is not None:
+        return cached
+    return _validate_and_cache(path)[1]
+
+
+def site_names() -> list[str]:
+    return sorted(available_sites())
+
+
+def default_site() -> str:
+    """HPCPROV_SITE, else the site whose login hosts match this machine, else local.
+
+    When several sites match, the first by name is used and a warning names them all."""
+    import os
+
+    if os.environ.get("HPCPROV_SITE"):
+        return os.environ["HPCPROV_SITE"]
+    from hpcprov.site.detect import matches, warn_if_ambiguous
+
+    found = matches()
+    warn_if_ambiguous(found)
+    return found.sites[0] if found.sites else "local"
+
+
+def load(ref: str | None) -> SiteView:
+    """The site a command works on: ``ref`` (a name or a path), else the default site."""
+    return load_site(ref or default_site())

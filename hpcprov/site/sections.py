@@ -1,0 +1,118 @@
+"""The schedulers hpcprov knows, and each one's profile section, as data.
+
+A profile names its scheduler (``scheduler: slurm``) and may carry that scheduler's section
+(``slurm:``, ``pbs:``, ``lsf:``). This module says, for each scheduler, where its backend
+lives (:mod:`hpcprov.schedulers`, imported on first use) and which keys its section has
+(type, default, meaning, an optional check). :mod:`hpcprov.site.model` builds the pydantic
+sections from these tables, so the model never imports a backend; the backends read their
+own table from here. Adding a scheduler is its backend module and one :data:`SCHEDULERS`
+entry.
+
+Plain data and pure checks only: no pydantic, no backend, nothing run.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any, Literal, NamedTuple
+
+
+class Setting(NamedTuple):
+    """One key of a scheduler's profile section: its type, default and meaning, and an
+    optional check that raises ValueError (with the reason) for a value it refuses."""
+
+    annotation: Any
+    default: Any
+    description: str
+    check: Callable[[Any], None] | None = None
+
+
+class Registered(NamedTuple):
+    """A scheduler: the module holding its backend (``BACKEND``) and its section's keys."""
+
+    module: str
+    settings: dict[str, Setting]
+
+
+# ---------------------------------------------------------------- the checks (pure)
+
+SLURM_VERSION = re.compile(r"^(\d+)\.(\d+)(\.\d+)?$")
+
+
+def check_slurm_version(text: str | None) -> None:
+    """Refuse a Slurm version that is not MAJOR.MINOR[.PATCH] (as sinfo --version says)."""
+    if text is not None and not SLURM_VERSION.match(text):
+        raise ValueError(f"{text!r} is not a Slurm version: write it as sinfo --version "
+                         "prints it, e.g. '23.02' or '23.02.7' (quoted)")
+
+
+SELECT_FIELDS = ("nodes", "ncpus", "gpus", "mpiprocs")
+SELECT_FIELD = re.compile(r"\{([^{}]*)\}")
+
+
+def check_select(text: str) -> None:
+    """Refuse a select_format with anything in braces but the four field names (it is
+    profile text, never a Python format string: no specs, conversions or attributes)."""
+    for name in SELECT_FIELD.findall(text):
+        if name not in SELECT_FIELDS:
+            raise ValueError(f"{{{name}}} is not a field: use {{nodes}}, {{ncpus}}, {{gpus}} "
+                             "or {mpiprocs}")
+    if "{" in SELECT_FIELD.sub("", text) or "}" in SELECT_FIELD.sub("", text):
+        raise ValueError("unbalanced { or }: fields are {nodes}, {ncpus}, {gpus}, {mpiprocs}")
+
+
+# ---------------------------------------------------------------- the registry
+
+# The order is the one `hpcprov site draft` looks for the schedulers' marker commands on PATH
+# in: Slurm first, since Debian's slurm-wlm-torque puts PBS commands (qstat, pbsnodes)
+# beside it.
+SCHEDULERS: dict[str, Registered] = {
+    "slurm": Registered("hpcprov.schedulers.slurm", {
+        "gpu_request": Setting(Literal["gres", "gpus_per_node", "gpus", "gpus_per_task"],
+                               "gres", "--gres=gpu:N per node, --gpus-per-node=N, "
+                               "--gpus=total, or --gpus-per-task=N/tasks per node (each "
+                               "task bound to its own GPUs, as sites that bind GPUs ask)"),
+        "task_request": Setting(Literal["per_node", "total"], "per_node",
+                                "--ntasks-per-node or --ntasks"),
+        "output": Setting(str, "%x_%j.out", "--output pattern of batch jobs"),
+        "error": Setting(str | None, "%x_%j.err", "--error pattern (null: with the output)"),
+        "shell": Setting(str, "/bin/bash -l", "interpreter line of job scripts"),
+        "version": Setting(str | None, None,
+                           "the cluster's Slurm version, e.g. '23.02' (sinfo --version): from "
+                           "22.05 srun steps do not inherit --cpus-per-task, so hpcprov "
+                           "exports SRUN_CPUS_PER_TASK before them (null: taken as 22.05 or "
+                           "later)", check=check_slurm_version),
+    }),
+    "pbs": Registered("hpcprov.schedulers.pbs", {
+        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
+        "select_format": Setting(str, "{nodes}:ncpus={ncpus}:ngpus={gpus}",
+                                 "value of -l select=; fields {nodes} {ncpus} {gpus} "
+                                 "{mpiprocs} (nothing else in braces)", check=check_select),
+        "output": Setting(str | None, None, "-o path of batch jobs"),
+        "error": Setting(str | None, None, "-e path of batch jobs"),
+        "join_output": Setting(bool, False, "-j oe: the error stream into the output"),
+    }),
+    "lsf": Registered("hpcprov.schedulers.lsf", {
+        "task_request": Setting(Literal["slots", "nnodes"], "slots",
+                                'slots: -n TOTAL -R "span[ptile=N]"; nnodes: -nnodes N '
+                                "(IBM CSM/jsrun systems)"),
+        "gpu_request": Setting(Literal["gpu", "none"], "gpu",
+                               '-gpu "num=N" per host (LSF 10.1), or no GPU request'),
+        "output": Setting(str, "%J.out", "-o path of batch jobs (%J: the job id)"),
+        "error": Setting(str | None, "%J.err", "-e path (null: with the output)"),
+        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
+        "launch_node_in_hostfile": Setting(
+            bool, False, "the first line of $LSB_DJOB_HOSTFILE is the launch node (CSM "
+            "systems): it runs no ranks"),
+    }),
+    "none": Registered("hpcprov.schedulers.local", {}),
+}
+
+# what a profile without a `scheduler:` key has
+DEFAULT_SCHEDULER = "slurm"
+
+
+def settings_of(name: str) -> dict[str, Setting]:
+    """The keys of one scheduler's section (empty for a scheduler without one)."""
+    return SCHEDULERS[name].settings
