@@ -17,18 +17,21 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from hpcprov.core.errors import UsageError
 from hpcprov.core.findings import Finding, LintFailed
-from hpcprov.jobs.layout import expand_prefix, read_manifest
+from hpcprov.jobs.layout import expand_prefix
 from hpcprov.provision.plan import Plan, build_plan, render_script
 from hpcprov.provision.plan_lint import lint_plan
+from hpcprov.site.catalog import default_site, load
 from hpcprov.site.loader import find_profile
-from hpcprov.site.profiles import default_site, load
+from hpcprov.site.overrides import with_overrides
 
 if TYPE_CHECKING:
     from hpcprov.provision.doctor import Check
+    from hpcprov.provision.manifest import Manifest
     from hpcprov.provision.progress import Reporter
     from hpcprov.provision.quick import Request
     from hpcprov.provision.runner import RunResult
     from hpcprov.site.cuda_arch import CudaTargets
+    from hpcprov.site.view import SiteView
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class PlannedSetup:
     """A setup planned and linted: the site it is for, its plan, the script, the warnings."""
 
     options: SetupOptions
-    site: Any
+    site: SiteView
     plan: Plan
     warnings: list[Finding] = field(default_factory=list)
 
@@ -87,7 +90,7 @@ def already_ready(o: SetupOptions) -> Path | None:
     return ready_prefix(request) if request else None
 
 
-def _nvcc_at_hand(site: Any) -> CudaTargets | None:
+def _nvcc_at_hand(site: SiteView) -> CudaTargets | None:
     """What the nvcc on PATH targets, asked only where a CUDA build's modules name no CUDA
     (then that nvcc is the build's)."""
     from hpcprov.site.cuda_arch import needs_nvcc_probe, probe_nvcc
@@ -97,7 +100,7 @@ def _nvcc_at_hand(site: Any) -> CudaTargets | None:
 
 def plan_setup(o: SetupOptions) -> PlannedSetup:
     """Load the site, apply --env/--container, plan and lint; errors raise (one line)."""
-    site = _with_container(_with_env_name(load(o.site), o.env_name), o.container)
+    site = with_overrides(load(o.site), env_name=o.env_name, container=o.container)
     plan = build_plan(site, prefix=_absolute(o.prefix), runs_on=o.runs_on)
     findings = lint_plan(plan, site, _nvcc_at_hand(site))
     if any(f.level == "error" for f in findings):
@@ -136,39 +139,6 @@ def run_setup(planned: PlannedSetup, reporter: Reporter | None = None,
     return result
 
 
-def _with_container(s: Any, image: str | None) -> Any:
-    """The site, provisioned through its container image IMAGE (Neuron's .sif files)."""
-    if not image:
-        return s
-    from hpcprov.site.model import ContainerSpec
-    from hpcprov.site.view import view
-
-    images = s.containers.images
-    if image not in images:
-        raise UsageError(f"--container {image!r}: site {s.name} has "
-                         f"{', '.join(images) or 'no container images'} (containers.images)")
-    spec = view(ContainerSpec(image=image, source=images[image]))
-    python = s.python.model_copy(update={"backend": "container", "container": spec})
-    horovod = s.horovod.model_copy(update={"source": "container"})
-    return s.model_copy(update={"python": python, "horovod": horovod})
-
-
-def _with_env_name(s: Any, env_name: str | None) -> Any:
-    if not env_name:
-        return s
-    from pydantic import ValidationError
-
-    from hpcprov.site.model import PythonStack
-    from hpcprov.site.view import view
-
-    try:
-        stack = view(PythonStack.model_validate({**s.python.model_dump(), "env_name": env_name}))
-    except ValidationError:
-        raise UsageError(f"--env {env_name!r}: use letters, digits, '.', '_', '+', '-' "
-                         "(starting with a letter or digit)") from None
-    return s.model_copy(update={"python": stack})
-
-
 @dataclass(frozen=True)
 class DoctorReport:
     """What `hpcprov doctor` found for a prefix."""
@@ -186,28 +156,21 @@ def doctor(site: str | None = None, prefix: str | None = None,
     """Check a provisioned environment against its manifest (or say why it is not ready)."""
     from hpcprov.provision.doctor import judge, not_ready, probe
     from hpcprov.provision.journal import Journal
+    from hpcprov.provision.manifest import read_manifest
 
     target = Path(expand_prefix(prefix if prefix is not None else load(site).prefix()))
-    manifest = read_manifest(target)
+    manifest = read_manifest(target)  # typed; a malformed one is a one-line error
     if manifest is None:
         rerun = f"hpcprov setup --site {site or default_site()} --prefix {target}"
         journal = Journal.load(target / ".hpcprov" / "journal.json")
         steps = {k: {"status": v.status, "log": v.log} for k, v in journal.steps.items()}
         return DoctorReport(target, [not_ready(target, steps, rerun)])
-    rerun = f"hpcprov setup --site {manifest.get('profile') or manifest['site']} " \
-            f"--prefix {target}"
+    rerun = f"hpcprov setup --site {manifest.profile or manifest.site} --prefix {target}"
     return DoctorReport(target, judge(manifest, probe(manifest, target),
                                       _gpus_expected(manifest, partition), rerun))
 
 
-def _gpus_expected(manifest: dict[str, Any], partition: str | None) -> int | None:
+def _gpus_expected(manifest: Manifest, partition: str | None) -> int | None:
     """GPUs a node of the partition should show (inside a job: its partition)."""
     partition = partition or os.environ.get("SLURM_JOB_PARTITION")
-    if not partition:
-        return None
-    parts = manifest.get("site_profile", {}).get("partitions", {})
-    if partition not in parts:
-        raise UsageError(f"--partition {partition!r}: site {manifest['site']} has "
-                         f"{', '.join(parts) or 'no partitions'}")
-    count = parts[partition].get("gpus", {}).get("count", 0)
-    return int(count)
+    return manifest.gpus_of(partition) if partition else None

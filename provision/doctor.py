@@ -17,8 +17,8 @@ from typing import Any
 from hpcprov.core.shell import join
 from hpcprov.jobs.modules import init_lines
 from hpcprov.provision.library import definitions, file_function
-from hpcprov.provision.manifest import FRAMEWORK_DISTS, parse_freeze
-from hpcprov.site.model import Modules
+from hpcprov.provision.manifest import FRAMEWORK_DISTS, Manifest, parse_freeze
+from hpcprov.site.kinds import ModuleSystem
 
 IMPORTS = {"PyTorch": "horovod.torch", "TensorFlow": "horovod.tensorflow"}
 
@@ -33,22 +33,19 @@ class Check:
         return asdict(self)
 
 
-def probe_script(manifest: dict[str, Any], prefix: Path) -> str:
+def probe_script(manifest: Manifest, prefix: Path) -> str:
     """Bash that prints the facts doctor judges; never fails itself."""
-    profile = manifest.get("site_profile", {})
-    mods = profile.get("modules", {})
-    runtime = manifest.get("modules", {}).get("runtime", [])
-    expected = manifest.get("check_build", {}).get("expected", {}).get("frameworks", [])
+    mods = manifest.site_profile.modules
+    expected = manifest.check_build.expected.get("frameworks", [])
     imports = [IMPORTS[f] for f in expected if f in IMPORTS]
     generated: dict[str, tuple[str, ...]] = {}
     calls = []
-    if mods.get("system", "none") != "none":
-        generated["hpcprov_modules_init"] = tuple(init_lines(Modules.model_validate(mods)))
+    if mods is not None and mods.system != ModuleSystem.none:
+        generated["hpcprov_modules_init"] = tuple(init_lines(mods))
         calls += ["hpcprov_modules_init >/dev/null 2>&1",
-                  join(["hpcprov_probe_modules", *runtime])]
-    conda = _recorded_python(manifest).get("conda")
-    own_conda = not (isinstance(conda, dict) and conda.get("module"))  # not the site's
-    if manifest.get("backend") == "conda" and own_conda:
+                  join(["hpcprov_probe_modules", *manifest.modules.runtime])]
+    own_conda = not manifest.site_profile.python.conda.module  # not the site's conda
+    if manifest.backend == "conda" and own_conda:
         calls.append(join(["hpcprov_probe_conda", str(prefix / "miniconda3" / "bin" / "conda")]))
     calls += [
         "hpcprov_probe_host",
@@ -59,21 +56,21 @@ def probe_script(manifest: dict[str, Any], prefix: Path) -> str:
     return "\n".join(["set +e", *definitions(calls, generated), "", *calls]) + "\n"
 
 
-def kept_wheel(manifest: dict, prefix: Path) -> Path | None:
+def kept_wheel(manifest: Manifest, prefix: Path) -> Path | None:
     """The copy of the Horovod wheel setup installed, kept in PREFIX/.hpcprov/horovod-wheel
     (None when setup installed no wheel of its own)."""
-    name = str(manifest.get("horovod_wheel", {}).get("wheel", ""))
+    name = manifest.horovod_wheel.get("wheel", "")
     if not name.endswith(".whl") or "/" in name:
         return None
     return prefix / ".hpcprov" / "horovod-wheel" / name
 
 
-def _wheel_args(manifest: dict, prefix: Path) -> list[str]:
+def _wheel_args(manifest: Manifest, prefix: Path) -> list[str]:
     wheel = kept_wheel(manifest, prefix)
     return ["--wheel", str(wheel)] if wheel is not None else []
 
 
-def probe(manifest: dict[str, Any], prefix: Path, timeout: float = 300) -> dict[str, list[str]]:
+def probe(manifest: Manifest, prefix: Path, timeout: float = 300) -> dict[str, list[str]]:
     """Run the probe; facts as key -> values (a key may repeat)."""
     proc = subprocess.run(["bash", "-c", probe_script(manifest, prefix)], capture_output=True,
                           text=True, timeout=timeout, stdin=subprocess.DEVNULL)
@@ -89,23 +86,23 @@ def _one(facts: dict[str, list[str]], key: str) -> str:
     return (facts.get(key) or [""])[-1]
 
 
-def judge(manifest: dict[str, Any], facts: dict[str, list[str]], gpus_expected: int | None,
+def judge(manifest: Manifest, facts: dict[str, list[str]], gpus_expected: int | None,
           rerun: str) -> list[Check]:
     """The checks, from the manifest and the probe's facts."""
-    checks = [Check("ready", "ok", f"set up {manifest.get('created', '?')} on "
-                    f"{manifest.get('host', '?')} for site {manifest.get('site', '?')}")]
+    checks = [Check("ready", "ok", f"set up {manifest.created} on {manifest.host} for site "
+                    f"{manifest.site}")]
     missing = facts.get("module_missing", [])
     if missing:
         checks.append(Check("modules", "fail", "runtime module(s) not available: "
                             + " ".join(missing), "the site renamed or removed them: update "
                             "modules.runtime in the profile and run setup again"))
-    elif manifest.get("modules", {}).get("runtime"):
+    elif manifest.modules.runtime:
         checks.append(Check("modules", "ok", "all runtime modules are available"))
     if _one(facts, "activate_rc") not in ("0", ""):
-        checks.append(Check("activate", "fail", f"source {manifest.get('activate')} failed",
+        checks.append(Check("activate", "fail", f"source {manifest.activate} failed",
                             f"run it by hand to see why, or {rerun} --redo"))
     else:
-        checks.append(Check("activate", "ok", str(manifest.get("activate"))))
+        checks.append(Check("activate", "ok", manifest.activate))
     try:
         py = json.loads(_one(facts, "python_json") or "{}")
     except ValueError:
@@ -115,7 +112,7 @@ def judge(manifest: dict[str, Any], facts: dict[str, list[str]], gpus_expected: 
     if wheel is not None:
         checks.append(wheel)
     auto = _one(facts, "conda_auto_activate_base")
-    if manifest.get("backend") == "conda":
+    if manifest.backend == "conda":
         if auto.lower() == "false":
             checks.append(Check("conda-base", "ok", "auto_activate_base is off"))
         else:
@@ -131,29 +128,21 @@ def judge(manifest: dict[str, Any], facts: dict[str, list[str]], gpus_expected: 
     return checks
 
 
-def _recorded_python(manifest: dict[str, Any]) -> dict[str, Any]:
-    """The profile's python section as the manifest recorded it ({} where it has none)."""
-    profile = manifest.get("site_profile")
-    python = profile.get("python") if isinstance(profile, dict) else None
-    return python if isinstance(python, dict) else {}
-
-
-def _modules_of(manifest: dict[str, Any]) -> dict[str, str]:
+def _modules_of(manifest: Manifest) -> dict[str, str]:
     """Distribution name -> the module that provides it (installer: module), from the
     profile the manifest recorded."""
-    frameworks = _recorded_python(manifest).get("frameworks")
     out = {}
-    for key, fw in (frameworks if isinstance(frameworks, dict) else {}).items():
-        if isinstance(fw, dict) and fw.get("installer") == "module" and fw.get("module"):
+    for key, fw in manifest.site_profile.python.frameworks.items():
+        if fw.installer == "module" and fw.module:
             dists = FRAMEWORK_DISTS.get("torch" if key == "pytorch" else key, ())
-            out.update(dict.fromkeys(dists, str(fw["module"])))
+            out.update(dict.fromkeys(dists, fw.module))
     return out
 
 
-def _framework_checks(manifest: dict[str, Any], py: dict[str, Any], rerun: str) -> list[Check]:
+def _framework_checks(manifest: Manifest, py: dict[str, Any], rerun: str) -> list[Check]:
     out = []
     built = {k.lower().replace("_", "-"): v
-             for k, v in parse_freeze("\n".join(manifest.get("pip_freeze", []))).items()}
+             for k, v in parse_freeze("\n".join(manifest.pip_freeze)).items()}
     now = py.get("versions", {})
     modules = _modules_of(manifest)
     for name in (n for names in FRAMEWORK_DISTS.values() for n in names):
@@ -184,10 +173,10 @@ def _framework_checks(manifest: dict[str, Any], py: dict[str, Any], rerun: str) 
     return out
 
 
-def _wheel_check(manifest: dict, py: dict, rerun: str) -> Check | None:
+def _wheel_check(manifest: Manifest, py: dict, rerun: str) -> Check | None:
     """The wheel setup installed: its kept copy still has the SHA-256 the manifest recorded
     at install, and the installed Horovod files are still the ones that wheel holds."""
-    want = manifest.get("horovod_wheel", {}).get("sha256")
+    want = manifest.horovod_wheel.get("sha256")
     if not want:
         return None
     facts = py.get("wheel") if isinstance(py.get("wheel"), dict) else {}

@@ -21,7 +21,7 @@ from hpcprov.provision.pip_args import pip_index_args, pip_settings_line
 from hpcprov.site.kinds import ModuleSystem
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Site
+    from hpcprov.site.view import SiteView
 
 # Installed before the build, which runs with --no-build-isolation so that it works offline
 # and sees the environment's torch/TensorFlow (Horovod's setup needs these to run).
@@ -35,11 +35,11 @@ PROOFS = {"pytorch": "allreduce_pytorch.py", "tensorflow": "allreduce_tensorflow
 APT_HINT = "install it (Debian/Ubuntu: apt-get install {pkg}) or load a module that has it"
 
 
-def builds_horovod(site: Site) -> bool:
+def builds_horovod(site: SiteView) -> bool:
     return site.horovod.source == "pip" and site.python.backend != "container"
 
 
-def estimate_mb(site: Site) -> int:
+def estimate_mb(site: SiteView) -> int:
     """Free space the setup needs under the prefix, in MiB (generous, not exact)."""
     gpu = any(p.gpus.count for p in site.partitions.values())
     need = 100
@@ -61,7 +61,7 @@ def _tool(tool: str, why: str, pkg: str | None = None, hint: str | None = None) 
     return join(["hpcprov_require_tool", tool, why, hint or APT_HINT.format(pkg=pkg or tool)])
 
 
-def module_check_lines(site: Site) -> list[str]:
+def module_check_lines(site: SiteView) -> list[str]:
     """Check that every module of the build and runtime sets exists, naming the missing."""
     mods = site.modules
     if mods.system == ModuleSystem.none:
@@ -70,7 +70,7 @@ def module_check_lines(site: Site) -> list[str]:
     return [join(["hpcprov_check_modules", site.name, *names])] if names else []
 
 
-def _build_tool_lines(site: Site) -> list[str]:
+def _build_tool_lines(site: SiteView) -> list[str]:
     lines = [
         _tool("tar", "unpacks the Horovod sdist"),
         _tool("patch", "applies the Horovod patches of hpcprov"),
@@ -85,7 +85,7 @@ def _build_tool_lines(site: Site) -> list[str]:
     return lines
 
 
-def preflight_lines(site: Site, need_mb: int) -> list[str]:
+def preflight_lines(site: SiteView, need_mb: int) -> list[str]:
     """Fail early and clearly: modules, tools, CMake version, disk space."""
     lines = ["hpcprov_modules_init", *module_check_lines(site)]
     if site.modules.system != ModuleSystem.none:
@@ -109,7 +109,7 @@ def preflight_lines(site: Site, need_mb: int) -> list[str]:
     return lines
 
 
-def patch_digest(site: Site) -> str:
+def patch_digest(site: SiteView) -> str:
     """One hash of the patches applied (their names and texts), part of the wheel key."""
     h = hashlib.sha256()
     patches = patches_for(site)
@@ -121,7 +121,7 @@ def patch_digest(site: Site) -> str:
     return h.hexdigest()[:16] if patches else "none"
 
 
-def key_line(site: Site) -> str:
+def key_line(site: SiteView) -> str:
     """Print the key's inputs (hpcprov_horovod_key) into $STATE/horovod-key.txt, with the
     build variables set (an NCCL the profile names is read from its HOROVOD_NCCL_HOME)."""
     hvd = site.horovod
@@ -140,7 +140,7 @@ def key_line(site: Site) -> str:
     return line
 
 
-def links_wheel_nccl(site: Site) -> bool:
+def links_wheel_nccl(site: SiteView) -> bool:
     """The build uses NCCL and the profile names none: look for PyTorch's (nccl_home.py).
     A CUDA build only: RCCL comes with ROCm, not a pip wheel."""
     hvd = site.horovod
@@ -148,7 +148,7 @@ def links_wheel_nccl(site: Site) -> bool:
             and "HOROVOD_NCCL_HOME" not in site_build_env(site))
 
 
-def _compile_lines(site: Site) -> list[str]:
+def _compile_lines(site: SiteView) -> list[str]:
     """Download the sdist, patch it, build the wheel, publish it (the wheelhouse's miss)."""
     hvd = site.horovod
     idx = pip_index_args(site)
@@ -178,20 +178,20 @@ def _compile_lines(site: Site) -> list[str]:
     return lines
 
 
-def _nccl_lines(site: Site) -> list[str]:
+def _nccl_lines(site: SiteView) -> list[str]:
     if not links_wheel_nccl(site):
         return []
     write, path = program_file("nccl_home.py")
     return [write, join(["hpcprov_nccl_home", path])]
 
 
-def builds_cuda(site: Site) -> bool:
+def builds_cuda(site: SiteView) -> bool:
     """A GPU build with CUDA (NVIDIA): it compiles with the CUDA toolkit (hpcprov_cuda_home)."""
     hvd = site.horovod
     return bool(hvd.gpu_operations or hvd.gpu_allreduce) and gpu_vendor(site) != "amd"
 
 
-def build_lines(site: Site) -> list[str]:
+def build_lines(site: SiteView) -> list[str]:
     """Build Horovod (or install it from the wheelhouse when this ABI was built before)."""
     return [
         pip_settings_line(site),
@@ -217,7 +217,7 @@ FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "m
 LAZY_MODULES = {"pytorch": ("torch._dynamo",)}
 
 
-def check_build_lines(site: Site) -> list[str]:
+def check_build_lines(site: SiteView) -> list[str]:
     """`horovodrun -cb`, run by check_build.py with the built frameworks imported first (its
     checking processes are forks: they inherit the imports instead of repeating them), and
     every entry the profile builds expected in its output."""
@@ -238,7 +238,7 @@ def check_build_lines(site: Site) -> list[str]:
     return lines
 
 
-def prove_lines(site: Site) -> list[str]:
+def prove_lines(site: SiteView) -> list[str]:
     """A 2-process allreduce per built framework, through Gloo when built, else MPI."""
     hvd = site.horovod
     lines = ['mkdir -p "$STATE/proof"']
@@ -257,7 +257,7 @@ def prove_lines(site: Site) -> list[str]:
     return lines
 
 
-def record_lines(site: Site) -> list[str]:
+def record_lines(site: SiteView) -> list[str]:
     """Facts for the manifest, gathered in the environment itself."""
     lines = ["hpcprov_record_facts"]
     if site.modules.system != ModuleSystem.none:

@@ -10,17 +10,21 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hpcprov import __version__
 from hpcprov.core import fsutil
+from hpcprov.core.errors import HpcprovError
 from hpcprov.jobs.checkbuild import expected_check_build, parse_check_build
 from hpcprov.jobs.layout import manifest_file
 from hpcprov.provision.compat import for_site
 from hpcprov.provision.journal import Journal
+from hpcprov.site.model import Modules
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Site
+    from hpcprov.site.view import SiteView
 
 FRAMEWORK_DISTS = {"torch": ("torch",),
                    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"),
@@ -65,7 +69,8 @@ def framework_versions(freeze: dict[str, str]) -> dict[str, str]:
     return found
 
 
-def build_manifest(site: Site, profile: str, prefix: Path, journal: Journal) -> dict[str, object]:
+def build_manifest(site: SiteView, profile: str, prefix: Path,
+                   journal: Journal) -> dict[str, object]:
     state = prefix / ".hpcprov"
     facts = state / "facts"
     freeze_text = _read(facts / "pip-freeze.txt")
@@ -96,8 +101,137 @@ def build_manifest(site: Site, profile: str, prefix: Path, journal: Journal) -> 
                            "message": m.message()} for m in for_site(site)],
         "steps": [{"id": k, "status": r.status, "seconds": round(r.seconds, 2),
                    "log": r.log} for k, r in journal.steps.items()],
-        "site_profile": site.model_dump(mode="json"),
+        "site_profile": site.profile_data(),
     }
+
+
+# ------------------------------------------------------------------ the typed read-back
+#
+# What doctor and setup read back of a manifest, typed: every field hpcprov wrote, with
+# defaults where an older hpcprov wrote none; the recorded profile only as far as doctor
+# needs it (its module system, Python stack and partitions' GPUs). Anything else is not
+# read (extra keys are ignored), and a manifest that does not fit is one error naming the
+# file and the fix.
+
+MAX_MANIFEST_BYTES = 64 << 20  # pip freeze and -cb output of a large environment: far less
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class RecordedFramework(_Record):
+    installer: str = "pip"
+    module: str | None = None
+
+
+class RecordedConda(_Record):
+    module: str | None = None
+
+
+class RecordedPython(_Record):
+    backend: str = "venv"
+    conda: RecordedConda = Field(default_factory=RecordedConda)
+    frameworks: dict[str, RecordedFramework] = Field(default_factory=dict)
+
+
+class RecordedGpus(_Record):
+    count: int = Field(0, ge=0)
+
+
+class RecordedPartition(_Record):
+    gpus: RecordedGpus = Field(default_factory=RecordedGpus)
+
+
+class RecordedProfile(_Record):
+    """The parts of the site profile a manifest recorded that doctor reads."""
+
+    modules: Modules | None = None  # validated as the profile's own section
+    python: RecordedPython = Field(default_factory=RecordedPython)
+    partitions: dict[str, RecordedPartition] = Field(default_factory=dict)
+
+
+class RecordedModules(_Record):
+    build: list[str] = Field(default_factory=list)
+    runtime: list[str] = Field(default_factory=list)
+    loaded: list[str] = Field(default_factory=list)
+
+
+class RecordedCheckBuild(_Record):
+    output: str = ""
+    found: dict[str, Any] = Field(default_factory=dict)
+    expected: dict[str, Any] = Field(default_factory=dict)
+
+
+class RecordedStep(_Record):
+    id: str
+    status: str
+    seconds: float = 0.0
+    log: str = ""
+
+
+class Manifest(_Record):
+    """A manifest as setup wrote it (:func:`build_manifest`), read back typed."""
+
+    site: str
+    profile: str = ""
+    prefix: str = ""
+    backend: str = "venv"
+    created: str = "?"
+    host: str = "?"
+    python: str = ""
+    activate: str = ""
+    hpcprov: str = "?"
+    modules: RecordedModules = Field(default_factory=RecordedModules)
+    versions: dict[str, str] = Field(default_factory=dict)
+    pip_freeze: list[str] = Field(default_factory=list)
+    check_build: RecordedCheckBuild = Field(default_factory=RecordedCheckBuild)
+    horovod_wheel: dict[str, str] = Field(default_factory=dict)
+    horovod_key_inputs: list[str] = Field(default_factory=list)
+    steps: list[RecordedStep] = Field(default_factory=list)
+    site_profile: RecordedProfile = Field(default_factory=RecordedProfile)
+
+    def gpus_of(self, partition: str) -> int:
+        """GPUs a node of ``partition`` has, by the recorded profile (one message for a
+        name it lacks, the same as a loaded site's)."""
+        from hpcprov.site.view import no_partition
+
+        parts = self.site_profile.partitions
+        if partition not in parts:
+            raise no_partition(self.site, partition, parts)
+        return parts[partition].gpus.count
+
+
+class ManifestError(HpcprovError):
+    """A manifest hpcprov cannot read (the message names the file and the fix)."""
+
+
+def parse_manifest(data: object, where: str = "manifest") -> Manifest:
+    """Typed read-back of manifest JSON data; ManifestError (one line) when it does not fit."""
+    try:
+        return Manifest.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        at = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        raise ManifestError(f"{where}: {at}: {err['msg']}: not a manifest hpcprov wrote; run "
+                            "hpcprov setup --redo") from None
+
+
+def read_manifest(prefix: Path) -> Manifest | None:
+    """The manifest of a provisioned prefix, typed; None where there is none. A manifest
+    that is not a regular file, too large, not JSON or not of the shape setup writes is a
+    ManifestError naming the file and the fix (run setup --redo)."""
+    path = manifest_file(prefix)
+    if fsutil.regular_file(path) == "no such file":
+        return None
+    try:
+        raw = fsutil.read_regular(path, MAX_MANIFEST_BYTES)
+        data = json.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ManifestError(f"{path}: {why}: not a manifest hpcprov can read; run hpcprov "
+                            "setup --redo") from None
+    return parse_manifest(data, str(path))
 
 
 def write_manifest(data: dict[str, object], prefix: Path) -> Path:

@@ -12,10 +12,10 @@ from hpcprov.core.shell import Template, join
 from hpcprov.provision.library import program_file
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Site
+    from hpcprov.site.view import SiteView
 
 
-def pip_index_args(site: Site) -> list[str]:
+def pip_index_args(site: SiteView) -> list[str]:
     """pip arguments for the site's wheelhouse policy (--no-index, --find-links)."""
     venv = site.python.venv
     args = ["--no-index"] if venv.no_index else []
@@ -24,7 +24,7 @@ def pip_index_args(site: Site) -> list[str]:
     return args
 
 
-def pip_settings_line(site: Site) -> str:
+def pip_settings_line(site: SiteView) -> str:
     """The call of the library's hpcprov_pip_settings (provision/scripts/pip.sh) with the
     profile's pip index arguments: one log line naming what pip was given."""
     venv = site.python.venv
@@ -33,12 +33,12 @@ def pip_settings_line(site: Site) -> str:
     return join(["hpcprov_pip_settings", *given])
 
 
-def pip_install(site: Site, *specs: str, extra: tuple[str, ...] = ()) -> str:
+def pip_install(site: SiteView, *specs: str, extra: tuple[str, ...] = ()) -> str:
     """``python -m pip install EXTRA... INDEX-ARGS... SPECS...``."""
     return join(["python", "-m", "pip", "install", *extra, *pip_index_args(site), *specs])
 
 
-def install_lines(site: Site, *specs: str) -> list[str]:
+def install_lines(site: SiteView, *specs: str) -> list[str]:
     """Install ``specs`` into the environment with the profile's installer, without
     byte-compiling (check-build's imports compile what jobs use): pip; uv, given pip's own
     configuration as well (hpcprov_uv_install); or auto, uv where it is on the PATH."""

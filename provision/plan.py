@@ -30,7 +30,7 @@ from hpcprov.provision.pip_args import (
 from hpcprov.site.conda_channels import tos_channels
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Site
+    from hpcprov.site.view import SiteView
 
 Where = Literal["login", "compute"]
 
@@ -81,7 +81,7 @@ class Plan:
         return data
 
 
-def _vars(site: Site, prefix: str) -> dict[str, str]:
+def _vars(site: SiteView, prefix: str) -> dict[str, str]:
     lay = Layout.of(site, "$PREFIX")
     out = {"PREFIX": Template(prefix), "STATE": lay.state_dir, "ENV_DIR": lay.env_dir,
            "WHEELHOUSE": Template(site.paths.wheelhouse)}
@@ -100,7 +100,7 @@ def _vars(site: Site, prefix: str) -> dict[str, str]:
     return out
 
 
-def _installer_name(site: Site) -> str:
+def _installer_name(site: SiteView) -> str:
     url = site.python.conda.installer_file or site.python.conda.installer_url
     return url.rstrip("/").rsplit("/", 1)[-1] or "Miniconda3.sh"
 
@@ -108,7 +108,7 @@ def _installer_name(site: Site) -> str:
 IMPORT_NAMES = {"pytorch": "torch"}  # a framework's import name, where it is not its own
 
 
-def _framework_steps(site: Site) -> list[Step]:
+def _framework_steps(site: SiteView) -> list[Step]:
     """conda frameworks one by one; every pip package in one resolver run (of pip or uv, as
     the profile says), without byte-compiling (--no-compile: the modules a process imports
     are compiled then, which halves torch's install time; check-build's imports compile
@@ -139,7 +139,7 @@ def _framework_steps(site: Site) -> list[Step]:
                  modules="build", in_env=True)]
 
 
-def _horovod_steps(site: Site) -> list[Step]:
+def _horovod_steps(site: SiteView) -> list[Step]:
     hvd = site.horovod
     if hvd.source in ("none", "container"):
         return []
@@ -163,7 +163,7 @@ def _horovod_steps(site: Site) -> list[Step]:
     return [build, check, prove]
 
 
-def conda_channel_args(site: Site, first: list[str]) -> list[str]:
+def conda_channel_args(site: SiteView, first: list[str]) -> list[str]:
     """``--override-channels -c A -c B ...``: exactly the profile's channels (after
     ``first``, a framework's own), so neither a ``.condarc`` nor conda's defaults add one the
     profile did not name; nothing where the profile names none (the installer's own)."""
@@ -173,14 +173,14 @@ def conda_channel_args(site: Site, first: list[str]) -> list[str]:
     return ["--override-channels", *(w for c in named for w in ("-c", c))]
 
 
-def _accept_tos_lines(site: Site, conda: Raw) -> list[str]:
+def _accept_tos_lines(site: SiteView, conda: Raw) -> list[str]:
     """``conda tos accept`` for the channels under Anaconda's Terms of Service, which the
     profile accepted (the model refuses a profile that uses them without accept_tos)."""
     tos = tos_channels(site.python)
     return [join(["hpcprov_conda_accept_tos", conda, *tos])] if tos else []
 
 
-def _module_conda_steps(site: Site) -> list[Step]:
+def _module_conda_steps(site: SiteView) -> list[Step]:
     """The site's conda (python.conda.module, loaded with the build modules) creates the
     environment in the prefix; nothing is downloaded or installed."""
     conda = site.python.conda
@@ -193,7 +193,7 @@ def _module_conda_steps(site: Site) -> list[Step]:
     ), needs_network=True, modules="build")]
 
 
-def _conda_steps(site: Site) -> list[Step]:
+def _conda_steps(site: SiteView) -> list[Step]:
     conda = site.python.conda
     if conda.module:
         return _module_conda_steps(site)
@@ -229,7 +229,7 @@ def _conda_steps(site: Site) -> list[Step]:
     return steps
 
 
-def _venv_steps(site: Site) -> list[Step]:
+def _venv_steps(site: SiteView) -> list[Step]:
     venv = site.python.venv
     ssp = ["--system-site-packages"] if venv.system_site_packages else []
     if venv.creator == "virtualenv":
@@ -247,7 +247,7 @@ def _venv_steps(site: Site) -> list[Step]:
                  needs_network=not venv.no_index, modules="build")]
 
 
-def _container_steps(site: Site) -> list[Step]:
+def _container_steps(site: SiteView) -> list[Step]:
     spec = site.python.container
     assert spec is not None
     runtime = site.containers.runtime
@@ -302,7 +302,7 @@ def _container_steps(site: Site) -> list[Step]:
     return steps
 
 
-def _registry_image_steps(site: Site, runtime: str, source: str, load: list[str]
+def _registry_image_steps(site: SiteView, runtime: str, source: str, load: list[str]
                           ) -> list[Step]:
     """Shifter and podman-hpc keep images in their own stores, named like the registry's
     (docker:REPO:TAG for Shifter): pull it there, then -cb inside it."""
@@ -317,7 +317,7 @@ def _registry_image_steps(site: Site, runtime: str, source: str, load: list[str]
             Step("check-build", "Check Horovod in the image (horovodrun -cb)", (*load, check))]
 
 
-def activate_lines(site: Site, prefix: str) -> list[str]:
+def activate_lines(site: SiteView, prefix: str) -> list[str]:
     """What `source PREFIX/activate` runs: modules, then the Python environment."""
     lines = ["# Generated by hpcprov: loads the runtime modules and the Python environment.",
              "# shellcheck disable=SC1090,SC1091"]
@@ -328,7 +328,7 @@ def activate_lines(site: Site, prefix: str) -> list[str]:
     return lines
 
 
-def _activate_step(site: Site, prefix: str) -> Step:
+def _activate_step(site: SiteView, prefix: str) -> Step:
     body = activate_lines(site, prefix)
     return Step("write-activate", "Write the activation script PREFIX/activate", (
         join(["hpcprov_write_lines", Raw('"$PREFIX/activate"'), *body]),
@@ -336,7 +336,7 @@ def _activate_step(site: Site, prefix: str) -> Step:
     ))
 
 
-def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") -> Plan:
+def build_plan(site: SiteView, prefix: str | None = None, runs_on: Where = "login") -> Plan:
     """The provisioning plan for a site. Pure: nothing is touched."""
     prefix = prefix or site.prefix()
     backend = site.python.backend
@@ -410,6 +410,14 @@ def fingerprints(plan: Plan) -> dict[str, str]:
     return out
 
 
+def dispatcher() -> list[str]:
+    """The definition of ``hpcprov_run``, the setup script's dispatcher, from the shell
+    library (provision/scripts/common.sh) without its comment: the script's last line calls
+    it with the steps named, else every step."""
+    text = library.functions()["hpcprov_run"]
+    return text[text.index("hpcprov_run() {"):].split("\n")
+
+
 def render_script(plan: Plan) -> str:
     """The complete, runnable bash script of a plan."""
     out = [
@@ -438,16 +446,7 @@ def render_script(plan: Plan) -> str:
     out += [
         "",
         "HPCPROV_STEPS=(" + " ".join(s.id for s in plan.steps) + ")",
-        "hpcprov_run() {",
-        "  local s",
-        '  for s in "$@"; do',
-        '    if ! declare -F "step_${s//-/_}" >/dev/null; then',
-        '      echo "hpcprov: unknown step $s (steps: ${HPCPROV_STEPS[*]})" >&2; return 2',
-        "    fi",
-        '    echo "==> [hpcprov] $s" >&2',
-        '    "step_${s//-/_}"',
-        "  done",
-        "}",
+        *dispatcher(),
         'if [ "$#" -gt 0 ]; then hpcprov_run "$@"; else hpcprov_run "${HPCPROV_STEPS[@]}"; fi',
         "",
     ]

@@ -160,7 +160,9 @@ def test_the_allocation_script_holds_the_runs_nodes_and_runs_the_pilot(tmp_path:
     text = allocation_script(o, "/p", tmp_path / "q")
     assert "#SBATCH --nodes=2" in text and "#SBATCH --partition=amd_a100nv_8" in text
     assert "#SBATCH --job-name=hpcprov-validate" in text
-    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" > "$q/nodes.part"' in text
+    assert ('\nhpcprov_allocation_nodes() {\n  scontrol show hostnames "$SLURM_JOB_NODELIST"\n}\n'
+            in text)
+    assert 'hpcprov_allocation_nodes > "$q/nodes.part"' in text
     proc = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     # the pernode check pins the whole partition's nodes to the one allocation

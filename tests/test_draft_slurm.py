@@ -287,7 +287,7 @@ def test_real_testbed_output_parses_into_the_testbeds_shape() -> None:
 
 def test_the_bundled_testbed_profile_matches_what_the_testbed_says() -> None:
     from hpcprov.draft.diff import compare
-    from hpcprov.site.profiles import load
+    from hpcprov.site.catalog import load
 
     run = Fake({"scontrol show node -o": recorded("testbed-show-node.txt"),
                 "scontrol show partition -o": recorded("testbed-show-partition.txt")})

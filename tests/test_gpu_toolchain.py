@@ -416,7 +416,7 @@ def test_only_nccl_builds_that_name_no_nccl_look_for_pytorchs(tmp_path: Path) ->
         name: named
         horovod: {env: {HOROVOD_NCCL_HOME: /opt/nccl}}
         """)
-    from hpcprov.site.profiles import load
+    from hpcprov.site.catalog import load
 
     named = load(str(path))
     assert not links_wheel_nccl(named)

@@ -20,7 +20,8 @@ from hpcprov.core import fsutil
 from hpcprov.core.errors import HpcprovWarning
 from hpcprov.site import loader, model
 from hpcprov.site import view as site_view
-from hpcprov.site.detect import catch_all, detect
+from hpcprov.site.catalog import detect
+from hpcprov.site.detect import catch_all
 from hpcprov.site.loader import MAX_EXTENDS, Layer, merge, resolve
 from hpcprov.site.profiles import check_file
 
@@ -504,7 +505,7 @@ def test_several_matches_are_named(hosts_dir: Path, monkeypatch: pytest.MonkeyPa
     assert res.rc == 0 and "for site narrow," in res.out
     assert any("narrow, wide" in w for w in res.err_lines), res.err
     with pytest.warns(HpcprovWarning, match="narrow, wide"):
-        from hpcprov.site.profiles import default_site
+        from hpcprov.site.catalog import default_site
 
         assert default_site() == "narrow"
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from hpcprov_tests import BUNDLED, REPO, SEED_SITES, cli, write_profile
 
-from hpcprov.core.errors import ProfileError
+from hpcprov.core.errors import ProfileError, UsageError
 from hpcprov.site.loader import available_sites, bundled_site_dir
 from hpcprov.site.model import Scheduler, Site
 from hpcprov.site.profiles import check_file, load_site, site_names
@@ -178,7 +178,8 @@ def test_partition_lookup_prefers_the_named_then_the_default() -> None:
     default = [n for n, p in neuron.partitions.items() if p.default]
     assert neuron.partition()[0] == default[0] == "amd_a100nv_8"  # the seed's batch partition
     assert neuron.partition("skl")[0] == "skl"
-    with pytest.raises(KeyError):
+    with pytest.raises(UsageError, match=r"^--partition 'nope': site neuron has no such "
+                       r"partition \(it has cas_v100nv_8, .*amd_a100nv_8, .*skl"):
         neuron.partition("nope")
     # a partition's own modules replace the site's (gh200_1 needs ARM_ modules after a purge)
     arm = neuron.modules_for("gh200_1")

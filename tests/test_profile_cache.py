@@ -215,7 +215,7 @@ def test_sites_lists_the_same_from_the_cache(cache: Path, capsys: pytest.Capture
 def test_detect_reads_login_hosts_from_the_cache(cache: Path,
                                                 capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpcprov.site.detect import detect
+    from hpcprov.site.catalog import detect
 
     cold = detect("glogin01.ksc.re.kr")
     assert "neuron" in cold
@@ -224,7 +224,7 @@ def test_detect_reads_login_hosts_from_the_cache(cache: Path,
     def no_parsing(path: Path) -> None:
         raise AssertionError(f"{path} parsed again")
 
-    monkeypatch.setattr("hpcprov.site.detect.resolve", no_parsing)
+    monkeypatch.setattr("hpcprov.site.profiles.resolve", no_parsing)
     assert detect("glogin01.ksc.re.kr") == cold
 
 
@@ -290,9 +290,8 @@ def test_a_cached_bundled_site_is_the_freshly_validated_one(name: str, cache: Pa
     assert cached.model_dump() == want.model_dump()  # the same enum members and tuples
     # the same data in the same order (fields, partitions: the first is the default one)
     assert json.dumps(cached.model_dump(mode="json")) == json.dumps(want.model_dump(mode="json"))
-    assert profile_cache.header(path)["summary"] == {
-        "scheduler": want.scheduler.value, "partitions": len(want.partitions),
-        "description": want.description}
+    head = json.loads((next(cache.glob("*.json"))).read_text().splitlines()[0])
+    assert set(head) == {"format", "fingerprint", "path", "files", "links"}  # the site alone
 
 
 def test_the_json_form_round_trips_views_enums_tuples_and_tag_like_keys() -> None:
@@ -348,7 +347,7 @@ def _edit_entry(cache: Path, change: object) -> None:
     entry.write_text(json.dumps(head) + "\n" + json.dumps(body) + "\n")
 
 
-@pytest.mark.parametrize("where", ["name", "partition-name", "login-host-in-header"])
+@pytest.mark.parametrize("where", ["name", "partition-name", "login-host"])
 def test_an_entry_with_a_newline_injected_is_a_miss(where: str, cache: Path,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     """A newline in a cached single-line value once produced a `# comment` line of a job
@@ -364,11 +363,9 @@ def test_an_entry_with_a_newline_injected_is_a_miss(where: str, cache: Path,
             part = fields["partitions"]["amd_a100nv_8"]["__view__"]
             fields["partitions"] = {"gpu\nid": {"__view__": part}}
         else:
-            head["login_hosts"] = ["glogin*\nx"]
+            fields["login_hosts"] = ["glogin*\nx"]
 
     _edit_entry(cache, inject)
-    if where == "login-host-in-header":
-        assert profile_cache.header(path) is None
     assert profile_cache.load(path) is None
     assert load_site("neuron") == want  # validated again, and cached again
     assert profile_cache.load(path) == want
@@ -500,7 +497,7 @@ def test_a_cache_folder_of_another_user_is_not_used(cache: Path,
     load_site("neuron")
     os.chown(cache, 65534, 65534)  # somebody else's now (nobody)
     path = available_sites()["neuron"]
-    assert profile_cache.load(path) is None and profile_cache.header(path) is None
+    assert profile_cache.load(path) is None
     (entry,) = cache.glob("*.json")
     entry.unlink()
     assert load_site("neuron").name == "neuron"  # validated; nothing written there

@@ -10,12 +10,14 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import assert_one_line_error, cli, write_profile
 
+from hpcprov.core.errors import UsageError
 from hpcprov.jobs.checkbuild import expected_check_build, parse_check_build
 from hpcprov.provision.compat import evaluate, for_site, patches_for
 from hpcprov.provision.diagnose import diagnose
 from hpcprov.provision.doctor import judge, not_ready
 from hpcprov.provision.journal import Journal, StepRecord
 from hpcprov.provision.library import file_function
+from hpcprov.provision.manifest import Manifest, parse_manifest
 from hpcprov.provision.plan import build_plan, fingerprints, render_script
 from hpcprov.site.profiles import load_site
 
@@ -320,11 +322,11 @@ def test_check_build_parsing_matches_what_local_expects() -> None:
     assert parse_check_build(CB.replace("[X] PyTorch", "[ ] PyTorch"))["frameworks"] == []
 
 
-def manifest(**over: object) -> dict:
+def manifest(**over: object) -> Manifest:
     base = {"site": "local", "created": "now", "host": "h", "activate": "/p/activate",
             "backend": "venv", "modules": {"runtime": []},
             "pip_freeze": ["torch==2.13.0+cpu", "horovod==0.28.1"]}
-    return {**base, **over}
+    return parse_manifest({**base, **over})
 
 
 def facts(**over: str) -> dict[str, list[str]]:
@@ -465,12 +467,13 @@ def test_doctor_expects_no_horovod_where_the_profile_installs_none(tmp_path: Pat
     manifest = build_manifest(site, "sockeye.yaml", tmp_path,
                               Journal(tmp_path / ".hpcprov" / "journal.json"))
     assert manifest["check_build"]["expected"] == {}
-    (call,) = [ln for ln in probe_script(manifest, tmp_path).splitlines()
+    (call,) = [ln for ln in probe_script(parse_manifest(manifest), tmp_path).splitlines()
                if "| python -" in ln]
     assert "horovod." not in call
     neuron = build_manifest(load_site("neuron"), "neuron.yaml", tmp_path,
                             Journal(tmp_path / ".hpcprov" / "journal.json"))
-    (call,) = [ln for ln in probe_script(neuron, tmp_path).splitlines() if "| python -" in ln]
+    (call,) = [ln for ln in probe_script(parse_manifest(neuron), tmp_path).splitlines()
+               if "| python -" in ln]
     assert "horovod.torch" in call
 
 
@@ -578,3 +581,59 @@ def test_the_first_error_is_found_beyond_the_kept_tail(tmp_path: Path) -> None:
     message = str(failed.value)
     assert "the build's first error: src/first.cc:12:3: error: the real cause" in message
     assert "see the log" not in message and "later.cc" not in message
+
+
+# ------------------------------------------------------- the manifest, read back typed
+
+
+@pytest.mark.parametrize(("content", "said"), [
+    ("{}", "site: Field required"),
+    ('{"site": "local", "steps": "all"}', "steps: Input should be a valid list"),
+    ('{"site": "local", "site_profile": {"partitions": {"gpu": {"gpus": {"count": "many"}}}}}',
+     "site_profile.partitions.gpu.gpus.count"),
+    ("[1, 2]", "(top level)"),
+    ("{not json", "Expecting property name"),
+    ("fifo", "a FIFO"),
+])
+def test_doctor_reads_a_malformed_manifest_as_one_line_naming_it_and_the_fix(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, said: str) -> None:
+    state = tmp_path / "prefix" / ".hpcprov"
+    state.mkdir(parents=True)
+    if content == "fifo":
+        os.mkfifo(state / "manifest.json")  # read naively, doctor would wait forever
+    else:
+        (state / "manifest.json").write_text(content)
+    err = assert_one_line_error(cli(capsys, "doctor", "--site", "local", "--prefix",
+                                    str(tmp_path / "prefix")))
+    assert str(state / "manifest.json") in err and said in err
+    assert err.endswith("run hpcprov setup --redo")
+
+
+def test_doctor_reads_the_gpus_of_a_partition_from_the_recorded_profile() -> None:
+    recorded = manifest(site="neuron", site_profile={"partitions": {
+        "gpu": {"gpus": {"count": 8}, "nodes": 4}, "cpu": {}}})
+    assert recorded.gpus_of("gpu") == 8 and recorded.gpus_of("cpu") == 0
+    with pytest.raises(UsageError, match=r"^--partition 'nope': site neuron has no such "
+                       r"partition \(it has gpu, cpu\)$"):
+        recorded.gpus_of("nope")
+
+
+# ------------------------------------------------------- overrides (--env, --container)
+
+
+def test_env_name_and_container_go_through_one_function() -> None:
+    from hpcprov.site.overrides import with_overrides
+
+    neuron = load_site("neuron")
+    assert with_overrides(neuron) is neuron
+    named = with_overrides(neuron, env_name="mine")
+    assert named.python.env_name == "mine" and neuron.python.env_name != "mine"
+    image = next(iter(neuron.containers.images))
+    both = with_overrides(neuron, env_name="mine", container=image)
+    assert both.python.backend == "container" and both.python.env_name == "mine"
+    assert both.python.container.source == neuron.containers.images[image]
+    assert both.horovod.source == "container" and neuron.horovod.source != "container"
+    with pytest.raises(UsageError, match="^--env 'a b': use letters"):
+        with_overrides(neuron, env_name="a b")
+    with pytest.raises(UsageError, match="^--container 'nope': site neuron has "):
+        with_overrides(neuron, container="nope")

@@ -24,6 +24,7 @@ import pytest
 from hpcprov.core.shell import assign
 from hpcprov.provision import library
 from hpcprov.provision.doctor import judge, probe
+from hpcprov.provision.manifest import parse_manifest
 
 WHEEL = "horovod-0.28.1-cp311-cp311-linux_x86_64.whl"
 KEY_TEXT = b"horovod=0.28.1\npatches=none\nbuild-env=HOROVOD_WITH_PYTORCH=1\nmpi=\n"
@@ -339,8 +340,9 @@ def wheel_check(root: Path, prefix: Path, manifest: dict,
     if not (bin_dir / "python").exists():
         (bin_dir / "python").symlink_to(sys.executable)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    facts = probe(manifest, prefix, timeout=60)
-    checks = {c.name: c for c in judge(manifest, facts, None, "hpcprov setup")}
+    typed = parse_manifest(manifest)
+    facts = probe(typed, prefix, timeout=60)
+    checks = {c.name: c for c in judge(typed, facts, None, "hpcprov setup")}
     return checks["horovod-wheel"].to_json()
 
 

@@ -1,21 +1,21 @@
 """The LSF backend up to the boundary: #BSUB directives and launch lines from the bundled
-example profile, and submit/poll/cancel against tests/lsf_emulator.py, which answers as
-LSF 10.1's bsub, bjobs and bkill do (no LSF cluster can run here)."""
+example profile, bjobs output parsing, and validate run through tests/lsf_emulator.py, which
+answers as LSF 10.1's bsub, bjobs and bkill do (no LSF cluster can run here). What LsfExecutor
+does as every executor must (submit, poll, exit codes, cancel, refusal) is checked in
+tests/test_backend_conformance.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import cli, emulated_scheduler, hpcprov_argv, validation_scripts, write_profile
+from hpcprov_tests import cli, emulated_scheduler, hpcprov_argv, write_profile
 
 from hpcprov.core.errors import UsageError
-from hpcprov.schedulers.lsf import LsfExecutor, directive, exec_hosts, job_fields, minutes
-from hpcprov.validate.judge import JobResult, judge
+from hpcprov.schedulers.lsf import directive, exec_hosts, job_fields, minutes
 
 EMULATOR = Path(__file__).with_name("lsf_emulator.py")
 
@@ -122,77 +122,6 @@ def lsf(tmp_path: Path) -> dict[str, str]:
     """PATH with bsub, bjobs, bkill from the emulator; its state in tmp_path."""
     return emulated_scheduler(tmp_path, EMULATOR, ("bsub", "bjobs", "bkill"), "LSF_EMULATOR_DIR",
                               "lsf")
-
-
-def _scripts(work: Path, bodies: dict[str, str]) -> dict[str, Path]:
-    return validation_scripts("lsf-example", "gpuv100", work, bodies)
-
-
-def test_exit_codes_come_from_bjobs_and_nodes_from_exec_host(lsf: dict[str, str],
-                                                             tmp_path: Path) -> None:
-    work = tmp_path / "run"
-    work.mkdir()
-    scripts = _scripts(work, {"ok": "echo fine", "bad": "exit 3", "killed": "kill -KILL $$"})
-    assert "#BSUB -n 1" in scripts["ok"].read_text()
-    ex = LsfExecutor(lsf)
-    handles = [ex.submit(p, work / f"{n}.out", work / f"{n}.exit") for n, p in scripts.items()]
-    assert [h.job_id for h in handles] == ["1", "2", "3"]
-    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
-    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
-    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 3), "killed": ("FAILED", 137)}
-    assert all(h.nodes == os.uname().nodename for h in handles)
-    assert (work / "ok.out").read_text().strip() == "fine"
-
-
-def test_a_cleaned_job_is_answered_by_its_status_file_and_none_is_an_error(
-        lsf: dict[str, str], tmp_path: Path) -> None:
-    work = tmp_path / "run"
-    work.mkdir()
-    scripts = _scripts(work, {"ok": "true", "bad": "exit 5", "lost": "true"})
-    ex = LsfExecutor({**lsf, "LSF_EMULATOR_CLEAN": "1"})
-    handles = [ex.submit(p, work / f"{n}.out", work / f"{n}.exit") for n, p in scripts.items()]
-    lost = next(h for h in handles if h.script.stem == "lost")
-    lost.exit_file = work / "never-written.exit"
-    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
-    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
-    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 5), "lost": ("UNKNOWN", None)}
-    assert "no longer knows the job" in lost.reason
-    result = JobResult("lost", "env", "", 1, lost.state, lost.exit_code, "", [], [], 1.0,
-                       reason=lost.reason)
-    (outcome,) = judge([result], {})
-    assert outcome.status == "error"
-
-
-def test_pending_and_running_jobs_are_killed_at_their_timeouts(lsf: dict[str, str],
-                                                                tmp_path: Path) -> None:
-    work = tmp_path / "run"
-    work.mkdir()
-    (held,) = _scripts(work, {"held": "true"}).values()
-    ex = LsfExecutor({**lsf, "LSF_EMULATOR_HOLD": "1"})
-    h = ex.submit(held, work / "held.out", work / "held.exit")
-    ex.wait([h], timeout_s=60, pending_timeout_s=1)
-    assert h.state == "PENDING_TIMEOUT" and "still pending after 1 s" in h.reason
-    gone = subprocess.run(["bjobs", h.job_id], capture_output=True, text=True, env=lsf,
-                          timeout=30)
-    assert gone.returncode == 255  # bkill removed it
-    (long,) = _scripts(work, {"long": "sleep 600"}).values()
-    ex = LsfExecutor(lsf)
-    h = ex.submit(long, work / "long.out", work / "long.exit")
-    ex.wait([h], timeout_s=1)
-    assert (h.state, h.reason) == ("TIMEOUT", "not finished after 1 s")
-    again = replace(h, state="RUNNING", ended=None, reason="")
-    ex.refresh([again])
-    assert (again.state, again.exit_code) == ("FAILED", 130)
-
-
-def test_a_refused_submission_is_an_error_with_lsf_s_words(lsf: dict[str, str],
-                                                           tmp_path: Path) -> None:
-    from hpcprov.core.errors import HpcprovError
-
-    empty = tmp_path / "empty.sh"
-    empty.write_text("")
-    with pytest.raises(HpcprovError, match="bsub refused empty.sh: No command is specified"):
-        LsfExecutor(lsf).submit(empty, tmp_path / "o", tmp_path / "e")
 
 
 @pytest.mark.slow

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import json
 
-from hpcprov.provision.api import _with_container, _with_env_name
 from hpcprov.site.kinds import Scheduler
 from hpcprov.site.loader import bundled_site_dir
 from hpcprov.site.model import PythonStack
+from hpcprov.site.overrides import with_overrides
 from hpcprov.site.profiles import load_site, validate_file
 from hpcprov.site.view import SiteView, View, snapshot
 
@@ -34,13 +34,13 @@ def test_model_copy_leaves_the_original_alone() -> None:
 
 def test_cli_variants_stay_dumpable_for_the_manifest() -> None:
     """--env NAME and --container IMAGE derive a site with new parts; the manifest writes
-    site.model_dump(mode='json') of it."""
-    named = _with_env_name(load_site("local"), "myenv")
+    site.profile_data() of it."""
+    named = with_overrides(load_site("local"), env_name="myenv")
     assert named.python.env_name == "myenv" and isinstance(named.python, View)
     assert json.loads(json.dumps(named.model_dump(mode="json")))["python"]["env_name"] == "myenv"
     neuron = load_site("neuron")
     image = next(iter(neuron.containers.images))
-    boxed = _with_container(neuron, image)
+    boxed = with_overrides(neuron, container=image)
     dumped = json.loads(json.dumps(boxed.model_dump(mode="json")))
     assert dumped["python"]["backend"] == "container"
     assert dumped["python"]["container"]["image"] == image

@@ -1,22 +1,20 @@
-"""The PBS executor up to the boundary: qstat output parsing, and submit/poll/cancel against
-tests/pbs_emulator.py, which answers as PBS Pro's qsub, qstat and qdel do (no PBS server
-can run here; docs/validation.md says so)."""
+"""The PBS backend up to the boundary: qstat output parsing, and validate run through
+tests/pbs_emulator.py, which answers as PBS Pro's qsub, qstat and qdel do (no PBS server can
+run here; docs/validation.md says so). What PbsExecutor does as every executor must (submit,
+poll, exit codes, cancel, refusal) is checked in tests/test_backend_conformance.py."""
 
 from __future__ import annotations
 
 import json
 import os
 import subprocess
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import emulated_scheduler, hpcprov_argv, validation_scripts, write_profile
+from hpcprov_tests import emulated_scheduler, hpcprov_argv, write_profile
 
-from hpcprov.schedulers.pbs import PbsExecutor
 from hpcprov.schedulers.pbs import exit_status as pbs_exit
 from hpcprov.schedulers.pbs import fields as pbs_fields
-from hpcprov.validate.judge import JobResult, judge
 
 EMULATOR = Path(__file__).with_name("pbs_emulator.py")
 
@@ -56,77 +54,6 @@ def pbs(tmp_path: Path) -> dict[str, str]:
     """PATH with qsub, qstat, qdel from the emulator; its state in tmp_path."""
     return emulated_scheduler(tmp_path, EMULATOR, ("qsub", "qstat", "qdel"), "PBS_EMULATOR_DIR",
                               "pbs")
-
-
-def _scripts(work: Path, bodies: dict[str, str]) -> dict[str, Path]:
-    return validation_scripts("sockeye", "gpu", work, bodies)
-
-
-def test_exit_codes_come_from_qstat_x_and_nodes_from_exec_host(pbs: dict[str, str],
-                                                               tmp_path: Path) -> None:
-    work = tmp_path / "run"
-    work.mkdir()
-    scripts = _scripts(work, {"ok": "echo fine", "bad": "exit 3", "killed": "kill -KILL $$"})
-    assert "#PBS -l select=1:ncpus=" in scripts["ok"].read_text()
-    ex = PbsExecutor(pbs)
-    handles = [ex.submit(p, work / f"{n}.out", work / f"{n}.exit") for n, p in scripts.items()]
-    assert all(h.job_id.endswith(".pbs-emu") for h in handles)
-    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
-    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
-    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 3), "killed": ("FAILED", 137)}
-    assert all(h.nodes == os.uname().nodename for h in handles)
-    assert (work / "ok.out").read_text().strip() == "fine"
-    assert {e["job"] for e in ex.events} == {h.job_id for h in handles}
-
-
-def test_without_job_history_the_status_file_answers_and_none_is_an_error(
-        pbs: dict[str, str], tmp_path: Path) -> None:
-    work = tmp_path / "run"
-    work.mkdir()
-    scripts = _scripts(work, {"ok": "true", "bad": "exit 5", "lost": "true"})
-    env = {**pbs, "PBS_EMULATOR_HISTORY": "0"}  # PBS Pro's default: finished jobs vanish
-    ex = PbsExecutor(env)
-    handles = [ex.submit(p, work / f"{n}.out", work / f"{n}.exit") for n, p in scripts.items()]
-    lost = next(h for h in handles if h.script.stem == "lost")
-    # "lost" died before its trap could write (as on a node crash): no status file
-    lost.exit_file = work / "never-written.exit"
-    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
-    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
-    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 5), "lost": ("UNKNOWN", None)}
-    assert "no longer knows the job" in lost.reason
-    result = JobResult("lost", "env", "", 1, lost.state, lost.exit_code, "", [], [], 1.0,
-                       reason=lost.reason)
-    (outcome,) = judge([result], {})
-    assert outcome.status == "error"  # never a pass
-
-
-def test_a_job_that_never_starts_is_deleted_at_the_pending_timeout(pbs: dict[str, str],
-                                                                   tmp_path: Path) -> None:
-    work = tmp_path / "run"
-    work.mkdir()
-    (script,) = _scripts(work, {"held": "true"}).values()
-    ex = PbsExecutor({**pbs, "PBS_EMULATOR_HOLD": "1"})
-    h = ex.submit(script, work / "held.out", work / "held.exit")
-    ex.wait([h], timeout_s=60, pending_timeout_s=1)
-    assert h.state == "PENDING_TIMEOUT" and "still pending after 1 s" in h.reason
-    gone = subprocess.run(["qstat", "-x", "-f", h.job_id], capture_output=True, text=True,
-                          env=pbs, timeout=30)
-    assert gone.returncode == 153  # qdel removed it from the queue
-
-
-def test_qdel_of_a_running_job_reports_the_signal(pbs: dict[str, str],
-                                                  tmp_path: Path) -> None:
-    work = tmp_path / "run"
-    work.mkdir()
-    (script,) = _scripts(work, {"long": "sleep 600"}).values()
-    ex = PbsExecutor(pbs)
-    h = ex.submit(script, work / "long.out", work / "long.exit")
-    ex.wait([h], timeout_s=1)  # the run's timeout: cancelled with qdel
-    assert (h.state, h.exit_code) == ("TIMEOUT", None)
-    assert h.reason == "not finished after 1 s"
-    again = replace(h, state="RUNNING", ended=None, reason="")  # what the server says now
-    ex.refresh([again])
-    assert (again.state, again.exit_code) == ("FAILED", 143)  # 256 + SIGTERM, as PBS says
 
 
 @pytest.mark.slow

@@ -42,8 +42,9 @@ def test_testbed_plan_has_every_implementation_and_a_1_node_baseline() -> None:
     assert [j.node for j in plan_jobs(o) if j.check == "pernode"] == ["gpu01", "gpu02"]
     script = job_script(jobs["pernode-gpu02"], o, "/p", "/run", ("python", "/run/a.py"))
     assert "#SBATCH --nodelist=gpu02" in script
-    assert ("trap 'printf '\"'\"'%s %s %s\\n'\"'\"' \"$?\" \"$hpcprov_t0\" \"$(date +%s.%N)\" > "
-            "/run/pernode-gpu02.exit' EXIT") in script
+    assert "\nhpcprov_exit_file=/run/pernode-gpu02.exit\nhpcprov_t0=$(date +%s.%N)\n" in script
+    assert ("trap 'printf \"%s %s %s\\n\" \"$?\" \"$hpcprov_t0\" \"$(date +%s.%N)\" > "
+            "\"$hpcprov_exit_file\"' EXIT") in script
     # the job script's prolog: after `set -eo pipefail`, before the environment and launch
     assert script.index("set -eo pipefail") < script.index("hpcprov_t0=") \
         < script.index("trap ") < script.index("\nsrun ")
@@ -70,11 +71,13 @@ def test_the_status_trap_is_the_job_scripts_prolog_and_the_script_parses(
     if scheduler_prolog:
         assert lines[at + 1] == scheduler_prolog
         at += 1
-    assert lines[at + 1:at + 3] == status_trap(f"{rundir}/{job.id}.exit")
-    assert f"> {quote(f'{rundir}/{job.id}.exit')}" in shlex.split(lines[at + 2])[1]
+    trap = status_trap(f"{rundir}/{job.id}.exit")
+    assert lines[at + 1:at + 1 + len(trap)] == trap
+    assert lines[at + 1] == f"hpcprov_exit_file={quote(f'{rundir}/{job.id}.exit')}"
+    assert shlex.split(lines[at + 1]) == [f"hpcprov_exit_file={rundir}/{job.id}.exit"]
     plain = build_jobscript(replace(job_request(job, o, None, f"hpcprov-{job.id}"),
                                     command=("python", f"{rundir}/allreduce.py")))
-    assert [ln for ln in lines if ln not in lines[at + 1:at + 3]] == plain.splitlines()
+    assert [ln for ln in lines if ln not in trap] == plain.splitlines()
     assert script.endswith("\n") and not script.endswith("\n\n")
     path = tmp_path / "job.sh"
     path.write_text(script)

@@ -14,17 +14,18 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpcprov import schedulers
 from hpcprov.core.errors import UsageError
-from hpcprov.jobs.layout import expand_prefix, read_manifest
+from hpcprov.jobs.layout import expand_prefix, is_provisioned
 from hpcprov.jobs.lint import cpus_exceeded
 from hpcprov.request.options import parse_option
 from hpcprov.schedulers.allocation import OneAllocation
 from hpcprov.schedulers.base import Executor
-from hpcprov.site.profiles import load
+from hpcprov.site.catalog import load
 from hpcprov.validate import report as rep
+from hpcprov.validate.judge import Outcome
 from hpcprov.validate.plan import (
     CHECKS,
     DEFAULT_CHECKS,
@@ -34,6 +35,9 @@ from hpcprov.validate.plan import (
     node_picks,
 )
 from hpcprov.validate.run import default_rundir, run_validation
+
+if TYPE_CHECKING:
+    from hpcprov.site.view import SiteView
 
 
 @dataclass(frozen=True)
@@ -121,11 +125,7 @@ def prepare(o: ValidateOptions) -> Prepared:
     o = _quick(o)
     s = load(o.site)
     wanted = _checked(o)
-    try:
-        pname = s.partition(o.partition)[0]
-    except KeyError:
-        raise UsageError(f"--partition {o.partition!r}: site {s.name} has "
-                         f"{', '.join(s.partitions)}") from None
+    pname = s.partition(o.partition)[0]
     has = s.partitions[pname].nodes  # None: the site publishes no count
     nodes = o.nodes if o.nodes is not None else (2 if has is None else min(2, has))
     if has is not None and nodes > has:
@@ -153,12 +153,12 @@ def prepare(o: ValidateOptions) -> Prepared:
     return Prepared(opts, _ready(s, o.prefix), rundir, allocation)
 
 
-def _ready(site: Any, prefix: str | None) -> Path | None:
+def _ready(site: SiteView, prefix: str | None) -> Path | None:
     """The provisioned prefix the jobs run in (None for a container site)."""
     if site.python.backend == "container":
         return None
     target = Path(expand_prefix(prefix or site.prefix()))
-    if read_manifest(target) is None:
+    if not is_provisioned(target):
         raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
                          f"hpcprov setup --site {site.name} --prefix {target} first, or pass "
                          "--env")
@@ -191,10 +191,40 @@ def _write_reports(data: dict[str, Any], o: ValidateOptions, say: Callable[[str]
         Path(o.report).write_text(rep.markdown(data, png.name if made else None))
 
 
+@dataclass(frozen=True)
+class ValidationResult:
+    """A validation's verdict and what it measured. ``document`` is the JSON document
+    `hpcprov validate --json` prints (jobs, events, comparisons, links: everything);
+    the fields are the parts a caller reads most."""
+
+    ok: bool
+    site: str
+    partition: str
+    nodes: int
+    seconds: float
+    overhead_s: float
+    rundir: str
+    allocation: str
+    submissions: int
+    outcomes: list[Outcome]
+    document: dict[str, Any]
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> ValidationResult:
+        return cls(ok=bool(data["ok"]), site=data["site"], partition=data["partition"],
+                   nodes=data["nodes"], seconds=data["seconds"], overhead_s=data["overhead_s"],
+                   rundir=data["rundir"], allocation=data["allocation"],
+                   submissions=data.get("submissions", 0),
+                   outcomes=[Outcome(**x) for x in data["outcomes"]], document=data)
+
+    def to_json(self) -> dict[str, Any]:
+        return self.document
+
+
 def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
-             ) -> dict[str, Any]:
-    """Run a validation: submit, poll, judge, compare, store, report. The result is the
-    JSON document `hpcprov validate --json` prints; ``data["ok"]`` is the verdict."""
+             ) -> ValidationResult:
+    """Run a validation: submit, poll, judge, compare, store, report; ``.ok`` is the
+    verdict."""
     ready = prepare(o)
     site = ready.options.site
     prefix = str(ready.prefix) if ready.prefix else None
@@ -212,4 +242,4 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
     if o.history:
         data["history"] = str(rep.save_history(data))
     _write_reports(data, o, say)
-    return data
+    return ValidationResult.of(data)

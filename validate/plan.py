@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from hpcprov import schedulers
-from hpcprov.core.shell import quote
+from hpcprov.core.shell import assign, fragment
 from hpcprov.jobs.jobscript import build_jobscript
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.allocation import pilot_lines
@@ -25,7 +25,7 @@ from hpcprov.site.kinds import LauncherKind
 from hpcprov.validate.judge import Judge, judge_allreduce, judge_env, judge_pernode, judge_train
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Site
+    from hpcprov.site.view import SiteView
 
 
 @dataclass(frozen=True)
@@ -48,14 +48,14 @@ class Job:
     slot: int | None = None          # a 1-node job beside others: its node's index in the run
 
 
-def _launchers_by_kind(site: Site) -> dict[LauncherKind, str]:
+def _launchers_by_kind(site: SiteView) -> dict[LauncherKind, str]:
     out: dict[LauncherKind, str] = {}
     for name, launcher in site.launchers.items():
         out.setdefault(launcher.kind, name)
     return out
 
 
-def torch_launcher(site: Site) -> str | None:
+def torch_launcher(site: SiteView) -> str | None:
     """srun where the scheduler starts ranks, else torchrun, else mpirun."""
     kinds = _launchers_by_kind(site)
     for kind in (LauncherKind.srun, LauncherKind.torchrun, LauncherKind.mpirun):
@@ -64,7 +64,7 @@ def torch_launcher(site: Site) -> str | None:
     return None
 
 
-def horovod_launchers(site: Site) -> dict[str, str]:
+def horovod_launchers(site: SiteView) -> dict[str, str]:
     """impl -> launcher for Horovod: Gloo through horovodrun --gloo, MPI through mpirun."""
     out = {}
     controllers = site.horovod.controllers
@@ -78,7 +78,7 @@ def horovod_launchers(site: Site) -> dict[str, str]:
     return out
 
 
-def has_horovod(site: Site) -> bool:
+def has_horovod(site: SiteView) -> bool:
     return site.horovod.source not in ("none",)
 
 
@@ -97,7 +97,7 @@ def ranks_per_node(o: Options) -> int:
     return 2 if schedulers.of(o.site).max_nodes == 1 else 1
 
 
-def _imports(site: Site) -> str:
+def _imports(site: SiteView) -> str:
     names = []
     fws = site.horovod.frameworks if has_horovod(site) else []
     if "pytorch" in site.python.frameworks or "pytorch" in fws:
@@ -115,11 +115,11 @@ def _backend(o: Options) -> str:
     return "nccl" if o.device == "cuda" else "gloo"
 
 
-def _any_launcher(site: Site) -> str:
+def _any_launcher(site: SiteView) -> str:
     return torch_launcher(site) or next(iter(site.launchers))
 
 
-def _horovod(site: Site) -> dict[str, str]:
+def _horovod(site: SiteView) -> dict[str, str]:
     return horovod_launchers(site) if has_horovod(site) else {}
 
 
@@ -233,7 +233,7 @@ DEFAULT_CHECKS = tuple(name for name, check in REGISTRY.items() if check.default
 class Options:
     """What the user asked for, resolved against the site."""
 
-    site: Site
+    site: SiteView
     partition: str
     nodes: int
     checks: tuple[str, ...] = DEFAULT_CHECKS
@@ -261,7 +261,7 @@ class Options:
         return node_picks(self.site, self.partition)
 
 
-def node_picks(site: Site, partition: str) -> dict[str, str | None] | None:
+def node_picks(site: SiteView, partition: str) -> dict[str, str | None] | None:
     """The options that pick a partition's nodes where its name is no queue (``routing:
     options``); None for a real partition."""
     part = site.partitions[partition]
@@ -365,12 +365,16 @@ def job_request(job: Job, o: Options, prefix: str | None, job_name: str) -> JobR
                       activate=prefix is not None, port=job.port)
 
 
+STATUS_TRAP = Path(__file__).parent / "scripts" / "status_trap.sh"
+
+
 def status_trap(path: str) -> list[str]:
     """Job script lines that record, when the script exits, its exit status and its own
     start and end (epoch seconds) in ``path``: the harness reads them where the scheduler's
-    accounting is off, and tells its own overhead from the job's run time."""
-    record = "printf '%s %s %s\\n' \"$?\" \"$hpcprov_t0\" \"$(date +%s.%N)\" > " + quote(path)
-    return ["hpcprov_t0=$(date +%s.%N)", f"trap {quote(record)} EXIT"]
+    accounting is off, and tells its own overhead from the job's run time. The trap is the
+    shell file scripts/status_trap.sh (shellchecked as a file), carried verbatim after the
+    line that sets its ``hpcprov_exit_file``, quoted."""
+    return [assign("hpcprov_exit_file", path), *fragment(STATUS_TRAP)]
 
 
 def placement(job: Job, o: Options) -> Placement:

@@ -45,18 +45,9 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
         sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
 
 
-def _write_file(path: str, text: str) -> None:
-    """Write ``text`` to ``path``; any failure is one error line naming the file."""
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        _fail(f"cannot write {path}: {exc.strerror or exc}")
-
-
 def _load(site: str | None) -> Any:
-    """The site a command works on (hpcprov.site.profiles.load)."""
-    from hpcprov.site.profiles import load
+    """The site a command works on (hpcprov.site.catalog.load)."""
+    from hpcprov.site.catalog import load
 
     return load(site)
 
@@ -85,30 +76,9 @@ def cli() -> None:
 @json_option
 def sites_cmd(as_json: bool) -> None:
     """List the known site profiles."""
-    from hpcprov.site import cache as profile_cache
-    from hpcprov.site.loader import available_sites
+    from hpcprov.site.catalog import catalog
 
-    rows = []
-    for name, path in sorted(available_sites().items()):
-        try:
-            # a current entry of the profile cache: no YAML, no pydantic
-            head = profile_cache.header(path)
-            if head is not None:
-                summary = head["summary"]
-            else:
-                from hpcprov.site.profiles import validate_file
-
-                site = validate_file(path)
-                summary = {"scheduler": str(site.scheduler.value),
-                           "partitions": len(site.partitions),
-                           "description": site.description}
-            rows.append({"name": name, "scheduler": summary["scheduler"],
-                         "partitions": summary["partitions"],
-                         "description": summary["description"], "path": str(path),
-                         "error": None})
-        except Exception as exc:  # a broken user profile must not hide the rest
-            rows.append({"name": name, "scheduler": "?", "partitions": 0, "description": "",
-                         "path": str(path), "error": str(exc)})
+    rows = [row.to_json() for row in catalog()]
     if as_json:
         _emit_json(rows)
         return
@@ -130,8 +100,7 @@ def site_show(name: str, as_json: bool) -> None:
     """Print a profile with `extends` resolved and defaults filled in."""
     import yaml
 
-    site = _load(name)
-    data = site.model_dump(mode="json")
+    data = _load(name).profile_data()
     if as_json:
         _emit_json(data)
     else:
@@ -144,20 +113,18 @@ def site_show(name: str, as_json: bool) -> None:
 def site_check(files: tuple[str, ...], as_json: bool) -> None:
     """Validate profile files, and lint each partition's default job; one line per
     problem, exit 2 if any."""
-    from pathlib import Path
+    from hpcprov.jobs.api import check_sites
 
-    from hpcprov.jobs.lint import site_check_errors
-
-    report = {f: [str(e) for e in site_check_errors(Path(f), probe_nvcc=True)] for f in files}
+    report = check_sites(files)
     if as_json:
-        _emit_json({"ok": not any(report.values()), "files": report})
+        _emit_json(report.to_json())
     else:
-        for f, errors in report.items():
+        for f, errors in report.files.items():
             for err in errors:
                 click.echo(safe(err), err=True)
             if not errors:
                 click.echo(f"{safe(f)}: ok")
-    if any(report.values()):
+    if not report.ok:
         raise click.exceptions.Exit(2)
 
 
@@ -207,48 +174,26 @@ def site_draft(scheduler: str | None, out_path: str | None, force: bool,
     timeout, and writes YAML whose comments name the command behind every value; what
     only the site's documentation can say is left as QUESTION lines.
     """
-    from pathlib import Path
+    from hpcprov.draft.api import DraftOptions, draft
 
-    from hpcprov.draft.run import discover
-    from hpcprov.schedulers import drafting
-
-    if out_path and diff_ref:
-        _fail("--diff compares and writes nothing: drop --output")
-    if as_json and not diff_ref:
-        _fail("--json goes with --diff (the draft itself is YAML with comments)")
-    if out_path and Path(out_path).exists() and not force:
-        _fail(f"{out_path} exists; pass --force to overwrite it")
-    site = _load(diff_ref) if diff_ref else None
-    if site is not None and scheduler is None:
-        scheduler = getattr(site.scheduler, "value", site.scheduler)
-        if scheduler not in [b.name for b in drafting()]:
-            _fail(f"{diff_ref} has no scheduler to ask (scheduler: {scheduler})")
-    findings = discover(scheduler, timeout=timeout)
-    for r in findings.ran:
-        if r.problem and r.returncode != 127:
-            click.echo(f"hpcprov: warning: {r.problem}", err=True)
-    if site is not None:
-        _draft_diff(str(diff_ref), site, findings, as_json)
-        return
-    from hpcprov.draft.profile import draft_text
-
-    text = draft_text(findings, name)
-    if out_path:
-        Path(out_path).write_text(text, encoding="utf-8")
-        click.echo(f"hpcprov: wrote {out_path}; answer its QUESTION lines, then: "
-                   f"hpcprov site check {out_path}", err=True)
+    result = draft(DraftOptions(scheduler=scheduler, output=out_path, force=force,
+                                diff=diff_ref, name=name, timeout=timeout, json=as_json))
+    for problem in result.warnings:
+        click.echo(f"hpcprov: warning: {safe(problem)}", err=True)
+    if result.profile is not None:
+        _draft_diff(result, as_json)
+    elif result.written:
+        click.echo(f"hpcprov: wrote {safe(result.written)}; answer its QUESTION lines, then: "
+                   f"hpcprov site check {safe(result.written)}", err=True)
     else:
-        click.echo(text, nl=False)
+        click.echo(result.text or "", nl=False)
 
 
-def _draft_diff(ref: str, site: Any, findings: Any, as_json: bool) -> None:
+def _draft_diff(result: Any, as_json: bool) -> None:
     """Print how a profile differs from the cluster; exit 1 when it does."""
-    from hpcprov.draft.diff import compare
-
-    found = compare(site, findings)
+    found, ref = result.differences, result.profile
     if as_json:
-        _emit_json({"profile": ref, "site": site.name, "differences":
-                    [d.to_json() for d in found]})
+        _emit_json(result.to_json())
     elif found:
         for d in found:
             click.echo(d.text())
@@ -268,7 +213,8 @@ def detect_cmd(hostname: str | None, as_json: bool) -> None:
     import socket
 
     from hpcprov.core.errors import warn
-    from hpcprov.site.detect import matches, warn_if_ambiguous
+    from hpcprov.site.catalog import matches
+    from hpcprov.site.detect import warn_if_ambiguous
 
     host = hostname or socket.getfqdn()
     result = matches(host)
@@ -313,36 +259,20 @@ def _job_options(func: Any) -> Any:
     return func
 
 
-def _request(kw: dict[str, Any], **extra: Any) -> Any:
-    from hpcprov.request.job import JobRequest
-    from hpcprov.request.options import parse_option
+def _job_options_of(kw: dict[str, Any], **extra: Any) -> Any:
+    from hpcprov.jobs.api import JobOptions
 
-    site = _load(kw["site"])
-    options = dict(parse_option(o) for o in kw["raw_options"])
-    return JobRequest(
-        site=site, nodes=kw["nodes"], gpus_per_node=kw["gpus_per_node"],
-        command=tuple(kw["command"]), partition=kw["partition"], launcher=kw["launcher"],
-        tasks_per_node=kw["tasks_per_node"], cpus_per_task=kw["cpus_per_task"],
-        time=kw["walltime"], job_name=kw["job_name"], options=options,
-        hosts=tuple(kw["hosts"]), image=kw["image"], **extra)
+    return JobOptions(
+        command=tuple(kw["command"]), site=kw["site"], nodes=kw["nodes"],
+        gpus_per_node=kw["gpus_per_node"], partition=kw["partition"], launcher=kw["launcher"],
+        tasks_per_node=kw["tasks_per_node"], hosts=tuple(kw["hosts"]), image=kw["image"],
+        options=tuple(kw["raw_options"]), walltime=kw["walltime"], job_name=kw["job_name"],
+        cpus_per_task=kw["cpus_per_task"], **extra)
 
 
-def _lint(req: Any, allocation: bool = True) -> list[Any]:
-    """Lint the request (errors raise); ``allocation``: the job options are used (a batch
-    script, an salloc line), else a launch line inside an allocation, which passes none of
-    the mandatory ones."""
-    from hpcprov.jobs.lint import check
-
-    warnings = check(req, allocation=allocation)
+def _warn_all(warnings: list[Any]) -> None:
     for w in warnings:
         click.echo(f"hpcprov: warning: {safe(w)}", err=True)
-    return warnings
-
-
-def _geometry(req: Any) -> dict[str, Any]:
-    return {"site": req.site.name, "partition": req.partition_name, "nodes": req.nodes,
-            "gpus_per_node": req.gpus, "ranks_per_node": req.ranks_per_node,
-            "world_size": req.world_size, "launcher": req.launcher_name}
 
 
 @cli.command("launch")
@@ -351,26 +281,15 @@ def _geometry(req: Any) -> dict[str, Any]:
 def launch_cmd(allocate: bool, **kw: Any) -> None:
     """Print the launch command for CMD (run it inside an allocation), after the site's
     and the partition's variables and the lines it needs first."""
-    from hpcprov.core.shell import join
-    from hpcprov.jobs.jobscript import allocate_argv
-    from hpcprov.jobs.launchers import build_launch, env_lines
+    from hpcprov.jobs.api import plan_launch
 
-    req = _request(kw)
-    warnings = _lint(req, allocation=allocate)
-    launch = build_launch(req, "allocation")
-    env = env_lines(req)
-    alloc = allocate_argv(req)
+    launch = plan_launch(_job_options_of(kw), allocate=allocate)
+    _warn_all(launch.warnings)
     if kw["as_json"]:
-        _emit_json({**_geometry(req), "argv": [str(a) for a in launch.argv], "line": launch.line,
-                    "env": env, "setup": launch.setup, "allocate": [str(a) for a in alloc],
-                    "allocate_line": join(alloc) if alloc else None,
-                    "warnings": [w.to_json() for w in warnings]})
+        _emit_json(launch.to_json())
         return
-    if allocate and alloc:
-        click.echo(join(alloc))
-    for line in [*env, *launch.setup]:
+    for line in launch.lines(allocate):
         click.echo(line)
-    click.echo(launch.line)
 
 
 @cli.command("jobscript")
@@ -382,19 +301,15 @@ def launch_cmd(allocate: bool, **kw: Any) -> None:
 def jobscript_cmd(prefix: str | None, no_activate: bool, out_path: str | None,
                   **kw: Any) -> None:
     """Print a batch script (sbatch, PBS, or bash) that runs CMD with the site's rules."""
-    from hpcprov.jobs.jobscript import build_jobscript, submit_argv
+    from hpcprov.jobs.api import plan_jobscript
 
-    req = _request(kw, prefix=prefix, activate=not no_activate)
-    warnings = _lint(req)
-    text = build_jobscript(req)
-    if out_path:
-        _write_file(out_path, text)
+    job = plan_jobscript(_job_options_of(kw, prefix=prefix, activate=not no_activate),
+                         out_path)
+    _warn_all(job.warnings)
     if kw["as_json"]:
-        _emit_json({**_geometry(req), "script": text, "path": out_path,
-                    "submit": [str(a) for a in submit_argv(req, out_path or "job.sh")],
-                    "warnings": [w.to_json() for w in warnings]})
+        _emit_json(job.to_json())
     elif not out_path:
-        click.echo(text, nl=False)
+        click.echo(job.script, nl=False)
 
 
 @cli.command("setup")
@@ -558,7 +473,6 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None, che
                  allocation: str | None, quick: bool, as_json: bool) -> None:
     """Submit multi-node allreduce and training jobs, measure, judge, report (exit 0 = pass)."""
     from hpcprov.validate.api import ValidateOptions, validate
-    from hpcprov.validate.judge import Outcome
     from hpcprov.validate.report import table
 
     wanted = tuple(c.strip() for c in checks.split(",") if c.strip())
@@ -569,18 +483,18 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None, che
         workdir=workdir, options=options, junit=junit, report=report, compare=compare,
         history=not no_history, allocation=allocation, quick=quick)
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
-    data = validate(opts, say)
+    result = validate(opts, say)
     if as_json:
-        _emit_json(data)
+        _emit_json(result.to_json())
     else:
-        click.echo(table([Outcome(**x) for x in data["outcomes"]]))
-        verdict = "PASS" if data["ok"] else "FAIL"
-        queued = (f", {data['submissions']} submission(s) ({data['allocation']})"
-                  if data.get("submissions") else "")
-        click.echo(f"hpcprov: {verdict}: {data['site']}/{data['partition']}, "
-                   f"{data['nodes']} node(s), {data['seconds']:.1f} s (harness overhead "
-                   f"{data['overhead_s']:.2f} s{queued}); run directory {data['rundir']}")
-    if not data["ok"]:
+        click.echo(table(result.outcomes))
+        verdict = "PASS" if result.ok else "FAIL"
+        queued = (f", {result.submissions} submission(s) ({result.allocation})"
+                  if result.submissions else "")
+        click.echo(f"hpcprov: {verdict}: {result.site}/{result.partition}, "
+                   f"{result.nodes} node(s), {result.seconds:.1f} s (harness overhead "
+                   f"{result.overhead_s:.2f} s{queued}); run directory {result.rundir}")
+    if not result.ok:
         raise click.exceptions.Exit(1)
 
 
@@ -591,10 +505,7 @@ def guide_cmd(site: str | None, partition: str | None) -> None:
     """Print the site's walkthrough for a new user (Markdown)."""
     from hpcprov.app.guide import render_guide
 
-    s = _load(site)
-    if partition and partition not in s.partitions:
-        _fail(f"site {s.name} has no partition {partition!r} ({', '.join(s.partitions)})")
-    click.echo(safe(render_guide(s, partition, ref=site), lines=True), nl=False)
+    click.echo(safe(render_guide(_load(site), partition, ref=site), lines=True), nl=False)
 
 
 @cli.command("completion")

@@ -1,7 +1,14 @@
-"""The site walkthrough a seed tutorial gives a new user, generated from the profile."""
+"""The site walkthrough a seed tutorial gives a new user, generated from the profile.
+
+Its Markdown is the template guide.md.in (its sections, filled in by :func:`_section`); the
+code here computes the values."""
 
 from __future__ import annotations
 
+import functools
+import re
+import string
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcprov import schedulers
@@ -19,8 +26,43 @@ if TYPE_CHECKING:
     from hpcprov.site.model import Site
 
 
-def _block(lines: list[str], lang: str = "bash") -> list[str]:
-    return [f"```{lang}", *lines, "```", ""]
+TEMPLATE = Path(__file__).with_name("guide.md.in")
+_SECTION = re.compile(r"^<!-- section ([a-z-]+) -->$")
+_WHOLE_LINE = re.compile(r"^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$")
+
+
+@functools.cache
+def _sections() -> dict[str, tuple[str, ...]]:
+    """The template's sections, name -> lines, each ending with one blank line."""
+    out: dict[str, list[str]] = {}
+    name = None
+    for line in TEMPLATE.read_text(encoding="utf-8").splitlines():
+        found = _SECTION.match(line)
+        if found:
+            name = found.group(1)
+            out[name] = []
+        elif name is not None:
+            out[name].append(line)
+    for lines in out.values():
+        while lines and not lines[-1]:
+            lines.pop()
+        lines.append("")
+    return {name: tuple(lines) for name, lines in out.items()}
+
+
+def _section(name: str, **values: str | list[str]) -> list[str]:
+    """The lines of the template's section ``name``: a line that is only ``${key}`` takes
+    the lines of ``values[key]`` (a text is one line, a list any number), ``${key}`` within
+    a line takes its text (string.Template); values are never read as template text."""
+    out: list[str] = []
+    for line in _sections()[name]:
+        whole = _WHOLE_LINE.match(line)
+        if whole:
+            value = values[whole.group(1)]
+            out += [value] if isinstance(value, str) else value
+        else:
+            out.append(string.Template(line).substitute(values))
+    return out
 
 
 def _example_request(site: Site, partition: str | None, launcher: str | None = None,
@@ -45,11 +87,7 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
 
     pname, part = site.partition(partition)
     lay = Layout.of(site)
-    out = [f"# Distributed training on {site.name}", "", site.description or "", ""]
-    out += ["## The cluster", "",
-            f"Scheduler: **{schedulers.of(site).name}**. Partitions:", "",
-            "| partition | nodes | cores/node | memory/node | GPUs/node | GPU | arch | limits |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = []
     for name, p in site.partitions.items():
         lim = p.limits
         limits = ", ".join(x for x in [
@@ -61,10 +99,9 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
         memory = f"{p.memory_gb:g} GB" if p.memory_gb else "-"
         cores = str(p.cores_per_node) + (f" ({p.cores_per_node * p.threads_per_core} CPUs)"
                                          if p.threads_per_core > 1 else "")
-        out.append(f"| {name}{' (default)' if p.default else ''} | "
-                   f"{p.nodes if p.nodes is not None else 'unknown'} | {cores} | {memory} | "
-                   f"{p.gpus.count} | {gpu} | {p.arch} | {limits or '-'} |")
-    out.append("")
+        rows.append(f"| {name}{' (default)' if p.default else ''} | "
+                    f"{p.nodes if p.nodes is not None else 'unknown'} | {cores} | {memory} | "
+                    f"{p.gpus.count} | {gpu} | {p.arch} | {limits or '-'} |")
     pol = site.policies
     rules = [f"`--{n}` is mandatory" + (f" ({r.reason})" if r.reason else "")
              + (f"; accepted: {', '.join(r.choices)}" if r.choices else "")
@@ -84,42 +121,33 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
     if pol.submit_from:
         rules.append(f"Submit jobs from `{pol.submit_from}`.")
     rules += pol.notes
-    if rules:
-        out += ["## Site rules", "", *[f"- {r}" for r in rules], ""]
 
     plan = build_plan(site)
-    out += ["## 1. Install the environment", "",
-            "One command does all of it, resumably:", "",
-            *_block([join(["hpcprov", "setup", "--site", ref])]),
-            "It runs these steps (print the whole script with `--dry-run`):", ""]
-    out += [f"{i}. **{s.id}**: {s.title}" for i, s in enumerate(plan.steps, 1)] + [""]
+    horovod_build: list[str] = []
     if site.horovod.source == "pip":
         step = next((s for s in plan.steps if s.id == "build-horovod"), None)
         if step:
             mods = load_lines(site.modules, site.modules.build)
             key = [ln.strip().rstrip(" \\") for ln in step.lines
                    if "pip" in ln and "printf" not in ln]
-            out += ["Horovod is built against the site's modules (the essential lines; the "
-                    "step also caches the wheel in the site's wheelhouse and applies the "
-                    "patches listed in docs/compatibility.md):", "",
-                    *_block([*mods, *key])]
+            horovod_build = _section("horovod-build", lines=[*mods, *key])
+    check_build: list[str] = []
     if site.python.backend != "container" and site.horovod.source != "none":
-        out += ["Check the build; every entry hpcprov expects is marked:", "",
-                *_block(["horovodrun -cb"]), *_block(render_check_build(site.horovod), "text")]
+        check_build = _section("check-build", expected=render_check_build(site.horovod))
     from hpcprov.provision.compat import for_site
 
+    notes: list[str] = []
     for match in for_site(site):
         if match.rule.verdict in ("caveat", "patch"):
             label = "Note" if match.rule.verdict == "caveat" else "Patched by hpcprov"
-            out += [f"> **{label}** ({match.rule.id}): {match.message()}", ""]
+            notes += _section("compat-note", label=label, rule=match.rule.id,
+                              message=match.message())
 
-    out += ["## 2. Run interactively", ""]
     req = _example_request(site, pname)
     native = site.python.backend != "container"
     activation = [f"source {quote(lay.activate_file)}"] if native else []
-    if allocate_argv(req):
-        out += ["Ask for nodes, then start the ranks from inside the allocation:", "",
-                *_block([join(allocate_argv(req))])]
+    allocate = (_section("allocate", command=join(allocate_argv(req)))
+                if allocate_argv(req) else [])
     runtime_mods = load_lines(site.modules_for(pname), site.modules_for(pname).runtime)
     runtime_mods += [*activation, *env_lines(req)]
     launches = []
@@ -132,24 +160,32 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
             continue
         note = " (one torchrun per node)" if launcher.kind == LauncherKind.torchrun else ""
         launches += [f"# {name}{note}", *launch.setup, launch.line]
-    out += _block([*runtime_mods, *launches])
 
     command = join(["hpcprov", "jobscript", "--site", ref, "--nodes", str(req.nodes),
                     "--gpus-per-node", str(req.gpus),
                     *(f"--option={n}={v}" for n, v in req.options.items()),
                     "--", "python", "train_hvd.py"])
-    out += ["## 3. Submit a batch job", "", f"`{command}` writes:", ""]
     try:
-        out += _block(build_jobscript(req).rstrip("\n").splitlines())
+        jobscript = _section("jobscript",
+                             script=build_jobscript(req).rstrip("\n").splitlines())
     except HpcprovError as exc:
-        out += [f"(cannot generate the example: {exc})", ""]
-    out += _block([join(submit_argv(req, "train_hvd.sh")), schedulers.of(site).monitor])
-    if site.containers.images:
-        out += ["## 4. Containers", "",
-                f"Runtime: {site.containers.runtime}. Images:", "",
-                *[f"- `{n}`: `{p}`" for n, p in site.containers.images.items()], ""]
-    for section, text in site.guide.items():
-        out += [f"## {section}", "", text, ""]
+        jobscript = _section("jobscript-error", error=str(exc))
+    containers = _section("containers", runtime=site.containers.runtime, images=[
+        f"- `{n}`: `{p}`" for n, p in site.containers.images.items()]) \
+        if site.containers.images else []
+    out = _section(
+        "guide", site=site.name, description=site.description or "",
+        scheduler=schedulers.of(site).name, partitions=rows,
+        site_rules=_section("site-rules", rules=[f"- {r}" for r in rules]) if rules else [],
+        setup=join(["hpcprov", "setup", "--site", ref]),
+        steps=[f"{i}. **{s.id}**: {s.title}" for i, s in enumerate(plan.steps, 1)],
+        horovod_build=horovod_build, check_build=check_build, compat_notes=notes,
+        allocate=allocate, interactive=[*runtime_mods, *launches],
+        jobscript_command=command, jobscript=jobscript,
+        submit=[join(submit_argv(req, "train_hvd.sh")), schedulers.of(site).monitor],
+        containers=containers,
+        site_sections=[ln for section, text in site.guide.items()
+                       for ln in _section("site-section", title=section, text=text)])
     return "\n".join(out).rstrip() + "\n"
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -79,3 +80,11 @@ def export_lines(env: Mapping[str, str]) -> list[str]:
 def env_prefix(env: Mapping[str, str]) -> str:
     """``A=1 B=2 `` prefix for a single command (empty when env is empty)."""
     return "".join(assign(k, v) + " " for k, v in env.items())
+
+
+def fragment(path: Path) -> list[str]:
+    """The lines of a shell fragment file shipped with hpcprov (its own package data),
+    after its header (up to the first blank line: the shellcheck directives and the comment
+    on how it is carried). Values reach it through assignment lines written before it
+    (:func:`assign`), never by editing its text."""
+    return path.read_text(encoding="utf-8").split("\n\n", 1)[1].splitlines()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpcprov.core.shell import Template, quote
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Site
+    from hpcprov.site.view import SiteView
 
 
 def expand_prefix(template: str) -> str:
@@ -30,26 +30,26 @@ def manifest_file(prefix: Path) -> Path:
     return prefix / ".hpcprov" / "manifest.json"
 
 
-def read_manifest(prefix: Path) -> dict[str, Any] | None:
-    """The manifest of a provisioned prefix, or None (not provisioned, or unreadable)."""
-    import json
+def is_provisioned(prefix: Path) -> bool:
+    """True where setup finished: the manifest is there (a regular file; a stat, never an
+    open). provision.manifest reads it back, typed."""
+    import stat
 
     try:
-        data = json.loads(manifest_file(prefix).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
+        return stat.S_ISREG(manifest_file(prefix).stat().st_mode)
+    except OSError:
+        return False
 
 
 @dataclass(frozen=True)
 class Layout:
     """Paths under an install prefix (templates: they may hold $VARS)."""
 
-    site: Site
+    site: SiteView
     prefix: str
 
     @classmethod
-    def of(cls, site: Site, prefix: str | None = None) -> Layout:
+    def of(cls, site: SiteView, prefix: str | None = None) -> Layout:
         return cls(site, prefix or site.prefix())
 
     def _under(self, *parts: str) -> Template:

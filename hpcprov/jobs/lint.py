@@ -20,6 +20,7 @@ from hpcprov.request.job import JobRequest
 
 if TYPE_CHECKING:
     from hpcprov.site.model import Partition
+    from hpcprov.site.view import SiteView
 
 # Commands that need the internet when run (pip without --no-index, conda, downloads).
 _NETWORK = [
@@ -276,7 +277,7 @@ def _internet(req: JobRequest) -> list[Finding]:
 Located = tuple[tuple[str, ...], str]  # (key path in the profile, problem)
 
 
-def default_request(site: Any, partition: str) -> JobRequest:
+def default_request(site: SiteView, partition: str) -> JobRequest:
     """What ``hpcprov jobscript -p PARTITION -- CMD`` asks for when given nothing else:
     one node, the default launcher, the site's mandatory options at their defaults (or
     their examples: the user must give those)."""
@@ -287,7 +288,7 @@ def default_request(site: Any, partition: str) -> JobRequest:
                       options=options)
 
 
-def default_request_findings(site: Any) -> list[Located]:
+def default_request_findings(site: SiteView) -> list[Located]:
     """Every partition whose default request can never produce a valid job: its lint
     errors, or why no job script can be generated for it."""
     from hpcprov.jobs.jobscript import build_jobscript
@@ -306,7 +307,7 @@ def default_request_findings(site: Any) -> list[Located]:
     return out
 
 
-def env_findings(site: Any) -> list[Located]:
+def env_findings(site: SiteView) -> list[Located]:
     """env values (the site's, each partition's network.env) hpcprov would write as text
     although they look like commands or shell expansions."""
     from hpcprov.jobs.modules import env_problems
@@ -320,7 +321,7 @@ def env_findings(site: Any) -> list[Located]:
     return out
 
 
-def cuda_target_findings(site: Any, nvcc: Any = None) -> list[Located]:
+def cuda_target_findings(site: SiteView, nvcc: Any = None) -> list[Located]:
     """GPU partitions the CUDA they are built with cannot target (every partition, its own
     build modules included), with the fix."""
     from hpcprov.site.cuda_arch import cuda_findings
@@ -329,7 +330,7 @@ def cuda_target_findings(site: Any, nvcc: Any = None) -> list[Located]:
             cuda_findings(site, nvcc)]
 
 
-def profile_findings(site: Any, nvcc: Any = None) -> list[Located]:
+def profile_findings(site: SiteView, nvcc: Any = None) -> list[Located]:
     """What ``hpcprov site check`` adds to validation, for a profile that validates
     (``nvcc``: what the nvcc at hand targets, for builds whose modules name no CUDA)."""
     return env_findings(site) + default_request_findings(site) + \
@@ -342,13 +343,17 @@ def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError
     ``probe_nvcc`` (the command's, an effect) the nvcc on PATH answers for a CUDA build
     whose modules name no CUDA."""
     from hpcprov.site.loader import resolve
-    from hpcprov.site.profiles import check_file, validate_layer
+    from hpcprov.site.profiles import validated
+    from hpcprov.site.view import snapshot
 
-    errors = check_file(path)
-    if errors:
+    try:
+        layer = resolve(path)
+    except ProfileError as exc:
+        return [exc]
+    model, errors = validated(layer)
+    if model is None:
         return errors
-    layer = resolve(path)
-    site = validate_layer(layer)
+    site = snapshot(model)  # the one form every generator reads
     nvcc = None
     if probe_nvcc:
         from hpcprov.site.cuda_arch import needs_nvcc_probe

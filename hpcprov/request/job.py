@@ -9,14 +9,15 @@ from hpcprov.core.errors import UsageError
 from hpcprov.site.kinds import LauncherKind
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Launcher, Partition, Site
+    from hpcprov.site.model import Launcher, Partition
+    from hpcprov.site.view import SiteView
 
 
 @dataclass(frozen=True)
 class JobRequest:
     """Everything needed to generate a launch line or a job script. Pure data."""
 
-    site: Site
+    site: SiteView
     nodes: int = 1
     gpus_per_node: int | None = None
     command: tuple[str, ...] = ()
@@ -39,13 +40,7 @@ class JobRequest:
             picked = self.site.partition_for_nodes(self.nodes)
             if picked is not None:
                 return picked
-        try:
-            return self.site.partition(self.partition)[0]
-        except KeyError:
-            raise UsageError(
-                f"site {self.site.name} has no partition {self.partition!r} "
-                f"(partitions: {', '.join(self.site.partitions)})"
-            ) from None
+        return self.site.partition(self.partition)[0]
 
     @property
     def part(self) -> Partition:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import importlib
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpcprov.site.kinds import SCHEDULER_BACKENDS
 
 if TYPE_CHECKING:
     from hpcprov.schedulers.base import Backend
+    from hpcprov.site.view import SiteView
 
 
 @cache
@@ -24,7 +25,7 @@ def backend(name: str) -> Backend:
     return module.BACKEND
 
 
-def of(site: Any) -> Backend:
+def of(site: SiteView) -> Backend:
     """The backend of a site (the model or its cached view)."""
     return backend(site.scheduler.value if hasattr(site.scheduler, "value") else site.scheduler)
 

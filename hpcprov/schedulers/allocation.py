@@ -2,12 +2,13 @@
 
 After maintenance, with the queue full, a validation of eight jobs submitted one after
 another waits in the queue eight times. Here one job holds the nodes for the whole run: its
-script (:func:`pilot_lines`) starts every step file the harness drops into a queue folder,
-in the background, and ends when told (an ``END`` file), after a quiet spell, or at its time
-limit. A step is a job's own generated script run with the variables its backend gives
-(:meth:`Backend.step_env`), so that its launchers see only its nodes and tasks; its EXIT trap
-writes the status file as in a job of its own. The harness's view does not change: a Handle
-per job, the shared wait(), timeouts, cancellation and node faults.
+script (:func:`pilot_lines`, the bash of allocation_pilot.sh) starts every step file the
+harness drops into a queue folder, in the background, and ends when told (an ``END`` file),
+after a quiet spell, or at its time limit. A step is a job's own generated script run with
+the variables its backend gives (:meth:`Backend.step_env`), so that its launchers see only
+its nodes and tasks; its EXIT trap writes the status file as in a job of its own. The
+harness's view does not change: a Handle per job, the shared wait(), timeouts, cancellation
+and node faults.
 
 Only backends whose jobs can run other jobs' launches as steps offer this
 (:meth:`Backend.allocation_nodes`); the others keep a job per check.
@@ -22,45 +23,24 @@ from pathlib import Path
 import hostlist
 
 from hpcprov.core.fsutil import atomic_write
-from hpcprov.core.shell import assign, join, quote
+from hpcprov.core.shell import assign, fragment, join, quote
 from hpcprov.schedulers.base import Backend, Executor, Handle, Placement, final_state, read_exit
 
 IDLE_S = 300  # a pilot with no step to run for this long ends (its harness is gone)
+PILOT = Path(__file__).with_name("allocation_pilot.sh")  # the pilot's bash, a file
 
 
 def pilot_lines(queue: str, nodes_command: str, idle_s: int = IDLE_S) -> list[str]:
     """The allocation's script body: write its nodes to QUEUE/nodes, then start each step
     file (QUEUE/N.step) in a session of its own, stop a step on QUEUE/N.cancel, end on
-    QUEUE/END (after its steps) or when no step ran for ``idle_s`` seconds."""
-    q = quote(queue)
-    return [
-        "set -u",
-        f"q={q}",
-        f'{nodes_command} > "$q/nodes.part" && mv "$q/nodes.part" "$q/nodes"',
-        "last=$SECONDS",
-        'while [ ! -e "$q/END" ]; do',
-        '  for s in "$q"/*.step; do',
-        '    [ -e "$s" ] || continue',
-        '    n=${s%.step}',
-        '    mv "$s" "$n.run"',
-        '    setsid bash "$n.run" &',
-        '    echo "$!" > "$n.pid"',
-        "  done",
-        '  for c in "$q"/*.cancel; do',
-        '    [ -e "$c" ] || continue',
-        '    n=${c%.cancel}',
-        '    kill -TERM -- "-$(cat "$n.pid")" 2>/dev/null || true',
-        '    rm -f "$c"',
-        "  done",
-        '  if [ -n "$(jobs -rp)" ]; then last=$SECONDS; fi',
-        f"  if [ $((SECONDS - last)) -gt {int(idle_s)} ]; then",
-        f'    echo "hpcprov: no step for {int(idle_s)} s: ending the allocation"',
-        "    break",
-        "  fi",
-        "  sleep 0.2",
-        "done",
-        "wait",
-    ]
+    QUEUE/END (after its steps) or when no step ran for ``idle_s`` seconds.
+
+    The pilot is the shell file allocation_pilot.sh (shellchecked as a file), carried
+    verbatim after its header; the lines before it set its variables, quoted, and define
+    the function that prints the nodes (``nodes_command``, the backend's shell text)."""
+    return [assign("q", queue), assign("idle_s", str(int(idle_s))),
+            "hpcprov_allocation_nodes() {", f"  {nodes_command}", "}",
+            *fragment(PILOT)]
 
 
 class OneAllocation(Executor):

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from hpcprov.request.job import JobRequest
     from hpcprov.request.options import Option
     from hpcprov.schedulers.facts import Cluster, Run
+    from hpcprov.site.view import SiteView
 
 
 @dataclass(frozen=True)
@@ -132,7 +133,7 @@ class Backend:
     # (tried in registry order, kinds.SCHEDULER_BACKENDS); None: the draft cannot ask it
     marker: str | None = None
 
-    def section(self, site: Any) -> Any:
+    def section(self, site: SiteView) -> Any:
         """The site's settings for this scheduler (``site.<name>``)."""
         return getattr(site, self.name)
 

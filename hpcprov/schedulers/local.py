@@ -57,6 +57,7 @@ class LocalExecutor(Executor):
         for h in handles:
             rc = h.proc.poll() if h.proc is not None else None
             if rc is not None:
+                rc = 128 - rc if rc < 0 else rc  # killed by signal N: 128 + N, as shells say
                 h.exit_code, h.ended = rc, time.monotonic()
                 h.state = final_state(rc)
 

@@ -13,8 +13,9 @@ the user's own or in a folder that is not (:mod:`hpcprov.core.fsutil`) is a miss
 is read and validated as if there were no cache. Writing is best effort (a read-only home
 loses only the speed). ``HPCPROV_NO_CACHE=1`` turns the cache off.
 
-This module imports neither PyYAML nor pydantic: ``hpcprov sites`` answers from the
-headers alone, and a planning command (``jobscript``, ``setup --dry-run``) from the site.
+This module imports neither PyYAML nor pydantic. The entry holds one form of the site, the
+one every command reads: ``hpcprov sites`` and detection read it as a planning command
+(``jobscript``, ``setup --dry-run``) does.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from hpcprov.site.loader import Layer
     from hpcprov.site.view import SiteView
 
-FORMAT = 3  # 3: JSON (site_view.to_json); 2 was Python's binary serialisation
+FORMAT = 4  # 4: the site alone (3 had a summary beside it); 2 was a binary serialisation
 MAX_ENTRIES = 256
 
 
@@ -95,17 +96,6 @@ def _current(head: dict[str, Any], path: Path) -> bool:
     return True
 
 
-def _clean(head: dict[str, Any]) -> bool:
-    """True when what `sites` and `detect` read from the header is what the model allows."""
-    from hpcprov.core.text import has_control
-
-    summary, hosts = head["summary"], head["login_hosts"] or []
-    single = [summary["scheduler"], *hosts]
-    return type(summary["partitions"]) is int and type(hosts) is list \
-        and all(type(s) is str and not has_control(s) for s in single) \
-        and isinstance(summary["description"], str | None)
-
-
 def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:
     """(header, the site's JSON) of a current entry, else None. Never raises."""
     if not enabled() or not fsutil.trusted_dir(fsutil.cache_dir("profiles")):
@@ -116,17 +106,11 @@ def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:
     try:
         end = data.index(b"\n")
         head = json.loads(data[:end])
-        if type(head) is not dict or not _current(head, path) or not _clean(head):
+        if type(head) is not dict or not _current(head, path):
             return None
         return head, data[end + 1:]
     except Exception:
         return None
-
-
-def header(path: Path) -> dict[str, Any] | None:
-    """The summary of a current entry (scheduler, partitions, description, login_hosts)."""
-    found = _read(path)
-    return found[0] if found else None
 
 
 def load(path: Path) -> SiteView | None:
@@ -154,9 +138,6 @@ def store(path: Path, layer: Layer, site: SiteView) -> None:
             "format": FORMAT, "fingerprint": fingerprint(), "path": os.path.abspath(path),
             "files": {os.path.abspath(f): d for f, d in layer.digests.items()},
             "links": [[os.path.abspath(c), ref, os.path.abspath(p)] for c, ref, p in layer.links],
-            "summary": {"scheduler": site.scheduler.value, "partitions": len(site.partitions),
-                        "description": site.description},
-            "login_hosts": layer.data.get("login_hosts"),
         }
         if set(head["files"]) != {os.path.abspath(f) for f in layer.files}:
             return  # a layer not read by read_yaml (no digests): nothing to check it by

@@ -20,7 +20,10 @@ import re
 import shutil
 import subprocess
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpcprov.site.view import SiteView
 
 # (pattern on the profile's gpus.model, compute capability without the dot); first match wins
 CAPABILITIES: tuple[tuple[str, str], ...] = (
@@ -64,14 +67,14 @@ def capability(model: str) -> str | None:
     return None
 
 
-def builds_here(site: Any, pname: str) -> bool:
+def builds_here(site: SiteView, pname: str) -> bool:
     """Whether the site's one Horovod build (its build modules) serves this partition: a
     partition with build modules of its own is built with those, by a setup of its own."""
     part = site.partitions[pname]
     return part.modules is None or part.modules.build == site.modules.build
 
 
-def cc_list(site: Any) -> tuple[list[str], list[str]]:
+def cc_list(site: SiteView) -> tuple[list[str], list[str]]:
     """(capabilities to build for, sorted; GPU models this table does not know), over the
     GPU partitions that the site's build serves (:func:`builds_here`)."""
     found: set[str] = set()
@@ -143,7 +146,7 @@ def probe_nvcc(timeout: float = 20) -> CudaTargets | None:
     return parse_nvcc(*out)
 
 
-def _loads(site: Any, pname: str) -> list[str]:
+def _loads(site: SiteView, pname: str) -> list[str]:
     """The build modules a partition builds with (its own, else the site's); none without
     a module system."""
     mods = site.modules_for(pname)
@@ -151,7 +154,7 @@ def _loads(site: Any, pname: str) -> list[str]:
         list(mods.build.load)
 
 
-def _cuda_for(site: Any, pname: str, nvcc: CudaTargets | None) -> CudaTargets | None:
+def _cuda_for(site: SiteView, pname: str, nvcc: CudaTargets | None) -> CudaTargets | None:
     """The CUDA a partition builds with: named by its build modules; else, where it loads
     no build modules at all, the nvcc at hand (``nvcc``); else unknown (a toolchain module
     whose CUDA this cannot read, e.g. fosscuda-2018b)."""
@@ -159,14 +162,14 @@ def _cuda_for(site: Any, pname: str, nvcc: CudaTargets | None) -> CudaTargets | 
     return cuda_of_modules(loads) if loads else nvcc
 
 
-def needs_nvcc_probe(site: Any) -> bool:
+def needs_nvcc_probe(site: SiteView) -> bool:
     """Whether a CUDA GPU build of this site loads no build modules, so that the nvcc at
     hand (on PATH) is the build's and is worth asking."""
     return builds_for_cuda(site) and any(
         not _loads(site, p) for p, part in site.partitions.items() if part.gpus.count)
 
 
-def builds_for_cuda(site: Any) -> bool:
+def builds_for_cuda(site: SiteView) -> bool:
     """The site builds Horovod itself with CUDA operations (NVIDIA GPUs)."""
     hvd = site.horovod
     if hvd.source not in ("pip", "wheelhouse") or not (hvd.gpu_operations or hvd.gpu_allreduce):
@@ -188,7 +191,7 @@ def _fix(cc: int, cuda: CudaTargets) -> str:
             "build modules)" if first else "no CUDA release this table knows targets it")
 
 
-def cuda_findings(site: Any, nvcc: CudaTargets | None = None, this_build: bool = False
+def cuda_findings(site: SiteView, nvcc: CudaTargets | None = None, this_build: bool = False
                   ) -> list[tuple[tuple[str, ...], str, str]]:
     """(key path, problem, fix) for each GPU partition whose architecture the CUDA it is
     built with cannot target. The CUDA is read from the partition's build modules (its own,

@@ -1,4 +1,5 @@
-"""Which site is this? Match the host name against each profile's login host patterns.
+"""Which site is this? Match the host name against each profile's login host patterns
+(the profiles themselves come from :func:`hpcprov.site.catalog.catalog`).
 
 A catch-all pattern (``*``, ``*.*``, ``?*``: no letter or digit outside its wildcards) would
 make its profile every user's default site on every machine, so it is never used for
@@ -12,12 +13,11 @@ from __future__ import annotations
 import fnmatch
 import re
 import socket
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Protocol
 
-from hpcprov.core.errors import HpcprovError, warn
-from hpcprov.site import cache as profile_cache
-from hpcprov.site.loader import available_sites, resolve
+from hpcprov.core.errors import warn
 
 _BRACKETS = re.compile(r"\[[^\]]*\]")
 
@@ -38,37 +38,27 @@ class Detection:
     catch_alls: list[tuple[str, str]] = field(default_factory=list)  # (site, pattern)
 
 
-def _patterns(path: Path) -> list[object]:
-    """A profile's `login_hosts` (from the profile cache when current); [] when broken."""
-    head = profile_cache.header(path)
-    try:
-        patterns = head["login_hosts"] if head else resolve(path).data.get("login_hosts")
-    except HpcprovError:
-        return []
-    return patterns if isinstance(patterns, list) else []
+class HasLoginHosts(Protocol):
+    name: str
+    login_hosts: Sequence[str]
 
 
-def matches(hostname: str | None = None) -> Detection:
-    """Every site whose `login_hosts` match ``hostname`` (default: this machine's fully
-    qualified name, or its short name); broken profiles and catch-all patterns are skipped."""
+def match(hostname: str | None, sites: Iterable[HasLoginHosts]) -> Detection:
+    """Every site of ``sites`` whose `login_hosts` match ``hostname`` (default: this
+    machine's fully qualified name, or its short name); catch-all patterns are passed over
+    and listed."""
     host = (hostname or socket.getfqdn()).lower()
     short = host.split(".", 1)[0]
     found = Detection(host)
-    for name, path in sorted(available_sites().items()):
-        for pattern in _patterns(path):
+    for site in sites:
+        for pattern in site.login_hosts:
             pat = str(pattern).lower()
             if catch_all(pat):
-                found.catch_alls.append((name, str(pattern)))
+                found.catch_alls.append((site.name, str(pattern)))
             elif fnmatch.fnmatchcase(host, pat) or fnmatch.fnmatchcase(short, pat):
-                found.sites.append(name)
+                found.sites.append(site.name)
                 break
     return found
-
-
-def detect(hostname: str | None = None) -> list[str]:
-    """Names of the sites whose `login_hosts` patterns match (broken profiles and catch-all
-    patterns are skipped)."""
-    return matches(hostname).sites
 
 
 def warn_if_ambiguous(found: Detection) -> None:

@@ -80,7 +80,7 @@ def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
     return out
 
 
-def _validate(layer: Layer) -> tuple[Site | None, list[ProfileError]]:
+def validated(layer: Layer) -> tuple[Site | None, list[ProfileError]]:
     """The site, or every located problem with the merged profile data."""
     from pydantic import ValidationError
 
@@ -94,7 +94,7 @@ def _validate(layer: Layer) -> tuple[Site | None, list[ProfileError]]:
 
 def validate_layer(layer: Layer) -> Site:
     """Validate merged profile data; raise the first located error (with a count of others)."""
-    site, errors = _validate(layer)
+    site, errors = validated(layer)
     if site is None:
         first = errors[0]
         more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
@@ -105,7 +105,7 @@ def validate_layer(layer: Layer) -> Site:
 def check_file(path: Path) -> list[ProfileError]:
     """Every problem in one profile file (empty list when it is valid)."""
     try:
-        return _validate(resolve(path))[1]
+        return validated(resolve(path))[1]
     except ProfileError as exc:
         return [exc]
 
@@ -146,23 +146,3 @@ def load_site(ref: str) -> SiteView:
 
 def site_names() -> list[str]:
     return sorted(available_sites())
-
-
-def default_site() -> str:
-    """HPCPROV_SITE, else the site whose login hosts match this machine, else local.
-
-    When several sites match, the first by name is used and a warning names them all."""
-    import os
-
-    if os.environ.get("HPCPROV_SITE"):
-        return os.environ["HPCPROV_SITE"]
-    from hpcprov.site.detect import matches, warn_if_ambiguous
-
-    found = matches()
-    warn_if_ambiguous(found)
-    return found.sites[0] if found.sites else "local"
-
-
-def load(ref: str | None) -> SiteView:
-    """The site a command works on: ``ref`` (a name or a path), else the default site."""
-    return load_site(ref or default_site())

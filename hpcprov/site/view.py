@@ -18,29 +18,41 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Iterable
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from hpcprov.core.errors import UsageError
 from hpcprov.core.text import FREE_TEXT, has_control
 from hpcprov.site import kinds
+from hpcprov.site.sections import SCHEDULERS
 
 # the model's rule (hpcprov.core.text): fields named in FREE_TEXT may span lines and hold
 # tabs, no other may hold a control character (C0, DEL, C1)
+
+
+def no_partition(site: str, name: str, partitions: Iterable[str]) -> UsageError:
+    """The error for a partition name a site does not have (one message, wherever a
+    partition is named: the command line, a job request, a recorded profile)."""
+    return UsageError(f"--partition {name!r}: site {site} has no such partition (it has "
+                      f"{', '.join(partitions) or 'none'})")
 
 
 class SiteMethods:
     """What a site answers beyond its fields (the model's and the snapshot's)."""
 
     if TYPE_CHECKING:  # the fields both have (not class annotations pydantic would see)
+        name: str
         partitions: dict[str, Any]
         modules: Any
         paths: Any
 
     def partition(self, name: str | None = None) -> tuple[str, Any]:
-        """The named partition, else the default one, else the first."""
+        """The named partition, else the default one, else the first. The one place a
+        partition name is resolved: an unknown one is the one-line :func:`no_partition`."""
         if name is not None:
             if name not in self.partitions:
-                raise KeyError(name)
+                raise no_partition(self.name, name, self.partitions)
             return name, self.partitions[name]
         for pname, part in self.partitions.items():
             if part.default:
@@ -71,6 +83,15 @@ class SiteMethods:
     def prefix(self) -> str:
         """The install prefix template with {scratch} filled in."""
         return str(self.paths.prefix).replace("{scratch}", self.paths.scratch)
+
+    def profile_data(self) -> dict[str, Any]:
+        """The site as profile data (JSON types; ``extends`` resolved, defaults filled),
+        as `hpcprov site show` prints it: only its own scheduler's section."""
+        data: dict[str, Any] = self.model_dump(mode="json")
+        for name in SCHEDULERS:
+            if data.get(name, ...) is None:
+                del data[name]
+        return data
 
 
 class View:

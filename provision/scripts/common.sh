@@ -1,5 +1,6 @@
 # shellcheck shell=bash
-# hpcprov's shell library: helpers the other library files use.
+# hpcprov's shell library: helpers the other library files use, and the setup script's
+# dispatcher.
 #
 # A library file holds only function definitions, each after a comment that says how it is
 # called. The setup script carries, verbatim, the functions its plan calls (see
@@ -35,4 +36,20 @@ hpcprov_write_lines() {
 # hpcprov_mkdir_parent PATH: create the folder that PATH is in.
 hpcprov_mkdir_parent() {
   mkdir -p "$(dirname "$1")"
+}
+
+# hpcprov_run STEP...: run the setup script's steps STEP... (ids of HPCPROV_STEPS, the
+# script's every step in order), each its function step_ID after an "==> [hpcprov] ID" line
+# on stderr; an unknown id fails with status 2. The setup script's last line calls it with
+# the script's arguments, else every step (provision/plan.py, render_script), carrying it
+# without this comment.
+hpcprov_run() {
+  local s
+  for s in "$@"; do
+    if ! declare -F "step_${s//-/_}" >/dev/null; then
+      echo "hpcprov: unknown step $s (steps: ${HPCPROV_STEPS[*]})" >&2; return 2
+    fi
+    echo "==> [hpcprov] $s" >&2
+    "step_${s//-/_}"
+  done
 }

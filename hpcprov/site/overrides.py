@@ -1,0 +1,49 @@
+"""What a command changes of a site for one run, in one place: ``--env NAME`` (the
+environment's name) and ``--container IMAGE`` (provision and run through one of the site's
+container images). The result is the same validated form every generator reads
+(:class:`~hpcprov.site.view.SiteView`), the changed parts validated by the model as a
+profile's would be; an unusable value is a one-line :class:`~hpcprov.core.errors.UsageError`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpcprov.core.errors import UsageError
+
+if TYPE_CHECKING:
+    from hpcprov.site.view import SiteView
+
+
+def with_overrides(site: SiteView, *, env_name: str | None = None,
+                   container: str | None = None) -> SiteView:
+    """``site`` with the environment named ``env_name`` and/or provisioned through its
+    container image ``container`` (each only where given)."""
+    if not env_name and not container:
+        return site
+    from pydantic import ValidationError
+
+    from hpcprov.site.model import PythonStack
+    from hpcprov.site.view import view
+
+    python = site.python.model_dump()
+    horovod = site.horovod
+    if env_name:
+        python["env_name"] = env_name
+    if container:
+        images = site.containers.images
+        if container not in images:
+            raise UsageError(f"--container {container!r}: site {site.name} has "
+                             f"{', '.join(images) or 'no container images'} "
+                             "(containers.images)")
+        python.update(backend="container",
+                      container={"image": container, "source": images[container]})
+        horovod = horovod.model_copy(update={"source": "container"})
+    try:
+        stack = view(PythonStack.model_validate(python))
+    except ValidationError as exc:
+        if env_name and any(e["loc"][:1] == ("env_name",) for e in exc.errors()):
+            raise UsageError(f"--env {env_name!r}: use letters, digits, '.', '_', '+', '-' "
+                             "(starting with a letter or digit)") from None
+        raise UsageError(f"--container {container!r}: {exc.errors()[0]['msg']}") from None
+    return site.model_copy(update={"python": stack, "horovod": horovod})

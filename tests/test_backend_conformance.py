@@ -1,0 +1,360 @@
+"""What every scheduler backend's Executor must do, checked once for all of them.
+
+The suite runs over the registered backends (``hpcprov.schedulers.all_backends()``, i.e.
+``hpcprov.site.sections.SCHEDULERS``), each against what answers as its scheduler here:
+PBS against tests/pbs_emulator.py (qsub, qstat, qdel), LSF against tests/lsf_emulator.py
+(bsub, bjobs, bkill), the local backend (``none``) as it is. A backend joins by a line in
+:data:`EMULATED` (how its emulator is put on PATH and what its scheduler answers), or is
+left out by a line in :data:`EXCLUDED` that says why; a registered backend with neither fails
+every test here, so a new scheduler cannot skip the suite silently. Where one emulated
+backend cannot show a behaviour, its ``gaps`` skip that test with the reason, and its
+``xfail`` marks a known defect (strict: the test fails again once the defect is fixed, so
+the mark is then removed).
+
+Covered: submit and poll to completion, exit codes (0, non-zero, killed by a signal) from
+the scheduler's answer, the nodes a job ran on, the event record, a job the scheduler forgot
+answered by its status file (none: an error), a pending job removed at the pending timeout,
+a running one cancelled at the run timeout, cancel reporting the signal, a refused
+submission naming the scheduler's words, node states (``usable_nodes``) and validate's one
+allocation (jobs as steps) where the backend offers it. Each scheduler's own planning and
+parsing stays in its own test module (tests/test_validate_pbs.py,
+tests/test_schedulers_lsf.py).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pytest
+from hpcprov_tests import emulated_scheduler, validation_scripts
+
+from hpcprov import schedulers
+from hpcprov.core.errors import HpcprovError, UsageError
+from hpcprov.schedulers.base import Backend, Executor, Handle, Placement
+from hpcprov.site.sections import SCHEDULERS
+from hpcprov.validate.judge import JobResult, judge
+
+TESTS = Path(__file__).parent
+HERE = os.uname().nodename  # every emulator runs its jobs on this machine
+
+
+@dataclass(frozen=True)
+class Emulated:
+    """How a backend is exercised here, and what its scheduler answers."""
+
+    site: str                     # a bundled profile on this scheduler
+    partition: str                # ... and the partition its jobs go to
+    # tests/<emulator> symlinked as ``tools`` into a folder first on PATH, its state in
+    # $<state_var>; None: the backend needs no scheduler commands
+    emulator: str | None = None
+    tools: tuple[str, ...] = ()
+    state_var: str = ""
+    header: str | None = None     # a directive validate's one-node job scripts carry
+    first_ids: tuple[str, str] | None = None  # the ids of the first two jobs (None: any)
+    cancelled_status: int = 128 + signal.SIGKILL  # a running job's status after cancel()
+    hold: dict[str, str] = field(default_factory=dict)     # environment: jobs stay pending
+    forget: dict[str, str] = field(default_factory=dict)   # environment: ended jobs forgotten
+    forgotten: str = ""           # the reason of a job forgotten without a status file
+    gone: tuple[tuple[str, ...], int] = ((), 0)  # a query of a job id, its status once gone
+    refuse: Callable[[Path], Path] | None = None  # a script the scheduler refuses
+    refused: str = ""             # the error (a regex) that refusal raises
+    usable_nodes: list[str] | None = None  # usable_nodes(partition); None: not reported
+    gaps: dict[str, str] = field(default_factory=dict)     # test name -> why it is skipped
+    xfail: dict[str, str] = field(default_factory=dict)    # test name -> the known defect
+
+    def environment(self, tmp_path: Path, name: str) -> dict[str, str]:
+        if self.emulator is None:
+            return dict(os.environ)
+        return emulated_scheduler(tmp_path, TESTS / self.emulator, self.tools, self.state_var,
+                                  name)
+
+
+def _missing(folder: Path) -> Path:
+    return folder / "missing.sh"          # never written
+
+
+def _empty(folder: Path) -> Path:
+    path = folder / "empty.sh"
+    path.write_text("")
+    return path
+
+
+EMULATED: dict[str, Emulated] = {
+    "pbs": Emulated(
+        "sockeye", "gpu", "pbs_emulator.py", ("qsub", "qstat", "qdel"), "PBS_EMULATOR_DIR",
+        header="#PBS -l select=1:ncpus=", first_ids=("1.pbs-emu", "2.pbs-emu"),
+        cancelled_status=143,             # PBS's Exit_status 271 after qdel: 256 + SIGTERM
+        hold={"PBS_EMULATOR_HOLD": "1"},
+        forget={"PBS_EMULATOR_HISTORY": "0"},  # PBS Pro's default: finished jobs vanish
+        forgotten="the server no longer knows the job and it left no status file",
+        gone=(("qstat", "-x", "-f"), 153),     # "Unknown Job Id"
+        refuse=_missing,
+        refused=r"qsub refused missing\.sh: qsub: script file:: No such file or directory",
+        # usable_nodes is None: PbsExecutor does not ask pbsnodes for node states (only the
+        # draft reads pbsnodes -av), so validate cannot leave out down or offline vnodes
+    ),
+    "lsf": Emulated(
+        "lsf-example", "gpuv100", "lsf_emulator.py", ("bsub", "bjobs", "bkill"),
+        "LSF_EMULATOR_DIR", header="#BSUB -n 1", first_ids=("1", "2"),
+        cancelled_status=130,             # LSF reports the SIGINT bkill sends first
+        hold={"LSF_EMULATOR_HOLD": "1"},
+        forget={"LSF_EMULATOR_CLEAN": "1"},    # CLEAN_PERIOD over
+        forgotten="LSF no longer knows the job and it left no status file",
+        gone=(("bjobs",), 255),                # "Job <N> is not found"
+        refuse=_empty,
+        refused=r"bsub refused empty\.sh: No command is specified",
+        # usable_nodes is None: LsfExecutor does not ask bhosts for host states (only the
+        # draft reads bhosts -l)
+    ),
+    "none": Emulated(
+        "local", "local",
+        gaps={
+            "test_a_forgotten_job_is_answered_by_its_status_file_and_none_is_an_error":
+                "the local 'scheduler' is the job's own process, which cannot forget it",
+            "test_a_job_that_never_starts_is_removed_at_the_pending_timeout":
+                "a local job starts when it is submitted: it is never pending",
+            "test_a_refused_submission_is_an_error_in_the_schedulers_words":
+                "no scheduler stands between submission and run: any script is started "
+                "(bash's complaints are the job's output and status)",
+        },
+    ),
+}
+
+# Registered backends no emulator here can stand in for, and why.
+EXCLUDED: dict[str, str] = {
+    "slurm": "no emulator of sbatch, scontrol, sacct, scancel and sinfo exists here; "
+             "SlurmExecutor runs against a real Slurm cluster in tests/testbed/ "
+             "(test_testbed_validate.py, test_testbed_jobs.py), which needs root",
+}
+
+REGISTERED = [b.name for b in schedulers.all_backends()]
+
+
+def unconformed(registered: Iterable[str]) -> list[str]:
+    """The registered backends this suite neither runs nor excludes with a reason."""
+    return [n for n in registered if n not in EMULATED and not EXCLUDED.get(n, "").strip()]
+
+
+@dataclass
+class Sched:
+    """One backend under test: its Backend, its emulator's environment, a work folder."""
+
+    name: str
+    backend: Backend
+    spec: Emulated
+    env: dict[str, str]
+    work: Path
+
+    def executor(self, extra: dict[str, str] | None = None) -> Executor:
+        """The backend's executor (through the registry), seeing the emulator."""
+        return self.backend.executor({**self.env, **(extra or {})})
+
+    def scripts(self, bodies: dict[str, str]) -> dict[str, Path]:
+        """validate's own job scripts for the site, each running one body."""
+        return validation_scripts(self.spec.site, self.spec.partition, self.work, bodies)
+
+    def submit(self, ex: Executor, scripts: dict[str, Path]) -> list[Handle]:
+        return [ex.submit(p, self.work / f"{n}.out", self.work / f"{n}.exit")
+                for n, p in scripts.items()]
+
+
+@pytest.fixture(params=REGISTERED)
+def sched(request: pytest.FixtureRequest, tmp_path: Path) -> Sched:
+    name: str = request.param
+    if name in EXCLUDED:
+        pytest.skip(f"{name}: {EXCLUDED[name]}")
+    spec = EMULATED.get(name)
+    if spec is None:
+        pytest.fail(f"backend {name!r} is registered but {Path(__file__).name} neither "
+                    "emulates it (EMULATED) nor excludes it with a reason (EXCLUDED)")
+    test = request.function.__name__
+    if test in spec.gaps:
+        pytest.skip(f"{name}: {spec.gaps[test]}")
+    if test in spec.xfail:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=f"{name}: {spec.xfail[test]}"))
+    work = tmp_path / "run"
+    work.mkdir()
+    return Sched(name, schedulers.backend(name), spec, spec.environment(tmp_path, name), work)
+
+
+# ---- the registry ----------------------------------------------------------------------
+
+def test_every_registered_backend_is_emulated_or_excluded_with_a_reason() -> None:
+    assert list(SCHEDULERS) == REGISTERED
+    assert unconformed(REGISTERED) == []
+    assert not set(EMULATED) & set(EXCLUDED)
+    assert set(EMULATED) | set(EXCLUDED) <= set(REGISTERED)  # no entry for a removed one
+    tests = {n for n in globals() if n.startswith("test_")}
+    for spec in EMULATED.values():
+        assert set(spec.gaps) | set(spec.xfail) <= tests     # no entry for a renamed test
+        assert all(reason.strip() for reason in [*spec.gaps.values(), *spec.xfail.values()])
+
+
+def test_a_newly_registered_backend_without_an_emulator_is_caught() -> None:
+    assert unconformed([*REGISTERED, "toy"]) == ["toy"]
+
+
+# ---- submit, poll, exit codes, nodes ---------------------------------------------------
+
+def test_jobs_run_to_completion_with_the_schedulers_exit_codes_and_nodes(sched: Sched) -> None:
+    scripts = sched.scripts({"ok": "echo fine", "bad": "exit 3"})
+    if sched.spec.header is not None:
+        assert sched.spec.header in scripts["ok"].read_text()
+    ex = sched.executor()
+    handles = sched.submit(ex, scripts)
+    if sched.spec.first_ids is not None:
+        assert tuple(h.job_id for h in handles) == sched.spec.first_ids
+    assert len({h.job_id for h in handles}) == 2 and all(h.job_id for h in handles)
+    for h in handles:  # the status files the traps write are not where the handles look:
+        h.exit_file = sched.work / f"{h.script.stem}.unread.exit"  # the scheduler answers
+    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
+    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
+    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 3)}
+    assert all(h.nodes == HERE and h.reason == "" for h in handles)
+    assert (sched.work / "ok.out").read_text().strip() == "fine"
+    assert {e["job"] for e in ex.events} == {h.job_id for h in handles}
+    for h in handles:
+        assert {"job": h.job_id, "event": f"ended rc={h.exit_code}", "state": h.state} in \
+            [{k: e[k] for k in ("job", "event", "state")} for e in ex.events]
+
+
+def test_a_job_killed_by_a_signal_ends_with_128_plus_the_signal(sched: Sched) -> None:
+    ex = sched.executor()
+    (h,) = sched.submit(ex, sched.scripts({"killed": "kill -KILL $$"}))
+    ex.wait([h], timeout_s=60, pending_timeout_s=60)
+    assert (h.state, h.exit_code, h.nodes) == ("FAILED", 128 + signal.SIGKILL, HERE)
+
+
+# ---- a job the scheduler forgot --------------------------------------------------------
+
+def test_a_forgotten_job_is_answered_by_its_status_file_and_none_is_an_error(
+        sched: Sched) -> None:
+    ex = sched.executor(sched.spec.forget)
+    handles = sched.submit(ex, sched.scripts({"ok": "true", "bad": "exit 5", "lost": "true"}))
+    lost = next(h for h in handles if h.script.stem == "lost")
+    # "lost" died before its trap could write (as on a node crash): no status file
+    lost.exit_file = sched.work / "never-written.exit"
+    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
+    got = {h.script.stem: (h.state, h.exit_code) for h in handles}
+    assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 5), "lost": ("UNKNOWN", None)}
+    assert lost.reason == sched.spec.forgotten
+    result = JobResult("lost", "env", "", 1, lost.state, lost.exit_code, "", [], [], 1.0,
+                       reason=lost.reason)
+    (outcome,) = judge([result], {})
+    assert outcome.status == "error"  # never a pass
+
+
+# ---- timeouts and cancel ---------------------------------------------------------------
+
+def test_a_job_that_never_starts_is_removed_at_the_pending_timeout(sched: Sched) -> None:
+    ex = sched.executor(sched.spec.hold)
+    (h,) = sched.submit(ex, sched.scripts({"held": "true"}))
+    ex.wait([h], timeout_s=60, pending_timeout_s=1)
+    assert (h.state, h.exit_code, h.started) == ("PENDING_TIMEOUT", None, None)
+    assert h.reason == "still pending after 1 s"
+    argv, unknown = sched.spec.gone
+    asked = subprocess.run([*argv, h.job_id], capture_output=True, text=True, env=sched.env,
+                           timeout=30)
+    assert asked.returncode == unknown      # the scheduler removed it from its queue
+    again = replace(h, state="PENDING", ended=None, reason="")  # what the scheduler says now
+    ex.refresh([again])
+    assert (again.state, again.exit_code, again.reason) == ("UNKNOWN", None,
+                                                            sched.spec.forgotten)
+
+
+def test_a_running_job_is_cancelled_at_the_run_timeout(sched: Sched) -> None:
+    ex = sched.executor()
+    (h,) = sched.submit(ex, sched.scripts({"long": "sleep 600"}))
+    ex.wait([h], timeout_s=1)
+    assert (h.state, h.exit_code, h.reason) == ("TIMEOUT", None, "not finished after 1 s")
+    assert [e["event"] for e in ex.events if e["job"] == h.job_id][-1] == \
+        "cancelled: not finished after 1 s"
+    again = replace(h, state="RUNNING", ended=None, reason="")  # what the scheduler says now
+    ex.refresh([again])
+    assert again.done and again.state == "FAILED"  # it ended: cancel() stopped it
+
+
+def test_cancelling_a_running_job_reports_the_signal(sched: Sched) -> None:
+    ex = sched.executor()
+    (h,) = sched.submit(ex, sched.scripts({"long": "sleep 600"}))
+    ex.refresh([h])
+    assert (h.state, h.done, h.nodes) == ("RUNNING", False, HERE)
+    assert h.started is not None
+    ex.cancel(h)
+    ex.refresh([h])
+    assert (h.state, h.exit_code) == ("FAILED", sched.spec.cancelled_status)
+
+
+# ---- refusal ---------------------------------------------------------------------------
+
+def test_a_refused_submission_is_an_error_in_the_schedulers_words(sched: Sched) -> None:
+    assert sched.spec.refuse is not None
+    script = sched.spec.refuse(sched.work)
+    ex = sched.executor()
+    with pytest.raises(HpcprovError, match=sched.spec.refused):
+        ex.submit(script, sched.work / "o", sched.work / "e")
+    assert ex.events == []  # nothing recorded as submitted
+
+
+# ---- node states -----------------------------------------------------------------------
+
+def test_usable_nodes_are_the_schedulers_or_unknown(sched: Sched) -> None:
+    """A backend that does not ask its scheduler says None (unknown), never [] (which would
+    mean that no node can run jobs)."""
+    assert sched.executor().usable_nodes(sched.spec.partition) == sched.spec.usable_nodes
+
+
+# ---- one allocation (hpcprov/schedulers/allocation.py) ---------------------------------
+
+def test_validate_runs_one_allocation_only_where_jobs_can_run_as_steps(
+        sched: Sched, tmp_path: Path) -> None:
+    from hpcprov.jobs.layout import manifest_file
+    from hpcprov.validate.api import ValidateOptions, prepare
+
+    manifest_file(tmp_path / "env").parent.mkdir(parents=True)
+    manifest_file(tmp_path / "env").write_text("{}")        # a provisioned prefix
+
+    def prepared(allocation: str | None) -> str:
+        return prepare(ValidateOptions(
+            site=sched.spec.site, partition=sched.spec.partition, nodes=1,
+            prefix=str(tmp_path / "env"), workdir=str(tmp_path / "v"),
+            allocation=allocation)).allocation
+
+    steps = sched.backend.allocation_nodes() is not None
+    assert prepared(None) == ("one" if steps else "per-job")
+    assert prepared("per-job") == "per-job"
+    if steps:
+        assert prepared("one") == "one"
+    else:
+        with pytest.raises(UsageError,
+                           match="--allocation one: " + re.escape(sched.backend.title)):
+            prepared("one")
+
+
+def test_jobs_run_as_steps_of_one_allocation(sched: Sched, tmp_path: Path) -> None:
+    from hpcprov.schedulers.allocation import OneAllocation
+    from hpcprov.site.profiles import load_site
+    from hpcprov.validate.plan import Options, allocation_script
+
+    if sched.backend.allocation_nodes() is None:
+        pytest.skip(f"{sched.name}: allocation_nodes() is None, so its jobs cannot run "
+                    "other jobs as steps of one allocation: validate runs a job per check")
+    o = Options(load_site(sched.spec.site), sched.spec.partition, 1, ("env",))
+    ex = OneAllocation(sched.executor(), sched.backend, tmp_path / "alloc",
+                       lambda queue: allocation_script(o, None, queue))
+    scripts = sched.scripts({"ok": "echo fine", "bad": "exit 3"})
+    handles = [ex.submit(p, sched.work / f"{n}.out", sched.work / f"{n}.exit",
+                         Placement(1, 1)) for n, p in scripts.items()]
+    ex.wait(handles, timeout_s=60, pending_timeout_s=60)
+    got = {h.script.stem: (h.state, h.exit_code, h.nodes) for h in handles}
+    assert got == {"ok": ("COMPLETED", 0, HERE), "bad": ("FAILED", 3, HERE)}
+    assert (sched.work / "ok.out").read_text().strip() == "fine"
+    ex.close()
+    (alloc,) = ex.allocations  # one allocation for both jobs, ended when told
+    assert alloc.done and alloc.exit_code == 0
