@@ -16,7 +16,7 @@ from hpcprov_tests import cli_subprocess
 from hpcprov.core.commands import Completed
 from hpcprov.draft.plan import Findings, summarize
 from hpcprov.draft.profile import draft_text
-from hpcprov.schedulers import lsf, pbs
+from hpcprov.schedulers.discovery import lsf, pbs
 from hpcprov.site.profiles import check_file
 
 HERE = Path(__file__).parent
@@ -122,7 +122,7 @@ def test_the_pbs_and_lsf_drafts_pass_site_check(run: Fake, tmp_path: Path) -> No
     path.write_text(draft_text(findings), encoding="utf-8")
     assert check_file(path) == []
     data = yaml.safe_load(path.read_text())
-    assert data["scheduler"] == module.BACKEND.name
+    assert data["scheduler"] == ("pbs" if run is PBS else "lsf")
     assert data["default_launcher"] == "mpirun" and data["login_hosts"] == [
         "login*.cluster.example.org"]
 

@@ -14,7 +14,7 @@ from hpcprov.core.commands import Completed
 from hpcprov.draft.modules import System, parse_listing, plan_modules
 from hpcprov.draft.plan import Findings, login_patterns, site_name, summarize
 from hpcprov.draft.profile import draft_text
-from hpcprov.schedulers import slurm
+from hpcprov.schedulers.discovery import slurm
 from hpcprov.schedulers.facts import Cluster, DiscoveryError, LocalGpus, Queue
 from hpcprov.site.profiles import check_file
 

@@ -76,3 +76,18 @@ def test_a_planted_arrow_breaks_a_contract(installed: Path, tmp_path: Path, modu
     proc = _lint(_planted(installed, tmp_path, module, target))
     assert proc.returncode != 0
     assert said in proc.stdout, proc.stdout
+
+
+def test_planning_a_job_loads_no_discovery_code() -> None:
+    """The three concerns of a backend: planning and its executor load with the backend;
+    what `site draft` asks of a scheduler (hpcprov.schedulers.discovery, the facts it
+    reports) loads only for a draft."""
+    code = ("import sys\nfrom hpcprov.app.cli import main\n"
+            "main(['jobscript', '--site', 'neuron', '-N', '2', '--', 'true'])\n"
+            "main(['jobscript', '--site', 'sockeye', '-N', '2', '--', 'true'])\n"
+            "main(['jobscript', '--site', 'lsf-example', '-N', '2', '--', 'true'])\n"
+            "loaded = sorted(m for m in sys.modules if 'discovery' in m or m.endswith('.facts'))\n"
+            "print('LOADED', loaded, file=sys.stderr)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert "LOADED []" in proc.stderr, proc.stderr

@@ -1,10 +1,10 @@
 """The one layer of `hpcprov site draft` that runs commands: read-only, each with a timeout,
 each recorded.
 
-:class:`Recorder` runs a command through :func:`hpcprov.schedulers.base.run_command` (a
+:class:`Recorder` runs a command through :func:`hpcprov.core.commands.run_command` (a
 missing, failing or hung command is a result that says so, never an exception) and keeps a
-:class:`~hpcprov.schedulers.facts.Ran` for every one; a hung command is named by what the draft
-calls it (``module -t avail``, not the shell line behind it). :func:`discover` asks the
+:class:`~hpcprov.schedulers.facts.Ran` for every one; a hung command is named by what the
+draft calls it (``module -t avail``, not the shell line behind it). :func:`discover` asks the
 scheduler's backend, the module system, the host's GPUs and network interfaces, and returns
 the :class:`~hpcprov.draft.plan.Findings` the pure layers plan from.
 """

@@ -13,9 +13,8 @@ what comes back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from hpcprov.core.findings import Finding
 from hpcprov.request.job import JobRequest
@@ -24,8 +23,7 @@ if TYPE_CHECKING:
     from hpcprov.core.errors import ProfileError
 
 
-@dataclass(frozen=True)
-class JobOptions:
+class JobOptions(NamedTuple):
     """What `hpcprov launch` and `hpcprov jobscript` take (the CLI's flags, by name)."""
 
     command: tuple[str, ...]
@@ -58,8 +56,7 @@ def request(o: JobOptions) -> JobRequest:
         hosts=tuple(o.hosts), image=o.image, prefix=o.prefix, activate=o.activate)
 
 
-@dataclass(frozen=True)
-class Geometry:
+class Geometry(NamedTuple):
     """Where and how wide a job runs, as the request resolved it."""
 
     site: str
@@ -76,11 +73,10 @@ class Geometry:
                    req.ranks_per_node, req.world_size, req.launcher_name)
 
     def to_json(self) -> dict[str, object]:
-        return dict(self.__dict__)
+        return dict(self._asdict())
 
 
-@dataclass(frozen=True)
-class LaunchPlan:
+class LaunchPlan(NamedTuple):
     """The launch line of a job inside an allocation, what it needs first, and the line
     that asks for the allocation."""
 
@@ -90,7 +86,7 @@ class LaunchPlan:
     env: list[str]  # the site's and the partition's variables
     setup: list[str]  # lines the launch needs first
     allocate: list[str]  # salloc/qsub -I/bsub -Is argv ([] where the site has none)
-    warnings: list[Finding] = field(default_factory=list)
+    warnings: list[Finding]
 
     @property
     def allocate_line(self) -> str | None:
@@ -126,15 +122,14 @@ def plan_launch(o: JobOptions, allocate: bool = False) -> LaunchPlan:
                       warnings)
 
 
-@dataclass(frozen=True)
-class JobScript:
+class JobScript(NamedTuple):
     """A batch script, how to submit it, and lint's warnings."""
 
     geometry: Geometry
     script: str
     submit: list[str]  # the submit argv for the script at ``path`` (job.sh where none)
-    path: str | None = None
-    warnings: list[Finding] = field(default_factory=list)
+    path: str | None
+    warnings: list[Finding]
 
     def to_json(self) -> dict[str, object]:
         return {**self.geometry.to_json(), "script": self.script, "path": self.path,
@@ -166,8 +161,7 @@ def _write(path: str, text: str) -> None:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
-@dataclass(frozen=True)
-class SiteCheck:
+class SiteCheck(NamedTuple):
     """`hpcprov site check`: each file's problems, one line each (none: the file is ok)."""
 
     files: dict[str, list[ProfileError]]

@@ -132,6 +132,8 @@ class Backend:
     # `hpcprov site draft`: the command whose presence on PATH says this scheduler is here
     # (tried in registry order, kinds.SCHEDULER_BACKENDS); None: the draft cannot ask it
     marker: str | None = None
+    # the module whose ``discover(run)`` asks the scheduler (hpcprov.schedulers.discovery)
+    discovery: str | None = None
 
     def section(self, site: SiteView) -> Any:
         """The site's settings for this scheduler (``site.<name>``)."""
@@ -220,8 +222,15 @@ class Backend:
 
     # ---- `hpcprov site draft` (backends with a ``marker``) -----------------------------
     def discover(self, run: Run) -> Cluster:
-        """The cluster as this scheduler's read-only commands (run through ``run``) say."""
-        raise NotImplementedError(f"hpcprov site draft cannot ask {self.title}")
+        """The cluster as this scheduler's read-only commands (run through ``run``) say:
+        the ``discover`` function of the backend's ``discovery`` module, loaded only now
+        (planning and running jobs never load a discovery module)."""
+        if self.discovery is None:
+            raise NotImplementedError(f"hpcprov site draft cannot ask {self.title}")
+        import importlib
+
+        found: Cluster = importlib.import_module(self.discovery).discover(run)
+        return found
 
     def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
         """The launchers a drafted profile offers, and its default one: here mpirun,

@@ -24,23 +24,12 @@ from hpcprov.schedulers.base import (
     unique_hosts,
     with_overrides,
 )
-from hpcprov.schedulers.facts import (
-    Cluster,
-    Node,
-    Queue,
-    Run,
-    as_int,
-    memory_mb,
-    optional,
-    required,
-    text_blocks,
-    walltime_text,
-)
 from hpcprov.site.kinds import LauncherKind
 from hpcprov.site.sections import SELECT_FIELD, check_select, settings_of
 
 if TYPE_CHECKING:
     from hpcprov.core.yaml_writer import Block
+    from hpcprov.schedulers.facts import Cluster
 
 # PBS spellings of the generic (Slurm-style) option names; the rest become -l name=value.
 FLAGS = {
@@ -81,6 +70,7 @@ class Pbs(Backend):
     name = "pbs"
     title = "PBS"
     marker = "pbsnodes"
+    discovery = "hpcprov.schedulers.discovery.pbs"
     settings = settings_of("pbs")
     variable = re.compile(r"\$\{?PBS_[A-Z_]+")
     variable_example = "$PBS_NODEFILE"
@@ -152,10 +142,7 @@ class Pbs(Backend):
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return PbsExecutor(env)
 
-    # ---- `hpcprov site draft` (discovery: the end of this module) ----------------------
-    def discover(self, run: Run) -> Cluster:
-        return discover(run)
-
+    # ---- `hpcprov site draft` (discovery: hpcprov.schedulers.discovery) --------------
     def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
         """mpirun on $PBS_NODEFILE (the default), torchrun on one node, horovodrun."""
         from hpcprov.core.yaml_writer import Block, plain
@@ -234,129 +221,3 @@ class PbsExecutor(Executor):
 
     def cancel(self, handle: Handle) -> None:
         self._run("qdel", handle.job_id)
-
-
-# ---- discovery for `hpcprov site draft` ----------------------------------------------
-# Pure parsers of `pbsnodes -av`, `qstat -Qf` and `qstat -Bf` (PBS Pro / OpenPBS), and
-# discover(), which runs them through the draft's recording runner. Every command only reads.
-
-
-NODES_CMD = ["pbsnodes", "-av"]
-QUEUES_CMD = ["qstat", "-Qf"]
-SERVER_CMD = ["qstat", "-Bf"]
-
-
-def blocks(text: str, header: re.Pattern[str]) -> list[tuple[str, dict[str, str]]]:
-    """(name, attributes) for each block of ``pbsnodes -av`` / ``qstat -Qf`` / ``-Bf``
-    output: a line ``header`` matches names it, indented ``name = value`` lines follow
-    (a value continues on lines that start with a tab)."""
-    return [(name, fields("\n".join(lines))) for name, lines in text_blocks(text, header)]
-
-
-_NODE = re.compile(r"^(\S.*?)\s*$")
-_QUEUE = re.compile(r"^Queue: (.+?)\s*$")
-_SERVER = re.compile(r"^Server: (.+?)\s*$")
-
-
-def parse_nodes(text: str) -> dict[str, Node]:
-    """``pbsnodes -av``: each vnode's CPUs, memory, GPUs, state and queue (the node's
-    ``queue`` attribute, else a site's ``resources_available.Qlist``)."""
-    out = {}
-    for name, attrs in blocks(text, _NODE):
-        ra = {k.removeprefix("resources_available."): v for k, v in attrs.items()
-              if k.startswith("resources_available.")}
-        queues = attrs.get("queue") or ra.get("Qlist", "")
-        ncpus = as_int(ra.get("ncpus"))
-        out[name] = Node(
-            name=name, cpus=ncpus, cores=ncpus, memory_mb=memory_mb(ra.get("mem")),
-            gpus=as_int(ra.get("ngpus")) or 0,
-            gpu_model=ra.get("gpu_model") or ra.get("gpu_type") or None,
-            state=attrs.get("state", ""),
-            queues=tuple(q.strip() for q in queues.split(",") if q.strip()))
-    return out
-
-
-def _per_user(value: str | None) -> int | None:
-    """``[u:PBS_GENERIC=4]`` (max_run, max_run_res.ngpus): the limit for any one user."""
-    m = re.search(r"u:PBS_GENERIC=(\d+)", value or "")
-    return int(m.group(1)) if m else None
-
-
-def parse_queues(text: str) -> list[Queue]:
-    """``qstat -Qf``: the execution queues with their limits (routing queues are left out:
-    they hold no nodes), and ``default_chunk.*`` in notes for matching nodes."""
-    cmd = " ".join(QUEUES_CMD)
-    out = []
-    for name, attrs in blocks(text, _QUEUE):
-        if attrs.get("queue_type", "").lower() != "execution":
-            continue
-        q = Queue(name=name, state="enabled" if attrs.get("enabled") == "True" else "disabled",
-                  max_time=walltime_text(attrs.get("resources_max.walltime")),
-                  default_time=walltime_text(attrs.get("resources_default.walltime")),
-                  max_nodes=as_int(attrs.get("resources_max.nodect")),
-                  max_jobs_per_user=_per_user(attrs.get("max_run")),
-                  max_gpus_per_user=_per_user(attrs.get("max_run_res.ngpus")))
-        q.sources = {k: cmd for k in ("max_time", "default_time", "max_nodes",
-                                      "max_jobs_per_user", "max_gpus_per_user")}
-        q.notes += [f"{k}={v}" for k, v in attrs.items() if k.startswith("default_chunk.")]
-        out.append(q)
-    return out
-
-
-def parse_server(text: str) -> dict[str, str]:
-    """``qstat -Bf``: the server's name, default queue and version."""
-    for name, attrs in blocks(text, _SERVER):
-        return {"server": name, **{k: attrs[k] for k in ("default_queue", "pbs_version")
-                                   if k in attrs}}
-    return {}
-
-
-def _chunk_nodes(q: Queue, nodes: dict[str, Node], text: str) -> list[str]:
-    """The nodes a queue's ``default_chunk.RES=VALUE`` selects (RES a node resource)."""
-    picked: list[str] = []
-    for note in q.notes:
-        res, _, value = note.removeprefix("default_chunk.").partition("=")
-        picked += _nodes_with(text, res, value)
-    return list(dict.fromkeys(picked))
-
-
-def _nodes_with(text: str, res: str, value: str) -> list[str]:
-    """Nodes whose ``resources_available.RES`` lists VALUE (comma-separated)."""
-    return [name for name, attrs in blocks(text, _NODE)
-            if value in attrs.get(f"resources_available.{res}", "").split(",")]
-
-
-def assign_nodes(queues: list[Queue], nodes: dict[str, Node], text: str) -> None:
-    """Which nodes serve each queue: the nodes' own queue (or Qlist), else the queue's
-    default_chunk, else (PBS ties no nodes to queues) every node without a queue, noted."""
-    for q in queues:
-        mine = [n for n, node in nodes.items() if q.name in node.queues]
-        how = "the nodes' queue/Qlist (pbsnodes -av)"
-        if not mine:
-            mine, how = _chunk_nodes(q, nodes, text), "the queue's default_chunk (qstat -Qf)"
-        if not mine:
-            mine = [n for n, node in nodes.items() if not node.queues]
-            how = ("every node not tied to a queue: PBS does not say which nodes this "
-                   "queue's jobs get")
-        q.nodes, q.total_nodes = mine, len(mine)
-        q.sources["nodes"] = how
-
-
-def discover(run: Run) -> Cluster:
-    """Queues, nodes, default queue and version of the PBS server ``run`` reaches."""
-    notes: list[str] = []
-    node_text = required(run, NODES_CMD)
-    nodes = parse_nodes(node_text)
-    queues = parse_queues(required(run, QUEUES_CMD))
-    server = parse_server(optional(run, SERVER_CMD, notes) or "")
-    assign_nodes(queues, nodes, node_text)
-    for q in queues:
-        q.default = q.name == server.get("default_queue")
-        q.sources["default"] = " ".join(SERVER_CMD)
-    if server.get("default_queue") and not any(q.default for q in queues):
-        notes.append(f"the server's default queue {server['default_queue']!r} is not an "
-                     "execution queue (a routing queue?): no partition is the default")
-    return Cluster(scheduler="pbs", version=server.get("pbs_version"), queues=queues,
-                   nodes=nodes, notes=notes,
-                   sources={"version": " ".join(SERVER_CMD), "nodes": " ".join(NODES_CMD),
-                            "queues": " ".join(QUEUES_CMD)})

@@ -32,20 +32,11 @@ from hpcprov.schedulers.base import (
     slots_list,
     with_overrides,
 )
-from hpcprov.schedulers.facts import (
-    Cluster,
-    Node,
-    Queue,
-    Run,
-    as_int,
-    optional,
-    required,
-    walltime_text,
-)
 from hpcprov.site.sections import SLURM_VERSION, settings_of
 
 if TYPE_CHECKING:
     from hpcprov.core.yaml_writer import Block
+    from hpcprov.schedulers.facts import Cluster
 
 NODES = '"$SLURM_JOB_NODELIST"'
 HOSTNAMES = f"scontrol show hostnames {NODES}"
@@ -86,6 +77,7 @@ class Slurm(Backend):
     name = "slurm"
     title = "Slurm"
     marker = "scontrol"
+    discovery = "hpcprov.schedulers.discovery.slurm"
     settings = settings_of("slurm")
     variable = re.compile(r"\$\{?SLURM_[A-Z_]+")
     variable_example = "$SLURM_JOB_NODELIST"
@@ -212,10 +204,7 @@ class Slurm(Backend):
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return SlurmExecutor(env)
 
-    # ---- `hpcprov site draft` (discovery: the end of this module) ----------------------
-    def discover(self, run: Run) -> Cluster:
-        return discover(run)
-
+    # ---- `hpcprov site draft` (discovery: hpcprov.schedulers.discovery) --------------
     def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
         """srun (with PMIx where Slurm has it but does not default to it), torchrun started
         on each node by srun, mpirun and horovodrun; srun the default."""
@@ -424,200 +413,3 @@ def picked_nodes(picks: dict[str, str | None], env: dict[str, str] | None = None
                 test is None or test(set(parts[2].split(",")))):
             usable.add(parts[0])
     return sorted(usable)
-
-
-# ---- discovery for `hpcprov site draft` ----------------------------------------------
-# Pure parsers of the commands' text, and discover(), which runs them through the draft's
-# recording runner (hpcprov.draft.run). Every command only reads.
-
-
-SINFO = ["sinfo", "-h", "-o", "%P|%a|%D|%t"]
-PARTITIONS = ["scontrol", "show", "partition", "-o"]
-NODES = ["scontrol", "show", "node", "-o"]
-CONFIG = ["scontrol", "show", "config"]
-VERSION = ["scontrol", "--version"]
-QOS = ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxWall,MaxJobsPU,MaxTRESPU"]
-MPI_LIST = ["srun", "--mpi=list"]
-_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
-
-
-def parse_record(line: str) -> dict[str, str]:
-    """One ``scontrol show ... -o`` record: ``Key=value`` pairs, where a value runs up to
-    the next `` Key=`` (values such as ``OS=Linux 6.1.0 #1 SMP`` hold spaces)."""
-    marks = list(_KEY.finditer(line))
-    out: dict[str, str] = {}
-    for i, m in enumerate(marks):
-        end = marks[i + 1].start() if i + 1 < len(marks) else len(line)
-        out.setdefault(m.group(1), line[m.end():end].strip())
-    return out
-
-
-def parse_records(text: str, first: str) -> list[dict[str, str]]:
-    """The records of ``scontrol show node|partition -o``: one per line that starts with
-    ``first=``; a line that does not (a name holding a newline) continues the last one."""
-    lines: list[str] = []
-    for line in text.splitlines():
-        if line.startswith(f"{first}=") or not lines:
-            lines.append(line)
-        else:
-            lines[-1] += "\n" + line
-    return [rec for rec in map(parse_record, lines) if rec.get(first)]
-
-
-def parse_gres(text: str) -> tuple[int, str | None]:
-    """GPUs in a node's ``Gres=`` (``gpu:a100:8(S:0-1),mps:100``): the count and the type
-    label (None when untyped or when several types are mixed)."""
-    count, types = 0, set()
-    for item in re.split(r",(?![^()]*\))", text or ""):
-        parts = re.sub(r"\(.*\)$", "", item.strip()).split(":")
-        if parts[0] != "gpu" or len(parts) < 2 or not parts[-1].isdigit():
-            continue
-        count += int(parts[-1])
-        types.add(":".join(parts[1:-1]) or None)
-    label = types.pop() if len(types) == 1 else None
-    return count, label
-
-
-def parse_nodes(text: str) -> dict[str, Node]:
-    """``scontrol show node -o``: each node's CPUs, cores, memory, GPUs, arch, partitions."""
-    out: dict[str, Node] = {}
-    for rec in parse_records(text, "NodeName"):
-        sockets, per = as_int(rec.get("Sockets")), as_int(rec.get("CoresPerSocket"))
-        boards = as_int(rec.get("Boards")) or 1
-        gpus, label = parse_gres(rec.get("Gres", ""))
-        features = rec.get("AvailableFeatures", "")
-        out[rec["NodeName"]] = Node(
-            name=rec["NodeName"], cpus=as_int(rec.get("CPUTot")),
-            cores=sockets * per * boards if sockets and per else None,
-            threads_per_core=as_int(rec.get("ThreadsPerCore")),
-            memory_mb=as_int(rec.get("RealMemory")), gpus=gpus, gpu_type=label,
-            arch=rec.get("Arch") or None,
-            features=tuple(f for f in features.split(",") if f and f != "(null)"),
-            state=rec.get("State", ""),
-            queues=tuple(p for p in rec.get("Partitions", "").split(",") if p))
-    return out
-
-
-def parse_partitions(text: str) -> list[Queue]:
-    """``scontrol show partition -o``: name, nodes, default, limits, QOS, state."""
-    out = []
-    for rec in parse_records(text, "PartitionName"):
-        nodes = rec.get("Nodes", "")
-        qos = rec.get("QoS", "N/A")
-        out.append(Queue(
-            name=rec["PartitionName"],
-            nodes=hostlist.expand_hostlist(nodes) if nodes and nodes != "(null)" else [],
-            total_nodes=as_int(rec.get("TotalNodes")), default=rec.get("Default") == "YES",
-            state=rec.get("State", ""), max_time=walltime_text(rec.get("MaxTime")),
-            default_time=walltime_text(rec.get("DefaultTime")),
-            max_nodes=as_int(rec.get("MaxNodes")), qos=None if qos == "N/A" else qos,
-            sources={k: " ".join(PARTITIONS) for k in ("nodes", "max_time", "default_time",
-                                                         "max_nodes", "default")}))
-    return out
-
-
-def parse_sinfo(text: str) -> dict[str, tuple[bool, dict[str, int]]]:
-    """``sinfo -h -o '%P|%a|%D|%t'``: partition -> (default, {state: node count})."""
-    out: dict[str, tuple[bool, dict[str, int]]] = {}
-    for line in text.splitlines():
-        parts = line.rsplit("|", 3)
-        if len(parts) != 4 or not parts[2].isdigit():
-            continue
-        name, default = parts[0].removesuffix("*"), parts[0].endswith("*")
-        was_default, states = out.get(name, (False, {}))
-        states[parts[3]] = states.get(parts[3], 0) + int(parts[2])
-        out[name] = (was_default or default, states)
-    return out
-
-
-def parse_qos(text: str) -> dict[str, dict[str, int | str | None]]:
-    """``sacctmgr -n -P show qos format=Name,MaxWall,MaxJobsPU,MaxTRESPU``: per QOS the
-    wall limit, jobs per user and GPUs per user (``gres/gpu=N`` in MaxTRESPU)."""
-    out: dict[str, dict[str, int | str | None]] = {}
-    for line in text.splitlines():
-        parts = line.split("|")
-        if len(parts) < 4 or not parts[0]:
-            continue
-        gpus = re.search(r"gres/gpu(?::[^=,]+)?=(\d+)", parts[3])
-        out[parts[0]] = {"max_time": walltime_text(parts[1]) if parts[1] else None,
-                         "max_jobs_per_user": as_int(parts[2]),
-                         "max_gpus_per_user": int(gpus.group(1)) if gpus else None}
-    return out
-
-
-def parse_config(text: str) -> dict[str, str]:
-    """``scontrol show config``: ``Key = value`` lines (ClusterName, MpiDefault, ...)."""
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep and key.strip() and " " not in key.strip():
-            out[key.strip()] = value.strip()
-    return out
-
-
-def parse_mpi_list(text: str) -> list[str]:
-    """``srun --mpi=list``: the MPI plugin types (``pmix``, ``pmi2``, ``none`` ...), in the
-    formats of Slurm 20.11-23.x (a list under a heading, or ``srun: pmix`` lines)."""
-    names = []
-    for line in text.splitlines():
-        word = line.strip().removeprefix("srun:").strip()
-        if re.fullmatch(r"[a-z][a-z0-9_]*", word) and word not in ("mpi", "types"):
-            names.append(word)
-    return names
-
-
-def parse_version(text: str) -> str | None:
-    """``scontrol --version`` (``slurm 22.05.8``): the version."""
-    m = re.search(r"(\d+\.\d+[\w.-]*)", text)
-    return m.group(1) if m else None
-
-
-def _apply_qos(queues: list[Queue], qos: dict[str, dict[str, int | str | None]]) -> None:
-    """A partition's QOS limits (jobs, GPUs per user; wall time where the partition has
-    none) onto the partition."""
-    for q in queues:
-        limits = qos.get(q.qos or "")
-        if not limits:
-            continue
-        where = f"{' '.join(QOS)} (QOS {q.qos})"
-        for key in ("max_jobs_per_user", "max_gpus_per_user", "max_time"):
-            if limits.get(key) is not None and getattr(q, key) is None:
-                setattr(q, key, limits[key])
-                q.sources[key] = where
-
-
-def _apply_sinfo(queues: list[Queue], info: dict[str, tuple[bool, dict[str, int]]]) -> None:
-    """sinfo's default mark and node states onto the partitions."""
-    for q in queues:
-        default, states = info.get(q.name, (False, {}))
-        q.default = q.default or default
-        if states:
-            q.notes.append("nodes now: " + ", ".join(f"{n} {s}" for s, n in sorted(
-                states.items())) + f" ({' '.join(SINFO)})")
-
-
-def discover(run: Run) -> Cluster:
-    """Partitions, nodes, QOS limits, version and settings of the Slurm cluster ``run``
-    reaches (the partitions and nodes are required; the rest is noted when it fails)."""
-    notes: list[str] = []
-    queues = parse_partitions(required(run, PARTITIONS))
-    nodes = parse_nodes(required(run, NODES))
-    sinfo = optional(run, SINFO, notes)
-    if sinfo is not None:
-        _apply_sinfo(queues, parse_sinfo(sinfo))
-    if any(q.qos for q in queues):
-        qos = optional(run, QOS, notes)
-        if qos is not None:
-            _apply_qos(queues, parse_qos(qos))
-    version = optional(run, VERSION, notes)
-    config = parse_config(optional(run, CONFIG, notes) or "")
-    plugins = optional(run, MPI_LIST, notes)
-    return Cluster(
-        scheduler="slurm", version=parse_version(version or ""),
-        name=config.get("ClusterName"), queues=queues, nodes=nodes,
-        settings={k: config[k] for k in ("MpiDefault", "JobSubmitPlugins", "ClusterName")
-                  if k in config},
-        mpi_plugins=parse_mpi_list(plugins or ""), notes=notes,
-        sources={"version": " ".join(VERSION), "name": " ".join(CONFIG),
-                 "settings": " ".join(CONFIG), "mpi_plugins": " ".join(MPI_LIST),
-                 "nodes": " ".join(NODES), "queues": " ".join(PARTITIONS)})

@@ -10,17 +10,18 @@ broken profile is a summary with its error, never a reason to hide the others.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, NamedTuple
 
-from hpcprov.site.detect import Detection, match, warn_if_ambiguous
 from hpcprov.site.loader import available_sites
 from hpcprov.site.profiles import load_site
-from hpcprov.site.view import SiteView
+
+if TYPE_CHECKING:
+    from hpcprov.site.detect import Detection
+    from hpcprov.site.view import SiteView
 
 
-@dataclass(frozen=True)
-class SiteSummary:
+class SiteSummary(NamedTuple):
     """One profile on the search path: what ``hpcprov sites`` prints of it."""
 
     name: str
@@ -32,7 +33,7 @@ class SiteSummary:
     error: str | None = None  # the profile's first problem; None: it is valid
 
     def to_json(self) -> dict[str, object]:
-        data = asdict(self)
+        data: dict[str, object] = self._asdict()
         del data["login_hosts"]
         return data
 
@@ -55,6 +56,8 @@ def catalog() -> list[SiteSummary]:
 def matches(hostname: str | None = None) -> Detection:
     """The sites whose `login_hosts` match ``hostname`` (default: this machine's name);
     broken profiles and catch-all patterns are passed over (:mod:`hpcprov.site.detect`)."""
+    from hpcprov.site.detect import match
+
     return match(hostname, [s for s in catalog() if s.error is None])
 
 
@@ -69,6 +72,8 @@ def default_site() -> str:
     When several sites match, the first by name is used and a warning names them all."""
     if os.environ.get("HPCPROV_SITE"):
         return os.environ["HPCPROV_SITE"]
+    from hpcprov.site.detect import warn_if_ambiguous
+
     found = matches()
     warn_if_ambiguous(found)
     return found.sites[0] if found.sites else "local"
