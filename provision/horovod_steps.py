@@ -248,13 +248,25 @@ def prove_lines(site: SiteView) -> list[str]:
             continue
         path = Raw(f'"$STATE/proof/{program}"')
         lines.append(join([file_function(program)]) + " > " + path)
-        if "gloo" in hvd.controllers:
-            lines.append(join(["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2",
-                               "python", path]))
-        else:
-            lines.append(join(["mpirun", "-np", "2", "python", path]))
+        lines.append(join([*proof_starter(site), "python", path]))
     lines.append(join(["echo", "hpcprov: 2-process allreduce ok"]))
     return lines
+
+
+def proof_starter(site: SiteView) -> list[str]:
+    """What starts the 2-process proof where setup runs: horovodrun over Gloo when Horovod
+    has it; else the MPI starter of the site's launchers (mpirun, or mpiexec as its flavor
+    spells it), the default launcher's first."""
+    if "gloo" in site.horovod.controllers:
+        return ["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2"]
+    names = [site.default_launcher, *site.launchers]
+    for name in names:
+        launcher = site.launchers[name]
+        if launcher.kind == "mpiexec":
+            return ["mpiexec", "-n", "2", "-ppn" if launcher.flavor == "hydra" else "--ppn", "2"]
+        if launcher.kind in ("mpirun", "horovodrun"):
+            return ["mpirun", "-np", "2"]
+    return ["mpirun", "-np", "2"]
 
 
 def record_lines(site: SiteView) -> list[str]:

@@ -32,7 +32,8 @@ def lint_plan(plan: Plan, site: SiteView, nvcc: CudaTargets | None = None) -> li
     findings += _cuda_arch(site)
     findings += [Finding("error", "cuda-target", problem, fix)
                  for _, problem, fix in cuda_findings(site, nvcc, this_build=True)]
-    if plan.runs_on != "compute" or site.policies.compute_internet:
+    # a proxy the profile names is how its compute nodes reach the internet (setup exports it)
+    if plan.runs_on != "compute" or site.policies.compute_internet or site.policies.proxy:
         return findings
     return findings + [
         Finding("error", "no-internet",

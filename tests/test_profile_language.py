@@ -23,9 +23,11 @@ import pytest
 from hpcprov_tests import (
     REPO,
     Stubs,
+    assert_one_line_error,
     cli,
     directives,
     lines_starting,
+    pbs_directives,
     shellcheck,
     stub_steps,
     words,
@@ -443,7 +445,7 @@ def test_site_check_fails_a_profile_whose_default_job_cannot_run(
     res = cli(capsys, "site", "check", str(path))
     assert res.rc == 2  # ... but no job from its defaults could run on gpu-hbm80g
     (line,) = res.err_lines
-    assert line.startswith(f"{path}:4: partitions.gpu-hbm80g: the default request")
+    assert line.startswith(f"{path}:4: partitions.gpu-hbm80g: its smallest job")
     assert "exceed the 64 cores" in line
     assert cli(capsys, "site", "check", str(site_path)).rc == 0
 
@@ -1237,3 +1239,125 @@ def test_onboarding_points_only_inside_the_repository() -> None:
         assert not re.match(r"[a-z]+://", target), target
         assert (ROOT / "docs" / target).resolve().is_relative_to(ROOT), target
         assert (ROOT / "docs" / target).exists(), target
+
+
+def test_a_step_only_option_goes_to_the_steps_never_to_sbatch_or_salloc(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sbatch and salloc refuse --cpu-bind ("unrecognized option"): a partition's cpu-bind
+    (the route docs/onboarding.md documents) once failed every job of the partition."""
+    path = write_profile(tmp_path, "bound", "extends: testbed\npartitions:\n  amd_a100nv_8:\n"
+                         "    options: {cpu-bind: cores, gpu-bind: none}\n")
+    script = cli(capsys, "jobscript", "--site", str(path), "-N", "2", "--",
+                 "python", "train.py").out
+    assert "cpu-bind" not in directives(script)
+    assert directives(script)["gpu-bind"] == "none"  # sbatch takes this one
+    (srun,) = [ln for ln in script.splitlines() if ln.startswith("srun ")]
+    assert {"--cpu-bind=cores", "--gpu-bind=none"} <= set(words(srun))
+    salloc = json.loads(cli(capsys, "launch", "--site", str(path), "-N", "2",
+                            "--allocate", "--json", "--", "python", "train.py").out)
+    assert not any("cpu-bind" in w for w in salloc["allocate"])
+    assert "--cpu-bind=cores" in salloc["argv"]
+
+
+def test_an_option_hpcprov_writes_itself_is_linted_against_forbidden_options(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A site that forbids --gres once got `#SBATCH --gres=gpu:1` under a guide saying it is
+    forbidden; `gpu_request: none` is how such a site asks for no GPU option at all."""
+    forbids = ("extends: testbed\npolicies:\n  forbidden_options:\n"
+               "    gres: GPUs come with the node here\n")
+    path = write_profile(tmp_path, "nogres", forbids)
+    err = assert_one_line_error(cli(capsys, "jobscript", "--site", str(path), "-N", "1",
+                                    "--", "python", "train.py"), 2, "--gres")
+    assert "slurm.gpu_request" in err and "none" in err
+    fixed = write_profile(tmp_path, "nogpuopt", forbids + "slurm:\n  gpu_request: none\n")
+    script = cli(capsys, "jobscript", "--site", str(fixed), "-N", "1", "--",
+                 "python", "train.py").out
+    assert not {"gres", "gpus", "gpus-per-node", "gpus-per-task"} & set(directives(script))
+    # the partition's own option and the user's are named as such
+    by_partition = write_profile(tmp_path, "partopt", forbids.replace("gres:", "comment:")
+                                 + "partitions:\n  amd_a100nv_8:\n    options: {comment: x}\n")
+    err = assert_one_line_error(cli(capsys, "jobscript", "--site", str(by_partition), "--",
+                                    "true"), 2, "--comment")
+    assert "partitions.amd_a100nv_8.options" in err
+
+
+def test_pbs_names_the_queue_chosen_with_p_or_always_where_the_site_says(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """PBS never named the profile's default queue, even with -p: a server whose default
+    queue is not the one (or where -q is mandatory) rejected the job."""
+    def queues(*args: str, site: str = "sockeye") -> list[list[str]]:
+        script = cli(capsys, "jobscript", "--site", site, "-o", "account=st-x-1-gpu", *args,
+                     "--", "true").out
+        assert "#PBS" in script
+        return [d for d in pbs_directives(script) if d[0] == "-q"]
+
+    default = load_site("sockeye").partition()[0]
+    assert queues() == []  # the server's default queue takes it
+    assert queues("-p", default) == [["-q", default]]
+    always = write_profile(tmp_path, "qalways", "extends: sockeye\npbs:\n  queue_always: true\n")
+    assert queues(site=str(always)) == [["-q", default]]
+
+
+def test_a_mandatory_option_hpcprov_writes_itself_is_written_once(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--time required with a default, and -t given: written twice before."""
+    path = write_profile(tmp_path, "needtime", "extends: testbed\npolicies:\n"
+                         "  required_options:\n    time: {default: '01:00:00'}\n")
+    script = cli(capsys, "jobscript", "--site", str(path), "-t", "02:00:00", "--", "true").out
+    assert [ln for ln in script.splitlines() if ln.startswith("#SBATCH --time")] == [
+        "#SBATCH --time=02:00:00"]
+    script = cli(capsys, "jobscript", "--site", str(path), "--", "true").out
+    assert [ln for ln in script.splitlines() if ln.startswith("#SBATCH --time")] == [
+        "#SBATCH --time=01:00:00"]
+
+
+def test_site_check_lints_each_partition_at_its_own_smallest_job(tmp_path: Path) -> None:
+    """A queue with min_nodes_per_job > 1 (the docs' own example) was linted as a 1-node job
+    and refused, with a command-line fix for a profile problem."""
+    path = write_profile(tmp_path, "big", "extends: testbed\npartitions:\n  amd_a100nv_8:\n"
+                         "    limits: {min_nodes_per_job: 2}\n")
+    assert site_check_errors(path) == []
+    tight = write_profile(tmp_path, "tight", "extends: testbed\npartitions:\n  amd_a100nv_8:\n"
+                          "    nodes: 2\n    limits: {min_nodes_per_job: 3}\n")
+    errors = [str(e) for e in site_check_errors(tight)]
+    assert errors and all("smallest job (3 node(s)" in e for e in errors), errors
+
+
+def test_a_proxy_is_how_compute_nodes_reach_the_internet(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A configured proxy did not count as internet: setup --on compute was refused."""
+    base = "extends: testbed\npolicies:\n  compute_internet: false\n"
+    offline = write_profile(tmp_path, "offline", base)
+    assert cli(capsys, "setup", "--site", str(offline), "--on", "compute", "--dry-run").rc == 2
+    proxied = write_profile(tmp_path, "proxied",
+                            base + "  proxy: {http: 'http://proxy.example.org:3128'}\n")
+    res = cli(capsys, "setup", "--site", str(proxied), "--on", "compute", "--dry-run")
+    assert res.rc == 0, res.err
+    assert "proxy.example.org:3128" in res.out
+
+
+@pytest.mark.parametrize(("launchers", "want"), [
+    ("mpiexec: {kind: mpiexec, flavor: pals}\ndefault_launcher: mpiexec\n",
+     ["mpiexec", "-n", "2", "--ppn", "2"]),
+    ("mpiexec: {kind: mpiexec}\ndefault_launcher: mpiexec\n",
+     ["mpiexec", "-n", "2", "-ppn", "2"]),
+    ("mpirun: {kind: mpirun}\ndefault_launcher: mpirun\n", ["mpirun", "-np", "2"]),
+])
+def test_the_proof_without_gloo_starts_with_the_sites_mpi_launcher(
+        tmp_path: Path, launchers: str, want: list[str]) -> None:
+    """prove-allreduce hard-coded `mpirun -np 2` where Horovod has no Gloo."""
+    from hpcprov.provision.horovod_steps import prove_lines
+
+    body = ("extends: testbed\nhorovod:\n  controllers: [mpi]\nlaunchers:\n  "
+            + launchers.replace("\ndefault_launcher", "\ndefault_launcher", 1))
+    body = body.replace("default_launcher:", "default_launcher:", 1)
+    lines = "\n".join(body.splitlines()[:4]) + "\n" + "\n".join(
+        ("  " + ln if not ln.startswith("default_launcher") else ln)
+        for ln in body.splitlines()[4:]) + "\n"
+    from hpcprov.site.profiles import validate_file
+    from hpcprov.site.view import snapshot
+
+    site = snapshot(validate_file(write_profile(tmp_path, "nogloo", lines)))
+    (proof,) = [ln for ln in prove_lines(site) if "python" in ln and "proof" in ln
+                and not ln.startswith("hpcprov_file")]
+    assert words(proof)[:len(want)] == want

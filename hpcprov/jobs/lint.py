@@ -210,15 +210,34 @@ def _geometry(req: JobRequest) -> list[Finding]:
     return out
 
 
+def _own_option_fix(req: JobRequest, name: str) -> str:
+    """How a profile stops hpcprov writing the job option ``name``."""
+    if name in ("gres", "gpus", "gpus-per-node", "gpus-per-task", "gpu"):
+        section = schedulers.of(req.site).name
+        return (f"set {section}.gpu_request to another form (none: no GPU option) in the "
+                "profile, or ask for no GPUs (-G 0)")
+    return f"the profile's {name} comes from the job's geometry: ask the site how to say it"
+
+
 def _policies(req: JobRequest) -> list[Finding]:
     out: list[Finding] = []
     pol, site = req.site.policies, req.site
     given = {**req.part.options, **req.options}
+    written = {n for n, _ in schedulers.of(site).options(req, batch=True)}
     for name, reason in pol.forbidden_options.items():
-        if name in given:
+        if name in req.options:
             out.append(Finding("error", "forbidden-option",
                                f"--{name} is not allowed on {site.name}: {reason}",
                                f"remove --option {name}"))
+        elif name in given:
+            out.append(Finding("error", "forbidden-option",
+                               f"--{name} is not allowed on {site.name}: {reason}",
+                               f"remove {name} from partitions.{req.partition_name}.options "
+                               "in the profile"))
+        elif name in written:  # an option hpcprov writes itself: the profile says how
+            out.append(Finding("error", "forbidden-option",
+                               f"--{name} is not allowed on {site.name} ({reason}), but the "
+                               f"job would ask for it", _own_option_fix(req, name)))
     for name, rule in pol.required_options.items():
         value = req.options.get(name, rule.default)
         if value is None:
@@ -278,14 +297,16 @@ Located = tuple[tuple[str, ...], str]  # (key path in the profile, problem)
 
 
 def default_request(site: SiteView, partition: str) -> JobRequest:
-    """What ``hpcprov jobscript -p PARTITION -- CMD`` asks for when given nothing else:
-    one node, the default launcher, the site's mandatory options at their defaults (or
-    their examples: the user must give those)."""
+    """The partition's smallest job: ``hpcprov jobscript -p PARTITION -N MIN -- CMD`` with
+    MIN its ``limits.min_nodes_per_job`` (1 where it has none), the default launcher, the
+    site's mandatory options at their defaults (or their examples: the user must give
+    those)."""
     options: dict[str, str | None] = {
         name: rule.default or rule.example or (rule.choices[0] if rule.choices else "x")
         for name, rule in site.policies.required_options.items()}
+    nodes = site.partitions[partition].limits.min_nodes_per_job or 1
     return JobRequest(site=site, partition=partition, command=("python", "train.py"),
-                      options=options)
+                      options=options, nodes=nodes)
 
 
 def default_request_findings(site: SiteView) -> list[Located]:
@@ -302,8 +323,9 @@ def default_request_findings(site: SiteView) -> list[Located]:
                 build_jobscript(req)
         except HpcprovError as exc:
             problems = [str(exc)]
-        out += [(("partitions", pname), f"partitions.{pname}: the default request "
-                 f"(1 node, launcher {req.launcher_name}) cannot run: {p}") for p in problems]
+        out += [(("partitions", pname), f"partitions.{pname}: its smallest job "
+                 f"({req.nodes} node(s), launcher {req.launcher_name}) cannot run: {p}")
+                for p in problems]
     return out
 
 

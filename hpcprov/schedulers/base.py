@@ -103,10 +103,10 @@ def head_options(req: JobRequest, *, batch: bool, queue: str) -> list[Option]:
                                                          "interactive"))]
     if req.walltime:
         opts.append(("time", req.walltime))
-    opts += required_options(req)
-    if req.part.routing == "partition":
-        opts.append((queue, req.partition_name))
-    return opts
+    routed = [(queue, req.partition_name)] if req.part.routing == "partition" else []
+    written = {name for name, _ in [*opts, *routed]}  # a mandatory option hpcprov writes: once
+    opts += [(n, v) for n, v in required_options(req) if n not in written]
+    return [*opts, *routed]
 
 
 def with_overrides(req: JobRequest, opts: list[Option]) -> list[Option]:

@@ -78,10 +78,12 @@ class Pbs(Backend):
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
-        opts: list[Option] = [("job-name", req.job_name or "hpcprov")]
-        opts += required_options(req)
-        # the server's default queue takes jobs without -q; another queue must be named
-        if req.part.routing == "partition" and req.partition_name != req.site.partition()[0]:
+        opts: list[Option] = []
+        # the server's default queue takes jobs without -q; another queue must be named, and
+        # so must the one a user chose (-p), or every one where the site says so
+        named = (req.partition is not None or conf.queue_always
+                 or req.partition_name != req.site.partition()[0])
+        if req.part.routing == "partition" and named:
             opts.append(("queue", req.partition_name))
         cpt = req.job_cpus_per_task or 1
         select = render_select(conf.select_format, {
@@ -96,7 +98,10 @@ class Pbs(Backend):
             opts.append(("error", conf.error))
         if conf.join_output:
             opts.append(("join", "oe"))
-        return with_overrides(req, opts)
+        written = {name for name, _ in opts}  # a mandatory option hpcprov writes: once
+        head = [("job-name", req.job_name or "hpcprov"),
+                *((n, v) for n, v in required_options(req) if n not in written)]
+        return with_overrides(req, [*head, *opts])
 
     def directives(self, req: JobRequest) -> list[str]:
         return ["#PBS " + directive(n, v) for n, v in self.options(req, batch=True)]

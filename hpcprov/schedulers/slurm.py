@@ -60,6 +60,10 @@ SHORT_NAMES = {
 }
 # job options that srun steps must be given again to bind their tasks as the job does
 STEP_OPTIONS = ("cpu-bind", "gpu-bind")
+# options only srun takes: sbatch and salloc refuse them ("unrecognized option"), so a
+# partition's or the user's go to every srun step and never to #SBATCH or salloc
+STEP_ONLY = frozenset({"cpu-bind", "mpi", "label", "unbuffered", "kill-on-bad-exit",
+                       "multi-prog"})
 SRUN_FORGETS_CPUS = (22, 5)  # from Slurm 22.05 srun no longer inherits --cpus-per-task
 def srun_forgets_cpus(version: str | None) -> bool:
     """True when srun steps do not inherit the job's --cpus-per-task (Slurm 22.05 and
@@ -87,11 +91,11 @@ class Slurm(Backend):
     def gpu_request(self, req: JobRequest) -> list[Option]:
         """The GPU request in the site's preferred form."""
         gpus = req.gpus
-        if gpus <= 0:
+        style = self.section(req.site).gpu_request
+        if gpus <= 0 or style == "none":  # none: the site gives a job its nodes' GPUs
             return []
         label = req.part.gpus.type
         typed = f"{label}:{gpus}" if label else str(gpus)
-        style = self.section(req.site).gpu_request
         if style == "gres":
             return [("gres", f"gpu:{typed}")]
         if style == "gpus_per_node":
@@ -111,6 +115,10 @@ class Slurm(Backend):
         return [*opts, ("ntasks", str(req.scheduler_tasks_per_node * req.nodes))]
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
+        """The job's options (#SBATCH, salloc): the step-only ones left for the steps."""
+        return [(n, v) for n, v in self._options(req, batch=batch) if n not in STEP_ONLY]
+
+    def _options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
         opts = head_options(req, batch=batch, queue="partition")
         opts += self._tasks(req)
@@ -150,9 +158,11 @@ class Slurm(Backend):
         return PerNode(["srun", "--ntasks-per-node=1", f"--ntasks={req.nodes}"])
 
     def task_step(self, req: JobRequest, cpus: int | None) -> PerNode:
-        """The job's --cpu-bind/--gpu-bind on every srun, and SRUN_CPUS_PER_TASK where
-        srun no longer inherits --cpus-per-task (Slurm 22.05 and later)."""
-        words = [flag(n, v) for n, v in self.options(req, batch=True) if n in STEP_OPTIONS]
+        """The job's --cpu-bind/--gpu-bind and the step-only options on every srun, and
+        SRUN_CPUS_PER_TASK where srun no longer inherits --cpus-per-task (Slurm 22.05 and
+        later)."""
+        words = [flag(n, v) for n, v in self._options(req, batch=True)
+                 if n in STEP_OPTIONS or n in STEP_ONLY]
         setup = []
         if cpus and srun_forgets_cpus(self.section(req.site).version):
             setup.append(f"export SRUN_CPUS_PER_TASK={int(cpus)}")

@@ -69,10 +69,13 @@ def check_select(text: str) -> None:
 # beside it.
 SCHEDULERS: dict[str, Registered] = {
     "slurm": Registered("hpcprov.schedulers.slurm", {
-        "gpu_request": Setting(Literal["gres", "gpus_per_node", "gpus", "gpus_per_task"],
+        "gpu_request": Setting(Literal["gres", "gpus_per_node", "gpus", "gpus_per_task",
+                                       "none"],
                                "gres", "--gres=gpu:N per node, --gpus-per-node=N, "
-                               "--gpus=total, or --gpus-per-task=N/tasks per node (each "
-                               "task bound to its own GPUs, as sites that bind GPUs ask)"),
+                               "--gpus=total, --gpus-per-task=N/tasks per node (each "
+                               "task bound to its own GPUs, as sites that bind GPUs ask), or "
+                               "none: no GPU option at all (sites that give a job its nodes' "
+                               "GPUs and refuse a GPU request)"),
         "task_request": Setting(Literal["per_node", "total"], "per_node",
                                 "--ntasks-per-node or --ntasks"),
         "output": Setting(str, "%x_%j.out", "--output pattern of batch jobs"),
@@ -92,6 +95,10 @@ SCHEDULERS: dict[str, Registered] = {
         "output": Setting(str | None, None, "-o path of batch jobs"),
         "error": Setting(str | None, None, "-e path of batch jobs"),
         "join_output": Setting(bool, False, "-j oe: the error stream into the output"),
+        "queue_always": Setting(bool, False, "the server has no usable default queue: every "
+                                "job names its queue (-q), the default partition's too "
+                                "(otherwise -q is written for another queue, or one "
+                                "chosen with -p)"),
     }),
     "lsf": Registered("hpcprov.schedulers.lsf", {
         "task_request": Setting(Literal["slots", "nnodes"], "slots",
