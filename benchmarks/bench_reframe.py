@@ -175,7 +175,7 @@ class {name}(rfm.RunOnlyRegressionTest):
     valid_systems = [{system!r}]
     valid_prog_environs = ["hpcprov"]
     sourcesdir = {sources!r}
-    executable = "python"
+    executable = "bash"
     executable_opts = {opts!r}
     num_tasks = {tasks!r}
     num_tasks_per_node = 1
@@ -192,12 +192,27 @@ class {name}(rfm.RunOnlyRegressionTest):
 '''
 
 
+def rank_contract() -> tuple[str, list[str]]:
+    """(the line that defines hpcprov's per-rank shim, the words that start each rank
+    through it): hpcprov's srun launch lines start every rank through the rank contract
+    (hpcprov/jobs/rank_env.sh), so ReFrame's job does the same to be the same job."""
+    from hpcprov.jobs.launchers import rank_shim_line
+    from hpcprov.site.kinds import LauncherKind
+
+    return rank_shim_line(LauncherKind.srun), ["-c", '"$hpcprov_rank"', "hpcprov-rank",
+                                               str(NODES), "1", '"$MASTER_ADDR"', MASTER_PORT,
+                                               "--"]
+
+
 def reframe_check(spec: Spec, sources: Path, args: tuple[str, ...] = PROGRAM_ARGS) -> str:
-    """The check file: ReFrame joins ``executable_opts`` unquoted, so they are quoted here."""
+    """The check file: ReFrame joins ``executable_opts`` unquoted, so they are quoted here
+    (but the shim's own words, already shell text)."""
+    shim_line, shim_words = rank_contract()
     return CHECK.format(name=CHECK_CLASS, system=f"testbed:{PARTITION}", sources=str(sources),
-                        opts=[quote(a) for a in ("allreduce.py", *args)],
-                        tasks=NODES, cpus=spec.cpus_per_task, prerun=list(MASTER_ADDR),
-                        srun=list(spec.srun_options))
+                        opts=[*shim_words, "python",
+                              *(quote(a) for a in ("allreduce.py", *args))],
+                        tasks=NODES, cpus=spec.cpus_per_task,
+                        prerun=[*MASTER_ADDR, shim_line], srun=list(spec.srun_options))
 
 
 def site_profile(folder: Path) -> Path:

@@ -110,19 +110,55 @@ def write_profile(directory: Path, name: str, text: str) -> Path:
 # ---------------------------------------------------------- shell text helpers
 
 
-def lines_starting(text: str, prefix: str) -> list[str]:
-    return [line.strip() for line in text.splitlines() if line.strip().startswith(prefix)]
+SHIM_LINE = re.compile(r' bash -c "\$hpcprov_rank" hpcprov-rank '
+                       r'(?:(?:\'[^\']*\'|"[^"]*"|\S)+ )*?-- ')
 
 
-def one_line_starting(text: str, prefix: str) -> str:
-    found = lines_starting(text, prefix)
+def unshimmed(line: str) -> str:
+    """``line`` without the rank contract's words (``bash -c "$hpcprov_rank" hpcprov-rank
+    ... --``): the line a seed tutorial has a user type, to compare with."""
+    return SHIM_LINE.sub(" ", line, count=1)
+
+
+def unshimmed_argv(argv: Sequence[str]) -> list[str]:
+    """An argv (a launch's JSON ``argv``) without the rank contract's words."""
+    out = list(argv)
+    for i in range(len(out) - len(SHIM) + 1):
+        # as written ("$hpcprov_rank"), or as a starter got it (the shim's text)
+        if out[i:i + 2] == ["bash", "-c"] and out[i + 3] == "hpcprov-rank" \
+                and "--" in out[i:]:
+            return out[:i] + out[out.index("--", i) + 1:]
+    return out
+
+
+def lines_starting(text: str, prefix: str, shim: bool = False) -> list[str]:
+    """The lines starting with ``prefix``; launch lines without the rank contract's words
+    unless ``shim`` (tests/test_rank_contract.py checks those)."""
+    found = [line.strip() for line in text.splitlines() if line.strip().startswith(prefix)]
+    return found if shim else [unshimmed(line) for line in found]
+
+
+def one_line_starting(text: str, prefix: str, shim: bool = False) -> str:
+    found = lines_starting(text, prefix, shim)
     assert len(found) == 1, (prefix, found, text)
     return found[0]
 
 
-def words(line: str) -> list[str]:
-    """The shell words of one command line (quotes removed, nothing expanded)."""
-    return shlex.split(line, comments=False, posix=True)
+SHIM = ["bash", "-c", "$hpcprov_rank", "hpcprov-rank"]
+
+
+def words(line: str, shim: bool = False) -> list[str]:
+    """The shell words of one command line (quotes removed, nothing expanded). Where the
+    ranks start through the rank contract (``bash -c "$hpcprov_rank" hpcprov-rank SIZE
+    PER_NODE [WRAPPER...] --``), those words are left out (``shim``: kept), so a line
+    compares with the line a seed tutorial has a user type."""
+    out = shlex.split(line, comments=False, posix=True)
+    if shim:
+        return out
+    for i in range(len(out) - len(SHIM) + 1):
+        if out[i:i + len(SHIM)] == SHIM and "--" in out[i:]:
+            return out[:i] + out[out.index("--", i) + 1:]
+    return out
 
 
 def contains_run(seq: Sequence[str], run: Sequence[str]) -> bool:

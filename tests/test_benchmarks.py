@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hpcprov_tests import unshimmed
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -139,7 +140,12 @@ def test_the_reframe_job_is_the_job_hpcprov_generates_for_its_allreduce_check(
     assert all(f"export {k}={v}" in lines for k, v in spec.env_vars())
     assert all(cmd in lines for cmd in b.MASTER_ADDR)
     assert join(["srun", *spec.srun_options, "python", str(rundir / "allreduce.py"),
-                 *b.PROGRAM_ARGS]) in lines
+                 *b.PROGRAM_ARGS]) in [unshimmed(line) for line in lines]
+    shim_line, shim_words = b.rank_contract()  # ReFrame's job starts its ranks the same way
+    assert shim_line in script
+    (srun,) = [line for line in lines if line.startswith("srun ")]
+    assert " ".join(["bash", *shim_words]) in srun.replace(
+        '"$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"', '"$MASTER_ADDR"')
     assert all(f"#SBATCH {opt}" in lines for opt in spec.access)
     assert f"#SBATCH --cpus-per-task={spec.cpus_per_task}" in lines
 
@@ -173,8 +179,11 @@ def test_the_reframe_configuration_and_check_are_python_with_their_shell_values_
     attrs = {t.id: ast.literal_eval(n.value) for n in cls.body if isinstance(n, ast.Assign)
              for t in n.targets if isinstance(t, ast.Name)}
     # ReFrame joins executable_opts with spaces: the shell must split them back
+    # (after the rank contract's words: each rank starts through it, as hpcprov's do)
     assert shlex.split(" ".join(attrs["executable_opts"])) == [
-        "allreduce.py", *b.PROGRAM_ARGS, "--x", "a b'"]
+        "-c", "$hpcprov_rank", "hpcprov-rank", "2", "1", "$MASTER_ADDR", "29500", "--",
+        "python", "allreduce.py", *b.PROGRAM_ARGS, "--x", "a b'"]
+    assert attrs["executable"] == "bash" and b.rank_contract()[0] in attrs["prerun_cmds"]
     assert attrs["sourcesdir"] == str(tmp_path / "my programs")
     assert (attrs["num_tasks"], attrs["num_tasks_per_node"], attrs["num_cpus_per_task"]) == (
         2, 1, 4)

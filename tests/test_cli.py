@@ -15,6 +15,7 @@ from hpcprov_tests import (
     cli,
     cli_subprocess,
     hpcprov_argv,
+    unshimmed_argv,
     write_profile,
 )
 
@@ -50,8 +51,10 @@ def test_launch_json(capsys: pytest.CaptureFixture[str]) -> None:
               "-H", "gpu[32-33]", "--json", "--", "python", "train_hvd.py")
     assert res.rc == 0, res.err
     data = json.loads(res.out)
-    assert data["argv"] == ["horovodrun", "-np", "8", "-H", "gpu32:4,gpu33:4", "python",
-                            "train_hvd.py"]
+    assert unshimmed_argv(data["argv"]) == ["horovodrun", "-np", "8", "-H", "gpu32:4,gpu33:4",
+                                            "python", "train_hvd.py"]
+    assert data["argv"][5:9] == ["bash", "-c", '"$hpcprov_rank"', "hpcprov-rank"]
+    assert data["setup"][0].startswith("hpcprov_rank=")  # the rank contract's text
     assert (data["nodes"], data["gpus_per_node"], data["world_size"]) == (2, 4, 8)
     assert data["allocate"][0] == "salloc" and data["warnings"] == []
 

@@ -29,6 +29,7 @@ from hpcprov_tests import (
     one_line_starting,
     pbs_directives,
     shellcheck,
+    unshimmed,
     words,
     write_profile,
 )
@@ -49,7 +50,9 @@ def run_ok(capsys: pytest.CaptureFixture[str], *args: str) -> str:
 
 
 def last_command(script: str) -> str:
-    return body_lines(script)[-1].strip()
+    """The script's last command, as a seed has a user type it (the rank contract's words
+    left out: tests/test_rank_contract.py checks those)."""
+    return unshimmed(body_lines(script)[-1].strip())
 
 
 def norm_vars(word: str) -> str:
@@ -204,7 +207,7 @@ def test_neuron_setup_is_the_seed_build(capsys: pytest.CaptureFixture[str]) -> N
 def test_neuron_launch_lines_are_the_seed_lines(capsys: pytest.CaptureFixture[str],
                                                 argv: list[str], seed_line: str) -> None:
     out = run_ok(capsys, "launch", "--site", "neuron", *argv, "--", "python", "train_hvd.py")
-    assert out.strip().splitlines()[-1] == seed_line
+    assert unshimmed(out.strip().splitlines()[-1]) == seed_line
 
 
 def test_neuron_srun_launch_runs_one_task_per_gpu(capsys: pytest.CaptureFixture[str]) -> None:
@@ -228,7 +231,7 @@ def test_neuron_allocate_is_the_seed_salloc(capsys: pytest.CaptureFixture[str]) 
     assert {"--partition=amd_a100nv_8", "--nodes=2", "--time=8:00:00", "--gres=gpu:4",
             "--comment=python"} <= set(salloc)
     assert "--job-name=debug" in salloc or contains_run(salloc, ["-J", "debug"])
-    assert lines[-1] == "horovodrun -np 8 -H gpu32:4,gpu33:4 python train_hvd.py"
+    assert unshimmed(lines[-1]) == "horovodrun -np 8 -H gpu32:4,gpu33:4 python train_hvd.py"
     # without a comment the mandatory option is still on the salloc line
     out = run_ok(capsys, "launch", "--site", "neuron", "--allocate", "--", "python", "t.py")
     assert any(w.startswith("--comment=") for w in words(out.splitlines()[0]))
@@ -284,7 +287,7 @@ def test_sockeye_jobscript_is_the_seed_pbs_script(capsys: pytest.CaptureFixture[
     assert mpirun[-len(cmd):] == cmd
     body = body_lines(out)
     port = [i for i, line in enumerate(body) if line.startswith("export MASTER_PORT=")]
-    assert port and port[0] < body.index(one_line_starting(out, "mpirun"))
+    assert port and port[0] < body.index(one_line_starting(out, "mpirun", shim=True))
 
 
 def test_sockeye_needs_an_account(capsys: pytest.CaptureFixture[str]) -> None:

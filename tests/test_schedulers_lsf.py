@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import cli, emulated_scheduler, hpcprov_argv, write_profile
+from hpcprov_tests import cli, emulated_scheduler, hpcprov_argv, unshimmed, write_profile
 
 from hpcprov.core.errors import UsageError
 from hpcprov.schedulers.lsf import directive, exec_hosts, job_fields, minutes
@@ -49,7 +49,7 @@ def test_jobscript_has_bsub_directives_and_reads_the_lsf_host_file(
     assert "#BSUB -P proj1" in bsub
     assert 'cd "$LS_SUBCWD"' in lines
     assert not [ln for ln in lines if "SLURM_" in ln or "PBS_" in ln]
-    launch = lines[-1]
+    launch = unshimmed(lines[-1])
     assert launch.startswith('mpirun -np 4 --hostfile "${LSB_DJOB_HOSTFILE}"')
 
 

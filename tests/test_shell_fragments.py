@@ -27,7 +27,8 @@ PILOT = REPO / "hpcprov" / "schedulers" / "allocation_pilot.sh"
 TRAP = REPO / "validate" / "scripts" / "status_trap.sh"
 COMMON = REPO / "provision" / "scripts" / "common.sh"
 TEMPLATE = REPO / "hpcprov" / "app" / "guide.md.in"
-FRAGMENTS = [PILOT, TRAP]
+RANK = REPO / "hpcprov" / "jobs" / "rank_env.sh"
+FRAGMENTS = [PILOT, TRAP, RANK]
 HOSTILE = ["a b", "$(touch x)", "it's", "`touch y`"]
 
 
@@ -60,7 +61,8 @@ def test_the_files_are_package_data_and_the_ones_the_code_reads() -> None:
     tool = data["tool"]["setuptools"]
     folders = {package: REPO / folder for package, folder in tool["package-dir"].items()}
     for package, path in [("hpcprov.schedulers", PILOT), ("hpcprov.validate", TRAP),
-                          ("hpcprov.provision", COMMON), ("hpcprov.app", TEMPLATE)]:
+                          ("hpcprov.provision", COMMON), ("hpcprov.app", TEMPLATE),
+                          ("hpcprov.jobs", RANK)]:
         folder = folders.get(package, REPO / package.replace(".", "/"))
         globs = tool["package-data"][package]
         assert path in {p for g in globs for p in folder.glob(g)}, (package, path)
@@ -78,7 +80,7 @@ def test_an_installed_copy_carries_the_files_and_renders_the_same(tmp_path: Path
                     "--no-build-isolation", "--target", str(copy), str(REPO)], check=True,
                    capture_output=True, timeout=600)
     for name in ("schedulers/allocation_pilot.sh", "validate/scripts/status_trap.sh",
-                 "provision/scripts/common.sh", "app/guide.md.in"):
+                 "provision/scripts/common.sh", "app/guide.md.in", "jobs/rank_env.sh"):
         assert (copy / "hpcprov" / name).is_file(), name
     probe = ("import sys, hpcprov;"
              "from hpcprov.schedulers.allocation import pilot_lines;"

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import re
+import shlex
 import shutil
 import socket
 import subprocess
@@ -129,8 +130,19 @@ def horovodrun(job: Path, program: str, *args: str) -> Run:
         pytest.skip("horovod.torch does not import in this interpreter")
     exe = Path(sys.executable).parent / "horovodrun"
     launcher = [str(exe)] if exe.exists() else [shutil.which("horovodrun") or "horovodrun"]
-    return run([*launcher, "--gloo", "-np", "2", "-H", "localhost:2", sys.executable,
-                str(job / program), *args], job)
+    return run([*launcher, "--gloo", "-np", "2", "-H", "localhost:2", *shim(2, 2, "horovod"),
+                sys.executable, str(job / program), *args], job)
+
+
+def shim(size: int, per_node: int, kind: str = "slurm") -> list[str]:
+    """Each rank started through the rank contract, as hpcprov's launch lines start it."""
+    from hpcprov.jobs.launchers import rank_shim_line
+    from hpcprov.site.kinds import LauncherKind
+
+    text = rank_shim_line(LauncherKind.horovodrun if kind == "horovod" else LauncherKind.srun)
+    code = shlex.split(text.split("=", 1)[1])[0]  # the shim's text, as a job script holds it
+    return ["bash", "-c", code, "hpcprov-rank", str(size), str(per_node), "127.0.0.1",
+            str(free_port()), "--"]
 
 
 def needs_tensorflow() -> None:
@@ -180,35 +192,17 @@ def test_sizes_bandwidth_and_rank_discovery() -> None:
     runtime = load(RUNTIME)
     discover = runtime.discover_ranks
     assert discover({}) == (0, 1, 0, "single")
+    # the programs read torch's contract only: a starter's own variables are the shim's
     slurm = {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1"}
-    assert discover(slurm) == (5, 8, 1, "slurm")
-    # mpirun inside a batch script: the batch step's SLURM_PROCID=0 must not win
-    ompi = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "8",
-            "OMPI_COMM_WORLD_LOCAL_RANK": "3"}
-    assert discover({**slurm, "SLURM_PROCID": "0", **ompi}) == (3, 8, 3, "openmpi")
-    assert discover({"PMI_RANK": "2", "PMI_SIZE": "4", **slurm}) == (2, 4, 0, "pmi")
+    assert discover(slurm) == (0, 1, 0, "single")
     torchrun_env = {"RANK": "7", "WORLD_SIZE": "8", "LOCAL_RANK": "3"}
-    assert discover({**slurm, **ompi, **torchrun_env}) == (7, 8, 3, "torchrun")
+    assert discover({**slurm, **torchrun_env}) == (7, 8, 3, "torchrun")
+    shimmed = {**torchrun_env, "HPCPROV_RANK_SOURCE": "openmpi"}
+    assert discover(shimmed) == (7, 8, 3, "openmpi")
     assert discover({"RANK": "1", "WORLD_SIZE": ""}) == (0, 1, 0, "single")  # both, or none
     train = load("train.py")
     assert train.in_sync(0.0, 5.0) and train.in_sync(5.9e-6, 5.0)
     assert not train.in_sync(6.1e-6, 5.0)
-
-
-def test_every_launchers_variables_come_before_slurms() -> None:
-    """Whichever launcher started the ranks inside a Slurm batch script (which leaves
-    SLURM_PROCID=0 in every rank's environment), its own variables decide."""
-    runtime = load(RUNTIME)
-    batch = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0"}
-    sources = [source for source, *_ in runtime.RANK_ENV]
-    assert sources[-1] == "slurm"
-    assert {"torchrun", "horovod", "openmpi", "pmi", "jsrun"} <= set(sources)
-    for source, rank, size, local in runtime.RANK_ENV[:-1]:
-        env = {**batch, rank: "3", size: "4", local: "2"}
-        assert runtime.discover_ranks(env) == (3, 4, 2, source)
-    jsrun = {"JSM_NAMESPACE_RANK": "5", "JSM_NAMESPACE_SIZE": "6",
-             "JSM_NAMESPACE_LOCAL_RANK": "1"}
-    assert runtime.discover_ranks({**batch, **jsrun}) == (5, 6, 1, "jsrun")
 
 
 def test_the_programs_share_one_runtime_and_define_no_protocol_of_their_own() -> None:
@@ -221,7 +215,7 @@ def test_the_programs_share_one_runtime_and_define_no_protocol_of_their_own() ->
         assigned = {target.id for node in ast.walk(tree) if isinstance(node, ast.Assign)
                     for target in node.targets if isinstance(target, ast.Name)}
         assert not defined & {"emit", "discover_ranks", "discover_rank"}, name
-        assert "RANK_ENV" not in assigned, name
+        assert not assigned & {"RANK_ENV", "hpcprov_sets"}, name
 
 
 def test_a_record_the_programs_emit_is_what_the_judge_reads(
@@ -337,10 +331,10 @@ def test_allreduce_reports_wrong_sums(programs: Path) -> None:
 
 @pytest.mark.slow
 def test_allreduce_ranks_from_slurm_variables(programs: Path) -> None:
-    """Two processes started like srun starts them (SLURM_PROCID/NTASKS/LOCALID), a big last
-    size with a time budget that leaves 2 iterations, float64."""
+    """Two processes started like srun starts them (SLURM_PROCID/NTASKS/LOCALID) through the
+    rank contract, a big last size with a time budget that leaves 2 iterations, float64."""
     port = str(free_port())
-    argv = [sys.executable, str(programs / "allreduce.py"), "--min-bytes", "1024",
+    argv = [*shim(2, 2), sys.executable, str(programs / "allreduce.py"), "--min-bytes", "1024",
             "--max-bytes", "4194304", "--factor", "16", "--iters", "50", "--warmup", "2",
             "--max-seconds-per-size", "1e-9", "--dtype", "float64"]
     procs = [subprocess.Popen(argv, cwd=programs, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -94,7 +94,41 @@ def reference() -> str:
             typ = _type_name(field.annotation).replace("|", "\\|")
             out.append(f"| `{name}` | {typ} | {_default(field).replace('|', '/')} | {desc} |")
         out.append("")
-    return "\n".join(out)
+    return "\n".join([*out, *rank_contract()])
+
+
+def rank_contract() -> list[str]:
+    """The reference's section on the rank contract: what each rank gets, from which
+    starter's variables, and which values are evaluated where."""
+    from hpcprov.jobs.ranks import KIND_STARTERS, STARTERS
+
+    out = ["## The rank contract", "",
+           "Every rank that srun, mpirun, mpiexec, jsrun, horovodrun or a container launcher "
+           "starts runs hpcprov's shim first (`bash -c \"$hpcprov_rank\" hpcprov-rank SIZE "
+           "PER_NODE ADDR PORT [WRAPPER...] -- COMMAND`; the text is `hpcprov/jobs/rank_env.sh`"
+           ", assigned to `hpcprov_rank` before the launch line). It exports torch."
+           "distributed's environment, so an unmodified `init_process_group()` (env://) "
+           "works under any of them: `RANK`, `WORLD_SIZE`, `LOCAL_RANK`, `LOCAL_WORLD_SIZE`, "
+           "`NODE_RANK` from the first starter below whose rank, size and local rank are all "
+           "set (what a starter does not say comes from the geometry hpcprov planned: SIZE, "
+           "PER_NODE); `MASTER_ADDR` and `MASTER_PORT` as the launch exported them, else ADDR "
+           "(the job's first node) and PORT (the launcher's `port`); `HPCPROV_RANK_SOURCE` "
+           "names the starter. torchrun gives its ranks these variables itself.", "",
+           "Where values are evaluated:", "",
+           "- **Once, by the job's shell** (the batch script, or your shell for `hpcprov "
+           "launch`): the launch line itself, the job's first node (ADDR), `env` and "
+           "`network.env`, `args`.",
+           "- **On each rank, by the shim**: the `wrapper` words. `$NAME` and `${NAME}` in "
+           "them become that rank's values (`CUDA_VISIBLE_DEVICES=$LOCAL_RANK`, "
+           "`ROCR_VISIBLE_DEVICES=$SLURM_LOCALID`); nothing else in them is evaluated: no "
+           "command substitution, globbing or word splitting, whatever a value holds.", "",
+           "| launcher kind | starters read, first found first |", "|---|---|"]
+    out += [f"| {kind.value} | {', '.join(names)} |" for kind, names in KIND_STARTERS.items()]
+    out += ["", "| starter | rank | size | local rank | local size | node rank |",
+            "|---|---|---|---|---|---|"]
+    out += [f"| {name} | " + " | ".join(f"`{v}`" if v else "-" for v in starter) + " |"
+            for name, starter in STARTERS.items()]
+    return [*out, ""]
 
 
 def site_page(name: str) -> str:

@@ -16,14 +16,16 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Literal
 
 import hostlist
 
 from hpcprov import schedulers
 from hpcprov.core.errors import UsageError
-from hpcprov.core.shell import Raw, Template, join
+from hpcprov.core.shell import Raw, Template, assign, fragment, join
 from hpcprov.jobs.modules import env_lines as profile_env_lines
+from hpcprov.jobs.ranks import table_line
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.base import renamed, renamed_hostfile
 from hpcprov.site.kinds import LauncherKind
@@ -285,6 +287,10 @@ def build_torchrun(req: JobRequest, context: Context) -> Launch:
         *target,
     ]
     backend = schedulers.of(req.site)
+    if launcher.per_node_wrapper in ("mpirun", "mpiexec"):
+        # one torchrun agent per node, started by MPI; its node's ranks are its children
+        argv, setup = mpi_per_node(req, launcher.per_node_wrapper)
+        return Launch([*argv, *torchrun], setup)
     starter = None if launcher.per_node_wrapper == "none" else backend.per_node(req)
     if starter is not None:
         # one task per node running every rank: the job's CPUs per task are all of them
@@ -293,6 +299,19 @@ def build_torchrun(req: JobRequest, context: Context) -> Launch:
         return Launch([*starter.argv, *step.argv, *srun_args, *torchrun],
                       [*starter.setup, *step.setup])
     return Launch(torchrun)
+
+
+def mpi_per_node(req: JobRequest, starter: str) -> tuple[list[str], list[str]]:
+    """(argv, setup lines) of an MPI starter running one process on each of the job's nodes:
+    mpirun over the job's hosts one slot each (``--map-by ppr:1:node``), or mpiexec with one
+    process per node (Hydra's -ppn, PALS' --ppn)."""
+    setup = list(schedulers.of(req.site).daemon_setup(req))
+    if starter == "mpiexec":
+        ppn = "-ppn" if req.launch.flavor == "hydra" else "--ppn"
+        return ["mpiexec", "-n", str(req.nodes), ppn, "1"], setup
+    one = replace(req, tasks_per_node=1)
+    hosts, more = host_slots(one)
+    return ["mpirun", "-np", str(req.nodes), *hosts, "--map-by", "ppr:1:node"], [*setup, *more]
 
 
 def _image(req: JobRequest) -> str:
@@ -306,15 +325,24 @@ def _image(req: JobRequest) -> str:
     return containers.images.get(name, name)
 
 
+def unbuffered(req: JobRequest, command: tuple[object, ...]) -> tuple[object, ...]:
+    """``python -u ...`` where the container launcher asks for unbuffered output."""
+    out = list(command)
+    if req.launch.unbuffered and out and _PY.match(str(out[0])) and "-u" not in out[1:2]:
+        out.insert(1, "-u")
+    return tuple(out)
+
+
 def build_container(req: JobRequest, context: Context) -> Launch:
     launcher, containers = req.launch, req.site.containers
     runtime = launcher.runtime or containers.runtime
     if not schedulers.of(req.site).starts_tasks:
         raise UsageError("the container launcher starts tasks with srun: it needs a Slurm site")
     image = _image(req)
-    command = list(req.command)
-    if launcher.unbuffered and command and _PY.match(command[0]) and "-u" not in command[1:2]:
-        command.insert(1, "-u")
+    # each rank in the container starts through the rank contract (its wrapper included)
+    command = list(rank_command(req, tuple(req.command)))
+    if launcher.wrap_in_bash:
+        command = list(rank_command(req, ("/bin/bash", "-c", join(req.command))))
     srun, setup = _srun_prefix(req, context)
     srun = [*srun, *launcher.srun_args]
     # the host's Python must not reach into the container's (its packages, its home)
@@ -327,8 +355,6 @@ def build_container(req: JobRequest, context: Context) -> Launch:
         if launcher.per_task_output:
             argv.append(f"--output={launcher.per_task_output}")
         argv += launcher.args
-        if launcher.wrap_in_bash:
-            return Launch([*argv, "/bin/bash", "-c", join(command)], setup)
         return Launch([*argv, *command], setup)
     if runtime in ("singularity", "apptainer"):
         argv = [*srun, runtime, *(launcher.args or ["exec"])]
@@ -357,16 +383,49 @@ BUILDERS: dict[LauncherKind, Callable[[JobRequest, Context], Launch]] = {
 }
 
 
+# the shell file every rank runs first (the rank contract), and the variable a job script
+# holds its text in
+RANK_SHIM = Path(__file__).with_name("rank_env.sh")
+RANK_SHIM_VAR = "hpcprov_rank"
+# the kinds whose ranks start with the starter's variables only (torchrun sets torch's own)
+SHIM_KINDS = frozenset({LauncherKind.srun, LauncherKind.mpirun, LauncherKind.mpiexec,
+                        LauncherKind.jsrun, LauncherKind.horovodrun, LauncherKind.container})
+
+
+def rank_shim_line(kind: LauncherKind) -> str:
+    """The line that puts the per-rank shim's text in ``$hpcprov_rank``: the table of the
+    starters ``kind``'s ranks may come from (:mod:`hpcprov.jobs.ranks`), then the shim
+    (quoted: the text is data to the job's shell; each rank's bash runs it)."""
+    code = [ln for ln in fragment(RANK_SHIM) if not ln.lstrip().startswith("#")]
+    header = "# the rank contract of hpcprov (docs/reference.md): torch variables on each rank"
+    return assign(RANK_SHIM_VAR, "\n".join([header, table_line(kind), *code]))
+
+
+def rank_command(req: JobRequest, command: tuple[object, ...]) -> tuple[object, ...]:
+    """``command`` started through the rank contract: every rank's bash runs the shim,
+    which exports torch's variables from the starter's, expands the wrapper's $VARS with
+    this rank's values, then runs the wrapper and the command."""
+    return ("bash", "-c", Raw(f'"${RANK_SHIM_VAR}"'), "hpcprov-rank", str(req.world_size),
+            str(req.ranks_per_node), first_node(req), str(req.rendezvous_port),
+            *req.launch.wrapper, "--", *command)
+
+
 def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
-    """The launch line for a request, by the launcher's kind."""
+    """The launch line for a request, by the launcher's kind; where the kind's starter
+    gives its ranks no torch environment, each rank starts through the rank contract
+    (:func:`rank_command`)."""
     if not req.command:
         raise UsageError("no command given: add it after --, e.g. -- python train.py")
-    kind = req.launch.kind
+    launcher = req.launch
+    kind = launcher.kind
     if kind not in BUILDERS:
         raise UsageError(f"launcher kind {kind.value!r} cannot build a launch line")
     if kind == LauncherKind.srun and not schedulers.of(req.site).starts_tasks:
         raise UsageError(f"launcher {req.launcher_name!r} (srun) needs a Slurm site")
-    if req.launch.wrapper:  # every rank runs its program through the site's wrapper
-        req = replace(req, command=(*(Template(w) for w in req.launch.wrapper),
-                                    *req.command))
-    return BUILDERS[kind](req, context)
+    if kind not in SHIM_KINDS:  # torchrun gives its ranks torch's environment itself
+        return BUILDERS[kind](req, context)
+    if kind == LauncherKind.container:  # the runtime's command line: inside the container
+        launch = build_container(replace(req, command=unbuffered(req, req.command)), context)
+    else:
+        launch = BUILDERS[kind](replace(req, command=rank_command(req, req.command)), context)
+    return Launch(launch.argv, [rank_shim_line(kind), *launch.setup], launch.notes)

@@ -488,7 +488,8 @@ LAUNCHER_KEYS: dict[str, frozenset[LauncherKind]] = {
                             _K.torchrun}),
     "mpi": frozenset({_K.srun, _K.container}),
     "runtime": frozenset({_K.container}),
-    "wrapper": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.horovodrun}),
+    "wrapper": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.horovodrun,
+                          _K.container}),
     "srun_args": frozenset({_K.container, _K.torchrun}),
     "wrap_in_bash": frozenset({_K.container}),
     "unbuffered": frozenset({_K.container}),
@@ -505,8 +506,10 @@ class Launcher(Strict):
     args: list[str] = Field(default_factory=list, description="extra launcher arguments")
     wrapper: list[str] = Field(
         default_factory=list, description="a command every rank runs its program through "
-        "(the GPU/NIC affinity scripts sites publish, e.g. [./select_gpu_device]); $VARS "
-        "are expanded on the node")
+        "(the GPU/NIC affinity scripts sites publish, e.g. [./select_gpu_device], or [env, "
+        "ROCR_VISIBLE_DEVICES=$SLURM_LOCALID]); each rank replaces $NAME and ${NAME} in these "
+        "words with its own values (nothing else in them is evaluated), inside the container "
+        "for a container launcher: the rank contract, below")
     srun_args: list[str] = Field(
         default_factory=list, description="options for the srun that starts the "
         "container's tasks or torchrun's one agent per node (args are the runtime's or "
@@ -538,8 +541,10 @@ class Launcher(Strict):
         "first_node", description="rendezvous host: $(hostname) or the first node of the job"
     )
     port: int = _count(29500, ge=1024, le=65535, description="an unprivileged TCP port")
-    per_node_wrapper: Literal["srun", "none"] = Field(
-        "srun", description="torchrun: start one per node with srun, or run directly"
+    per_node_wrapper: Literal["srun", "mpirun", "mpiexec", "none"] = Field(
+        "srun", description="torchrun: start one per node with the scheduler's task starter "
+        "(srun; LSF: blaunch), with mpirun (--map-by ppr:1:node) or mpiexec (one per node), "
+        "or run directly (one node)"
     )
     # srun
     mpi: str | None = Field(None, description="srun --mpi=<plugin>, e.g. pmix")

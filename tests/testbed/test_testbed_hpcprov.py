@@ -13,19 +13,17 @@ from hpcprov.app.cli import main as hpcprov
 
 pytestmark = pytest.mark.testbed
 
+# torch's environment contract only: every launcher gives each rank RANK, LOCAL_RANK and
+# WORLD_SIZE (hpcprov's rank shim, or torchrun itself)
 PROBE = r'''
 import json, os, socket
 e = os.environ
-def first(*names):
-    for n in names:
-        if n in e:
-            return e[n]
-    return None
 rec = {
-    "rank": int(first("RANK", "OMPI_COMM_WORLD_RANK", "HOROVOD_RANK", "SLURM_PROCID")),
-    "local_rank": int(first("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "HOROVOD_LOCAL_RANK",
-                            "SLURM_LOCALID")),
-    "world_size": int(first("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "HOROVOD_SIZE", "SLURM_NTASKS")),
+    "rank": int(e["RANK"]),
+    "local_rank": int(e["LOCAL_RANK"]),
+    "world_size": int(e["WORLD_SIZE"]),
+    "node_rank": int(e.get("NODE_RANK", e.get("GROUP_RANK", "-1"))),
+    "source": e.get("HPCPROV_RANK_SOURCE"),
     "master_addr": e.get("MASTER_ADDR"),
     "host": socket.gethostname(),
     "modules": e.get("LOADEDMODULES", ""),
@@ -36,6 +34,8 @@ os.write(1, (json.dumps(rec) + "\n").encode())
 
 
 LAUNCHERS = ["srun", "torchrun", "mpirun", "horovodrun"]
+# the starter the rank shim read each launcher's ranks from (None: torchrun's own)
+SOURCES = {"srun": "slurm", "torchrun": None, "mpirun": "openmpi", "horovodrun": "horovod"}
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)
@@ -55,6 +55,9 @@ def test_generated_jobscript_starts_ranks_on_two_nodes(client, capsys, launcher,
     assert {r["world_size"] for r in recs} == {4}
     assert sorted((r["host"], r["local_rank"]) for r in recs) == [
         ("gpu01", 0), ("gpu01", 1), ("gpu02", 0), ("gpu02", 1)]
+    assert sorted((r["host"], r["node_rank"]) for r in recs) == [
+        ("gpu01", 0), ("gpu01", 0), ("gpu02", 1), ("gpu02", 1)]
+    assert {r["source"] for r in recs} == {SOURCES[launcher]}
     # the site's module line ran inside the job and the ranks inherited it
     assert all("cudampi/openmpi-4.1.1" in r["modules"] for r in recs)
     if launcher in ("srun", "mpirun", "torchrun"):

@@ -30,12 +30,9 @@ then rank 0 prints one line per size and a final line ::
     HPCPROV_RESULT {"check":"allreduce","impl":"torch.gloo","device":"cpu",...,"correct":true}
     HPCPROV_DONE {"check":"allreduce","ok":true}
 
-Ranks for torch.distributed (gloo, nccl; mpi asks MPI) come from the launcher's variables,
-the first set that is present of runtime.RANK_ENV: RANK/WORLD_SIZE/LOCAL_RANK (torchrun),
-HOROVOD_RANK/SIZE/LOCAL_RANK (horovodrun), OMPI_COMM_WORLD_RANK/SIZE/LOCAL_RANK (Open MPI),
-PMI_RANK/PMI_SIZE/MPI_LOCALRANKID (MPICH, Intel MPI), JSM_NAMESPACE_RANK/SIZE/LOCAL_RANK
-(jsrun), SLURM_PROCID/SLURM_NTASKS/SLURM_LOCALID (srun), in that order: the launchers' own
-before Slurm's, as mpirun inside a batch script inherits the batch step's SLURM_PROCID=0.
+Ranks for torch.distributed (gloo, nccl; mpi asks MPI) come from torch's environment
+contract (RANK, WORLD_SIZE, LOCAL_RANK), which hpcprov's launch lines give every rank from
+whichever starter launched it (hpcprov/jobs/rank_env.sh) and torchrun gives its own.
 MASTER_ADDR and MASTER_PORT default to 127.0.0.1 and 29500. The records and rank discovery
 are runtime.py's, which the validation suite copies beside this file.
 

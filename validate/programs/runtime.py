@@ -19,7 +19,7 @@ The protocol: one record per line, a tag, one space and a compact JSON object::
 A launcher may put a prefix before a line (``[0]<stdout>:`` from horovodrun, ``0: `` from
 ``srun --label``), so a record is found anywhere in its line.
 
-Ranks come from the launcher's variables, the first set of :data:`RANK_ENV` that is present.
+Ranks come from torch's environment contract (:func:`discover_ranks`).
 """
 
 import json
@@ -39,28 +39,16 @@ CHILD = "HPCPROV_CHILD"
 
 _RECORD = re.compile(r"(HPCPROV_[A-Z]+) (\{.*\})")
 
-# (source, rank, world size, local rank): the first launcher whose rank and size are set
-# wins. The launchers' own variables come before Slurm's: mpirun or mpiexec started inside
-# a batch script inherit the batch step's SLURM_PROCID=0, which would make every rank 0.
-# jsrun (LSF) sets JSM_NAMESPACE_*, and the Open MPI ones too where it runs Spectrum MPI.
-RANK_ENV = (
-    ("torchrun", "RANK", "WORLD_SIZE", "LOCAL_RANK"),
-    ("horovod", "HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK"),
-    ("openmpi", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-    ("pals", "PALS_RANKID", "PMI_SIZE", "PALS_LOCAL_RANKID"),  # HPE Cray's mpiexec
-    ("pmi", "PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
-    ("jsrun", "JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK"),
-    ("slurm", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
-)
-
-
 def discover_ranks(env=None):
-    """(rank, world_size, local_rank, source) from the launcher's environment variables;
-    (0, 1, 0, "single") without a launcher."""
+    """(rank, world_size, local_rank, source) from torch's environment contract: RANK,
+    WORLD_SIZE and LOCAL_RANK, which hpcprov's launch lines give every rank from whichever
+    starter launched it (the rank shim, hpcprov/jobs/rank_env.sh, which names that starter
+    in HPCPROV_RANK_SOURCE) and torchrun gives its ranks itself; (0, 1, 0, "single")
+    without them."""
     env = os.environ if env is None else env
-    for source, rank, size, local in RANK_ENV:
-        if env.get(rank, "") != "" and env.get(size, "") != "":
-            return int(env[rank]), int(env[size]), int(env.get(local) or 0), source
+    if env.get("RANK", "") != "" and env.get("WORLD_SIZE", "") != "":
+        source = env.get("HPCPROV_RANK_SOURCE") or "torchrun"
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK") or 0), source
     return 0, 1, 0, "single"
 
 

@@ -1,0 +1,70 @@
+"""The rank contract's data: which variables each starter gives its ranks, and which
+starters may have started the ranks of each launcher kind.
+
+A rank started by srun, mpirun, mpiexec, jsrun or horovodrun knows who it is only by its
+starter's variables; torch.distributed's ``env://`` rendezvous wants RANK, WORLD_SIZE,
+LOCAL_RANK (and MASTER_ADDR, MASTER_PORT). hpcprov starts each such rank through a small
+shim (``rank_env.sh``) that reads the first of its launcher's starters whose rank and size
+are both set and exports torch's variables. This module says what the shim reads; the shim
+says how.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+from hpcprov.site.kinds import LauncherKind
+
+
+class Starter(NamedTuple):
+    """The variables one starter sets in each rank (None: it sets no such variable; the
+    shim then derives it from the geometry hpcprov planned)."""
+
+    rank: str
+    size: str | None
+    local_rank: str | None
+    local_size: str | None
+    node_rank: str | None
+
+
+STARTERS: dict[str, Starter] = {
+    "horovod": Starter("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
+                       "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK"),
+    "openmpi": Starter("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                       "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                       "OMPI_COMM_WORLD_NODE_RANK"),
+    # HPE Cray's PALS (mpiexec): its own ids, the size from Cray PMI
+    "pals": Starter("PALS_RANKID", "PMI_SIZE", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE",
+                    "PALS_NODEID"),
+    "cray-pmi": Starter("PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE", None),
+    # MPICH's and Intel MPI's Hydra
+    "hydra": Starter("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None),
+    "jsrun": Starter("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
+                     "JSM_NAMESPACE_LOCAL_SIZE", None),
+    "pmix": Starter("PMIX_RANK", None, None, None, None),
+    "slurm": Starter("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None, "SLURM_NODEID"),
+}
+
+# The starters whose variables a launcher kind's ranks may carry, first found first. An
+# MPI starter never reads Slurm's: mpirun or mpiexec started inside a batch script inherit
+# the batch step's SLURM_PROCID=0, which would make every rank 0.
+KIND_STARTERS: dict[LauncherKind, tuple[str, ...]] = {
+    LauncherKind.srun: ("slurm",),
+    LauncherKind.container: ("slurm",),  # started by srun (the container launcher's starter)
+    LauncherKind.mpirun: ("openmpi", "hydra", "pmix"),
+    LauncherKind.mpiexec: ("pals", "cray-pmi", "hydra", "openmpi", "pmix"),
+    LauncherKind.jsrun: ("jsrun", "openmpi", "pmix"),
+    LauncherKind.horovodrun: ("horovod", "openmpi", "hydra"),
+}
+
+
+def table_line(kind: LauncherKind) -> str:
+    """The shim's table for ``kind``: a bash array, one entry per starter (``source rank
+    size local_rank local_size node_rank``, ``-`` for none), in double quotes (names and
+    dashes only: nothing in them expands), so the table reads plainly inside the single
+    quotes of ``hpcprov_rank=``."""
+    entries = [" ".join([name, *(v or "-" for v in STARTERS[name])])
+               for name in KIND_STARTERS[kind]]
+    assert all(re.fullmatch(r"[A-Za-z0-9_ -]+", e) for e in entries), entries
+    return "hpcprov_sets=(" + " ".join(f'"{e}"' for e in entries) + ")"

@@ -1,0 +1,273 @@
+"""The rank contract (issue 26): every rank gets torch.distributed's environment (RANK,
+LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT) from
+whichever starter launched it, through the shim every generated launch line carries
+(hpcprov/jobs/rank_env.sh, its table from hpcprov/jobs/ranks.py); per-rank wrapper values
+are each rank's own, and nothing in them executes.
+
+Proved three ways: the shim under each starter's variables (as the starters set them);
+generated job scripts run by stub starters that start every rank with those variables
+(srun, mpiexec of Hydra and of PALS, jsrun, which cannot run here); and an unmodified DDP
+script trained by the real mpirun and horovodrun through the generated job script. The
+testbed proves srun, mpirun, horovodrun and torchrun on 2 nodes
+(tests/testbed/test_testbed_rank_contract.py).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hpcprov_tests import cli, write_profile
+
+from hpcprov.jobs.launchers import rank_shim_line
+from hpcprov.site.kinds import LauncherKind
+
+CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+            "MASTER_PORT", "HPCPROV_RANK_SOURCE")
+# what each rank prints: its contract, as JSON on one line
+SHOW = ("import json, os; print('RANKENV ' + json.dumps({k: os.environ.get(k) for k in "
+        f"{list(CONTRACT)!r} + ['HPCPROV_TEST_WRAPPED']}}), flush=True)")
+# a Slurm batch step's own variables, which every rank started inside a job inherits
+BATCH = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
+
+
+def shim(kind: LauncherKind, env: dict[str, str], *args: str) -> dict[str, str | None]:
+    """One rank: the shim of ``kind`` run by bash with ``env``, showing its contract."""
+    script = rank_shim_line(kind) + '\nexec bash -c "$hpcprov_rank" hpcprov-rank "$@"\n'
+    proc = subprocess.run(["bash", "-c", script, "job", *args, "--", sys.executable, "-c", SHOW],
+                          env={"PATH": os.environ["PATH"], **env}, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [ln for ln in proc.stdout.splitlines() if ln.startswith("RANKENV ")]
+    return json.loads(line.removeprefix("RANKENV "))
+
+
+@pytest.mark.parametrize(("kind", "env", "want"), [
+    (LauncherKind.srun, {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
+                         "SLURM_NODEID": "1"}, ("5", "8", "1", "4", "1", "slurm")),
+    # Open MPI's mpirun inside a batch script: the batch step's SLURM_PROCID=0 must not win
+    (LauncherKind.mpirun, {**BATCH, "OMPI_COMM_WORLD_RANK": "6", "OMPI_COMM_WORLD_SIZE": "8",
+                           "OMPI_COMM_WORLD_LOCAL_RANK": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+                           "OMPI_COMM_WORLD_NODE_RANK": "1"}, ("6", "8", "2", "4", "1", "openmpi")),
+    # Intel MPI's mpirun is Hydra
+    (LauncherKind.mpirun, {**BATCH, "PMI_RANK": "3", "PMI_SIZE": "8", "MPI_LOCALRANKID": "3",
+                           "MPI_LOCALNRANKS": "4"}, ("3", "8", "3", "4", "0", "hydra")),
+    # HPE Cray's PALS: its own ids, the size from Cray PMI (which sets PMI_RANK too)
+    (LauncherKind.mpiexec, {**BATCH, "PALS_RANKID": "5", "PMI_RANK": "5", "PMI_SIZE": "8",
+                            "PALS_LOCAL_RANKID": "1", "PALS_NODEID": "1"},
+     ("5", "8", "1", "4", "1", "pals")),
+    (LauncherKind.mpiexec, {**BATCH, "PMI_RANK": "7", "PMI_SIZE": "8", "PMI_LOCAL_RANK": "3",
+                            "PMI_LOCAL_SIZE": "4"}, ("7", "8", "3", "4", "1", "cray-pmi")),
+    (LauncherKind.mpiexec, {**BATCH, "PMI_RANK": "2", "PMI_SIZE": "8", "MPI_LOCALRANKID": "2"},
+     ("2", "8", "2", "4", "0", "hydra")),
+    # a starter that says only the rank (PMIx): the rest from the geometry hpcprov planned
+    (LauncherKind.mpiexec, {**BATCH, "PMIX_RANK": "6"}, ("6", "8", "2", "4", "1", "pmix")),
+    (LauncherKind.jsrun, {"JSM_NAMESPACE_RANK": "4", "JSM_NAMESPACE_SIZE": "8",
+                          "JSM_NAMESPACE_LOCAL_RANK": "0", "JSM_NAMESPACE_LOCAL_SIZE": "4"},
+     ("4", "8", "0", "4", "1", "jsrun")),
+    (LauncherKind.horovodrun, {**BATCH, "HOROVOD_RANK": "1", "HOROVOD_SIZE": "8",
+                               "HOROVOD_LOCAL_RANK": "1", "HOROVOD_LOCAL_SIZE": "4",
+                               "HOROVOD_CROSS_RANK": "0"}, ("1", "8", "1", "4", "0", "horovod")),
+    # horovodrun --mpi starts its ranks with mpirun
+    (LauncherKind.horovodrun, {**BATCH, "OMPI_COMM_WORLD_RANK": "7", "OMPI_COMM_WORLD_SIZE": "8",
+                               "OMPI_COMM_WORLD_LOCAL_RANK": "3"},
+     ("7", "8", "3", "4", "1", "openmpi")),
+    (LauncherKind.container, {"SLURM_PROCID": "2", "SLURM_NTASKS": "8", "SLURM_LOCALID": "2"},
+     ("2", "8", "2", "4", "0", "slurm")),
+])
+def test_each_starters_variables_become_torchs(kind: LauncherKind, env: dict[str, str],
+                                               want: tuple[str, ...]) -> None:
+    got = shim(kind, env, "8", "4", "node01", "29555")
+    assert (got["RANK"], got["WORLD_SIZE"], got["LOCAL_RANK"], got["LOCAL_WORLD_SIZE"],
+            got["NODE_RANK"], got["HPCPROV_RANK_SOURCE"]) == want
+    assert (got["MASTER_ADDR"], got["MASTER_PORT"]) == ("node01", "29555")
+
+
+def test_an_exported_rendezvous_wins_and_no_starter_is_one_rank() -> None:
+    got = shim(LauncherKind.srun, {"MASTER_ADDR": "fast0", "MASTER_PORT": "1234"},
+               "8", "4", "node01", "29555")
+    assert (got["RANK"], got["WORLD_SIZE"], got["HPCPROV_RANK_SOURCE"]) == ("0", "1", "single")
+    assert (got["MASTER_ADDR"], got["MASTER_PORT"]) == ("fast0", "1234")
+    # a Slurm variable under an MPI starter is the batch step's, never a rank
+    assert shim(LauncherKind.mpirun, BATCH, "8", "4", "n", "1")["HPCPROV_RANK_SOURCE"] == "single"
+    # a starter's value that is not a number is not a rank
+    got = shim(LauncherKind.srun, {"SLURM_PROCID": "1;id", "SLURM_NTASKS": "8"}, "8", "4", "n", "1")
+    assert got["HPCPROV_RANK_SOURCE"] == "single"
+
+
+HOSTILE = ["$(touch {pwned})", "`touch {pwned}`", "'; touch {pwned}; '", "${{IFS}}x*",
+           "$(touch {pwned})$SLURM_LOCALID"]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_a_wrapper_value_is_each_ranks_own_and_never_executes(tmp_path: Path,
+                                                              value: str) -> None:
+    pwned = tmp_path / "pwned"
+    word = value.format(pwned=pwned)
+    for local in ("0", "3"):
+        env = {"SLURM_PROCID": local, "SLURM_NTASKS": "8", "SLURM_LOCALID": local}
+        got = shim(LauncherKind.srun, env, "8", "4", "n", "1", "env",
+                   f"HPCPROV_TEST_WRAPPED={word}<$SLURM_LOCALID|${{LOCAL_RANK}}>")
+        # a variable reference is the rank's value (IFS too); nothing else is evaluated:
+        # no command runs, no glob expands, nothing splits
+        literal = word.replace("$SLURM_LOCALID", local).replace("${IFS}", " \t\n")
+        assert got["HPCPROV_TEST_WRAPPED"] == f"{literal}<{local}|{local}>"
+    assert not pwned.exists()
+
+
+# ------------------------------------------- generated job scripts under stub starters
+
+STARTER = r'''#!{python}
+"""A stub of {name}: starts every rank of its geometry at once, each with the variables the
+real starter sets, and runs the command (from the rank contract's bash on)."""
+import os, subprocess, sys
+
+name, argv = {name!r}, sys.argv[1:]
+def opt(*names):
+    for i, a in enumerate(argv):
+        for n in names:
+            if a == n:
+                return int(argv[i + 1])
+            if a.startswith(n + "="):
+                return int(a.split("=", 1)[1])
+    return None
+start = argv.index("bash")
+if name == "srun":
+    size = opt("--ntasks") or int(os.environ["SLURM_NTASKS"])
+    per = opt("--ntasks-per-node") or int(os.environ["SLURM_NTASKS_PER_NODE"])
+elif name == "jsrun":
+    size, per = opt("--nrs"), opt("--rs_per_host")
+else:
+    size, per = opt("-n", "-np"), opt("-ppn", "--ppn")
+procs = []
+for r in range(size):
+    local, node = r % per, r // per
+    given = {{
+        "srun": {{"SLURM_PROCID": r, "SLURM_NTASKS": size, "SLURM_LOCALID": local,
+                  "SLURM_NODEID": node}},
+        "jsrun": {{"JSM_NAMESPACE_RANK": r, "JSM_NAMESPACE_SIZE": size,
+                   "JSM_NAMESPACE_LOCAL_RANK": local, "JSM_NAMESPACE_LOCAL_SIZE": per}},
+        "hydra": {{"PMI_RANK": r, "PMI_SIZE": size, "MPI_LOCALRANKID": local,
+                   "MPI_LOCALNRANKS": per}},
+        "pals": {{"PALS_RANKID": r, "PMI_RANK": r, "PMI_SIZE": size, "PALS_LOCAL_RANKID": local,
+                  "PALS_NODEID": node}},
+    }}[os.environ.get("STUB_FLAVOR", name)]
+    env = {{**os.environ, **{{k: str(v) for k, v in given.items()}}}}
+    procs.append(subprocess.Popen(argv[start:], env=env))
+sys.exit(max(p.wait() for p in procs))
+'''
+SCONTROL = '#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "n1\\nn2\\n"\nexit 0\n'
+
+
+def stub_bin(root: Path) -> Path:
+    folder = root / "bin"
+    folder.mkdir()
+    for name in ("srun", "mpiexec", "jsrun"):
+        path = folder / name
+        path.write_text(STARTER.format(python=sys.executable, name=name))
+        path.chmod(0o755)
+    (folder / "scontrol").write_text(SCONTROL)
+    (folder / "scontrol").chmod(0o755)
+    return folder
+
+
+def run_job(script: str, root: Path, env: dict[str, str]) -> list[dict[str, str | None]]:
+    (root / "job.sh").write_text(script)
+    proc = subprocess.run(["bash", str(root / "job.sh")], cwd=root, capture_output=True,
+                          text=True, timeout=120, env={
+                              "PATH": f"{stub_bin(root)}:{Path(sys.executable).parent}:"
+                                      "/usr/bin:/bin", "HOME": str(root), **env})
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(ln.removeprefix("RANKENV ")) for ln in proc.stdout.splitlines()
+            if ln.startswith("RANKENV ")]
+
+
+NO_MODULES = "modules: {system: none}\n"  # the stubs run no module system
+MPIEXEC = NO_MODULES + """\
+name: mx
+extends: testbed
+launchers:
+  hydra: {kind: mpiexec, wrapper: [env, "HPCPROV_TEST_WRAPPED=gpu$LOCAL_RANK"]}
+  pals: {kind: mpiexec, flavor: pals}
+default_launcher: hydra
+"""
+
+
+@pytest.mark.parametrize(("site", "launcher", "flavor", "env"), [
+    ("tb", "srun", "srun", {**BATCH, "SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7",
+                            "SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8"}),
+    ("mx", "hydra", "hydra", {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", **BATCH}),
+    ("mx", "pals", "pals", {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", **BATCH}),
+    ("js", "jsrun", "jsrun", {"LSB_JOBID": "7"}),
+])
+def test_a_generated_job_gives_every_rank_its_own_contract(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, site: str, launcher: str,
+        flavor: str, env: dict[str, str]) -> None:
+    profiles = {"mx": MPIEXEC, "tb": NO_MODULES + "name: tb\nextends: testbed\n",
+                "js": NO_MODULES + "name: js\nextends: lsf-example\nlaunchers:\n"
+                "  jsrun: {kind: jsrun}\n"}
+    ref = str(write_profile(tmp_path, site, profiles[site])) if site in profiles else site
+    if site == "js":
+        hosts = tmp_path / "hosts"
+        hosts.write_text("h1\nh1\nh2\nh2\n")
+        env = {**env, "LSB_DJOB_HOSTFILE": str(hosts)}
+    res = cli(capsys, "jobscript", "--site", ref, "-N", "2", "-l", launcher, "--no-activate",
+              "-o", "comment=pytorch", "--", sys.executable, "-c", SHOW)
+    assert res.rc == 0, res.err
+    ranks = run_job(res.out, tmp_path, {**env, "STUB_FLAVOR": flavor})
+    size = len(ranks)
+    per = size // 2
+    assert size >= 2 and sorted(int(r["RANK"]) for r in ranks) == list(range(size))
+    for r in ranks:
+        rank = int(r["RANK"])
+        assert (r["WORLD_SIZE"], r["LOCAL_WORLD_SIZE"]) == (str(size), str(per))
+        assert (r["LOCAL_RANK"], r["NODE_RANK"]) == (str(rank % per), str(rank // per))
+        assert r["MASTER_PORT"] and r["MASTER_ADDR"] in ("n1", "h1")
+        if launcher == "hydra":  # the wrapper's $LOCAL_RANK: this rank's
+            assert r["HPCPROV_TEST_WRAPPED"] == f"gpu{rank % per}"
+
+
+# --------------------------------------------- an unmodified DDP script, real starters
+
+DDP = """\
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # env://: nothing read from any launcher by hand
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print(f"DDP {dist.get_rank()} {dist.get_world_size()} {os.environ['LOCAL_RANK']} "
+      f"{int(t.item())}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.parametrize("launcher", ["mpirun", "horovodrun"])
+def test_an_unmodified_ddp_script_trains_under_the_generated_launch(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, launcher: str) -> None:
+    pytest.importorskip("torch.distributed")
+    if launcher == "mpirun" and shutil.which("mpirun") is None:
+        pytest.skip("no mpirun here")
+    if launcher == "horovodrun":
+        pytest.importorskip("horovod.torch")
+        if shutil.which("horovodrun") is None:
+            pytest.skip("no horovodrun on PATH")
+    (tmp_path / "ddp.py").write_text(DDP)
+    res = cli(capsys, "jobscript", "--site", "local", "-l", launcher, "--tasks-per-node", "2",
+              "--no-activate", "--", sys.executable, "ddp.py")
+    assert res.rc == 0, res.err
+    (tmp_path / "job.sh").write_text(res.out)
+    env = {k: v for k, v in os.environ.items() if k not in CONTRACT}
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMP_NUM_THREADS="1")
+    proc = subprocess.run(["bash", "job.sh"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = sorted(ln.split("DDP ", 1)[1] for ln in proc.stdout.splitlines() if "DDP " in ln)
+    assert lines == ["0 2 0 3", "1 2 1 3"]  # 1 + 2 on every rank
