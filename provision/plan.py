@@ -274,10 +274,11 @@ def _container_steps(site: SiteView) -> list[Step]:
                 join(["enroot", "remove", "-f", name]),
             ), needs_network=True))
         check = f"{name}-check"
-        steps.append(Step("check-build", "Check Horovod in the image (horovodrun -cb)", (
+        title, inside = image_check(site)
+        steps.append(Step("check-build", title, (
             join(["hpcprov_enroot_remove", check]),
             join(["enroot", "create", "--name", check, Template(target)]),
-            join(["enroot", "start", check, "horovodrun", "-cb"]),
+            join(["enroot", "start", check, *inside]),
             join(["enroot", "remove", "-f", check]),
         )))
         return steps
@@ -297,24 +298,41 @@ def _container_steps(site: SiteView) -> list[Step]:
             join(["hpcprov_check_image", Template(target), f"containers.images.{spec.image}"]),
         )))
     gpu = [site.containers.gpu_flag] if site.containers.gpu_flag else []
-    steps.append(Step("check-build", "Check Horovod in the image (horovodrun -cb)", (
-        *load, join([binary, "exec", *gpu, Template(target), "horovodrun", "-cb"]))))
+    title, inside = image_check(site)
+    steps.append(Step("check-build", title, (
+        *load, join([binary, "exec", *gpu, Template(target), *inside]))))
     return steps
+
+
+# what a framework of the profile is imported as
+FRAMEWORK_IMPORTS = {"pytorch": "torch", "tensorflow": "tensorflow"}
+
+
+def image_check(site: SiteView) -> tuple[str, list[str]]:
+    """(title, command run inside the image) of the step proving an image: horovodrun -cb
+    where Horovod is in it; where the profile says there is none (horovod.source: none, an
+    image with the frameworks only), that the frameworks import."""
+    if site.horovod.source != "none":
+        return "Check Horovod in the image (horovodrun -cb)", ["horovodrun", "-cb"]
+    modules = [FRAMEWORK_IMPORTS.get(name, name) for name in site.python.frameworks] or ["torch"]
+    code = "; ".join(f"import {m}" for m in modules) + "; print('hpcprov: the frameworks import')"
+    return "Check the frameworks import in the image", ["python", "-c", code]
 
 
 def _registry_image_steps(site: SiteView, runtime: str, source: str, load: list[str]
                           ) -> list[Step]:
     """Shifter and podman-hpc keep images in their own stores, named like the registry's
     (docker:REPO:TAG for Shifter): pull it there, then -cb inside it."""
+    title, inside = image_check(site)
     if runtime == "shifter":
         pull = join(["shifterimg", "pull", source])
-        check = join(["shifter", Template(f"--image={source}"), "horovodrun", "-cb"])
+        check = join(["shifter", Template(f"--image={source}"), *inside])
     else:
         pull = join(["podman-hpc", "pull", source])
-        check = join(["podman-hpc", "run", "--rm", source, "horovodrun", "-cb"])
+        check = join(["podman-hpc", "run", "--rm", source, *inside])
     return [Step("pull-image", f"Pull the image with {runtime}", (*load, pull),
                  needs_network=True),
-            Step("check-build", "Check Horovod in the image (horovodrun -cb)", (*load, check))]
+            Step("check-build", title, (*load, check))]
 
 
 def activate_lines(site: SiteView, prefix: str) -> list[str]:

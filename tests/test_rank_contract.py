@@ -271,3 +271,71 @@ def test_an_unmodified_ddp_script_trains_under_the_generated_launch(
     assert proc.returncode == 0, proc.stdout + proc.stderr
     lines = sorted(ln.split("DDP ", 1)[1] for ln in proc.stdout.splitlines() if "DDP " in ln)
     assert lines == ["0 2 0 3", "1 2 1 3"]  # 1 + 2 on every rank
+
+
+# ------------------------------------------------- a job's first lines tell the truth
+
+
+def test_a_job_without_its_environment_stops_at_once_naming_the_prefix_and_setup(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A job script written right after `site draft` died with `.../bin/activate: No such
+    file or directory`, naming no fix."""
+    prefix = tmp_path / "never set up"
+    res = cli(capsys, "jobscript", "--site", "local", "--prefix", str(prefix), "--",
+              "echo", "ran")
+    assert res.rc == 0, res.err
+    (tmp_path / "job.sh").write_text(res.out)
+    proc = subprocess.run(["bash", "job.sh"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "ran" not in proc.stdout
+    (line,) = proc.stderr.splitlines()
+    assert str(prefix) in line and "hpcprov setup --site local" in line
+
+
+def test_a_job_runs_in_the_sites_workdir(capsys: pytest.CaptureFixture[str],
+                                         tmp_path: Path) -> None:
+    workdir = tmp_path / "work dir"
+    path = write_profile(tmp_path, "wd", f"extends: local\npaths:\n  workdir: '{workdir}'\n")
+    res = cli(capsys, "jobscript", "--site", str(path), "--no-activate", "--", "pwd")
+    assert res.rc == 0, res.err
+    (tmp_path / "job.sh").write_text(res.out)
+    proc = subprocess.run(["bash", "job.sh"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1].endswith(f":{workdir}")  # horovodrun: [0]<stdout>:
+
+
+def test_an_image_without_horovod_is_checked_by_importing_its_frameworks(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """setup ran horovodrun -cb inside an image even with horovod.source: none, so it failed
+    on every NGC-style PyTorch image."""
+    from hpcprov.site.profiles import load_site
+
+    image = next(iter(load_site("neuron").containers.images))
+    plain = write_profile(tmp_path, "img", "extends: neuron\nhorovod: {source: none}\n")
+    for site, has_horovod in ((str(plain), False), ("neuron", True)):
+        res = cli(capsys, "setup", "--site", site, "--container", image, "--dry-run")
+        assert res.rc == 0, res.err
+        assert ("horovodrun -cb" in res.out) is has_horovod
+        assert ("import torch" in res.out) is not has_horovod
+
+
+def test_validate_dry_run_prints_the_scripts_the_run_writes_byte_for_byte(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """`hpcprov validate --dry-run`: every job script (and the allocation's) it would submit;
+    then the real run writes exactly those (here its jobs stop at their environment check:
+    the prefix only looks provisioned)."""
+    prefix = tmp_path / "prefix"
+    (prefix / ".hpcprov").mkdir(parents=True)
+    (prefix / ".hpcprov" / "manifest.json").write_text("{}")
+    args = ["validate", "--site", "local", "--env", str(prefix), "--workdir",
+            str(tmp_path / "run"), "--checks", "env,allreduce", "--no-history", "--timeout", "60"]
+    res = cli(capsys, *args, "--dry-run", "--json")
+    assert res.rc == 0, res.err
+    planned = {s["path"]: s["text"] for s in json.loads(res.out)["scripts"]}
+    assert planned and not (tmp_path / "run").exists()  # nothing written, nothing run
+    assert all("bash -c \"$hpcprov_rank\"" in text or "torch.distributed.run" in text
+               for text in planned.values())
+    cli(capsys, *args)  # the real run (its jobs fail: no environment)
+    written = {str(p): p.read_text() for p in (tmp_path / "run").glob("*.sh")}
+    assert written == planned

@@ -192,6 +192,48 @@ def _write_reports(data: dict[str, Any], o: ValidateOptions, say: Callable[[str]
 
 
 @dataclass(frozen=True)
+class PlannedScript:
+    """A script a validation would write and submit: where, and its text."""
+
+    path: Path
+    text: str
+
+
+def plan_validation(o: ValidateOptions) -> list[PlannedScript]:
+    """`hpcprov validate --dry-run`: every script the run would write and submit, byte for
+    byte, without submitting anything: the one allocation's (where there is one), then each
+    job's, in the order the run submits them. The links check's later rounds depend on what
+    its first one measures: its first round is shown. Nothing is written."""
+    from hpcprov.validate.plan import (
+        allocation_script,
+        job_rounds,
+        job_script,
+        link_job,
+        plan_jobs,
+    )
+    from hpcprov.validate.run import command_for
+
+    ready = prepare(o)
+    opts, rundir = ready.options, ready.rundir
+    prefix = str(ready.prefix) if ready.prefix else None
+    out: list[PlannedScript] = []
+    if ready.allocation == "one":
+        queue = rundir / "allocation" / "allocation-1"
+        out.append(PlannedScript(queue / "allocation.sh",
+                                 allocation_script(opts, prefix, queue)))
+    jobs = [j for rnd in job_rounds(plan_jobs(opts)) for j in rnd]
+    if "links" in opts.checks:
+        from hpcprov.validate.links import LinkSearch
+
+        pairs, _alone = LinkSearch(list(opts.node_names)).next_step()
+        jobs += [link_job(opts, pair, 1) for pair in pairs]
+    for job in jobs:
+        out.append(PlannedScript(rundir / f"{job.id}.sh", job_script(
+            job, opts, prefix, str(rundir), command_for(job, opts, rundir))))
+    return out
+
+
+@dataclass(frozen=True)
 class ValidationResult:
     """A validation's verdict and what it measured. ``document`` is the JSON document
     `hpcprov validate --json` prints (jobs, events, comparisons, links: everything);

@@ -463,6 +463,9 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
               help="a smoke run: 4 MiB messages, 5 iterations, 8 training steps, on CPUs "
                    "the jobs side by side (bandwidth and throughput not judged); explicit "
                    "sizes win")
+@click.option("--dry-run", is_flag=True,
+              help="print every script the run would submit (the allocation's, then each "
+              "job's), byte for byte; submit nothing")
 @json_option
 def validate_cmd(site: str | None, partition: str | None, nodes: int | None, checks: str,
                  prefix: str | None, ranks_per_node: int | None, device: str | None,
@@ -470,9 +473,9 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None, che
                  iters: int, link_bytes: int, steps: int, timeout: float, pending_timeout: float,
                  workdir: str | None, options: tuple[str, ...], junit: str | None,
                  report: str | None, compare: str | None, no_history: bool,
-                 allocation: str | None, quick: bool, as_json: bool) -> None:
+                 allocation: str | None, quick: bool, dry_run: bool, as_json: bool) -> None:
     """Submit multi-node allreduce and training jobs, measure, judge, report (exit 0 = pass)."""
-    from hpcprov.validate.api import ValidateOptions, validate
+    from hpcprov.validate.api import ValidateOptions, plan_validation, validate
     from hpcprov.validate.report import table
 
     wanted = tuple(c.strip() for c in checks.split(",") if c.strip())
@@ -482,6 +485,15 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None, che
         link_bytes=link_bytes, steps=steps, timeout=timeout, pending_timeout=pending_timeout,
         workdir=workdir, options=options, junit=junit, report=report, compare=compare,
         history=not no_history, allocation=allocation, quick=quick)
+    if dry_run:
+        planned = plan_validation(opts)
+        if as_json:
+            _emit_json({"scripts": [{"path": str(p.path), "text": p.text} for p in planned]})
+        else:
+            for p in planned:
+                click.echo(f"# ==> {safe(p.path)} <==")
+                click.echo(p.text, nl=False)
+        return
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
     result = validate(opts, say)
     if as_json:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hpcprov import schedulers
+from hpcprov.core.shell import Template, quote
 from hpcprov.jobs.launchers import build_launch, env_lines
 from hpcprov.jobs.layout import Layout
 from hpcprov.jobs.modules import init_lines, load_lines, purge_and_load
@@ -44,6 +45,15 @@ def environment_lines(req: JobRequest) -> list[str]:
     return lines + env_lines(req)
 
 
+def workdir_lines(req: JobRequest) -> list[str]:
+    """``cd`` to the site's ``paths.workdir`` (made first), where it names one."""
+    workdir = req.site.paths.workdir
+    if not workdir:
+        return []
+    where = quote(Template(workdir))
+    return [f"mkdir -p {where}", f"cd {where}"]
+
+
 def build_jobscript(req: JobRequest, prolog: Sequence[str] = (),
                     epilog: Sequence[str] = ()) -> str:
     """The complete job script text for a request (lint it first). ``prolog`` and
@@ -57,8 +67,11 @@ def build_jobscript(req: JobRequest, prolog: Sequence[str] = (),
         f"{req.nodes} node(s) x {req.ranks_per_node} rank(s), launcher {req.launcher_name}.",
         "set -eo pipefail",
         *backend.prolog(req),
+        *workdir_lines(req),
         *prolog,
     ]
+    if req.activate and req.launch.kind != LauncherKind.container:
+        lines += Layout.of(req.site, req.prefix).environment_check()
     env = environment_lines(req)
     if env:
         lines += ["", *env]

@@ -84,6 +84,27 @@ class Layout:
     def state_dir(self) -> Template:
         return self._under(".hpcprov")
 
+    def activated_file(self) -> Template | None:
+        """The file activating the Python environment sources (None: nothing to source)."""
+        python = self.site.python
+        if python.backend == "conda" and python.conda.module:
+            return Template(self.env_dir)
+        if python.backend == "conda":
+            return Template(self.conda_root + "/etc/profile.d/conda.sh")
+        if python.backend == "venv":
+            return Template(self.env_dir + "/bin/activate")
+        return None
+
+    def environment_check(self) -> list[str]:
+        """Lines that stop a job at once, with one message naming the prefix and the fix,
+        when its Python environment is not there (never set up, or removed)."""
+        path = self.activated_file()
+        if path is None:
+            return []
+        fix = (f"hpcprov: no Python environment at {self.prefix} (set up with hpcprov setup "
+               f"--site {self.site.name} --prefix {self.prefix}, then submit this job again)")
+        return [f"[ -e {quote(path)} ] || {{ echo {quote(Template(fix))} >&2; exit 2; }}"]
+
     def python_activation(self) -> list[str]:
         """Shell lines that activate the Python environment (no modules)."""
         backend = self.site.python.backend

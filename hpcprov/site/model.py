@@ -320,7 +320,10 @@ class Paths(Strict):
     prefix: str = Field(
         "{scratch}/hpcprov", description="install prefix; {scratch} is replaced by scratch"
     )
-    workdir: str | None = Field(None, description="where jobs run and write (default scratch)")
+    workdir: str | None = Field(None, description="where jobs run and write: job scripts cd "
+                                "there first (may use $VARS; none: the directory the job was "
+                                "submitted from); validate's run folders go under it (else "
+                                "under scratch)")
     wheelhouse: str = Field(
         "$HOME/.cache/hpcprov/wheelhouse",
         description="cache of built Horovod wheels, keyed by ABI; make it a group-shared "

@@ -38,7 +38,8 @@ def with_overrides(site: SiteView, *, env_name: str | None = None,
                              "(containers.images)")
         python.update(backend="container",
                       container={"image": container, "source": images[container]})
-        horovod = horovod.model_copy(update={"source": "container"})
+        if horovod.source != "none":  # an image without Horovod stays without it
+            horovod = horovod.model_copy(update={"source": "container"})
     try:
         stack = view(PythonStack.model_validate(python))
     except ValidationError as exc:
