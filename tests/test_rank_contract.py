@@ -339,3 +339,15 @@ def test_validate_dry_run_prints_the_scripts_the_run_writes_byte_for_byte(
     cli(capsys, *args)  # the real run (its jobs fail: no environment)
     written = {str(p): p.read_text() for p in (tmp_path / "run").glob("*.sh")}
     assert written == planned
+
+
+def test_the_guides_interactive_block_adds_the_sites_module_folders(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """The interactive block of the guide loaded modules without `module use` of the site's
+    module folders, so its `module load` failed where a job script's worked."""
+    path = write_profile(tmp_path, "mu", "extends: testbed\nmodules:\n  use: [/apps/modules/all]\n")
+    guide = cli(capsys, "guide", "--site", str(path)).out
+    interactive = guide.split("## 2. Run interactively", 1)[1].split("\n## 3.", 1)[0]
+    lines = interactive.splitlines()
+    use = lines.index("module use /apps/modules/all")
+    assert use < next(i for i, ln in enumerate(lines) if ln.startswith("module load "))

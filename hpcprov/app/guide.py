@@ -17,7 +17,7 @@ from hpcprov.core.shell import join, quote
 from hpcprov.jobs.jobscript import allocate_argv, build_jobscript, submit_argv
 from hpcprov.jobs.launchers import build_launch, env_lines
 from hpcprov.jobs.layout import Layout
-from hpcprov.jobs.modules import load_lines
+from hpcprov.jobs.modules import init_lines, load_lines
 from hpcprov.request.job import JobRequest
 from hpcprov.site.conda_channels import tos_channels
 from hpcprov.site.kinds import LauncherKind
@@ -148,8 +148,11 @@ def render_guide(site: SiteView, partition: str | None = None, ref: str | None =
     activation = [f"source {quote(lay.activate_file)}"] if native else []
     allocate = (_section("allocate", command=join(allocate_argv(req)))
                 if allocate_argv(req) else [])
-    runtime_mods = load_lines(site.modules_for(pname), site.modules_for(pname).runtime)
-    runtime_mods += [*activation, *env_lines(req)]
+    modules = site.modules_for(pname)
+    # as a job script has them: `module use` of the site's trees, the runtime modules, the
+    # environment, the variables
+    runtime_mods = [*(ln for ln in init_lines(modules) if ln.startswith("module use ")),
+                    *load_lines(modules, modules.runtime), *activation, *env_lines(req)]
     launches = []
     for name, launcher in site.launchers.items():
         r = _example_request(site, pname, name)
