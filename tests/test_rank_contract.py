@@ -51,9 +51,10 @@ def shim(kind: LauncherKind, env: dict[str, str], *args: str) -> dict[str, str |
     (LauncherKind.srun, {"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1",
                          "SLURM_NODEID": "1"}, ("5", "8", "1", "4", "1", "slurm")),
     # Open MPI's mpirun inside a batch script: the batch step's SLURM_PROCID=0 must not win
+    # (OMPI_COMM_WORLD_NODE_RANK counts processes on the node, not nodes: not read)
     (LauncherKind.mpirun, {**BATCH, "OMPI_COMM_WORLD_RANK": "6", "OMPI_COMM_WORLD_SIZE": "8",
                            "OMPI_COMM_WORLD_LOCAL_RANK": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
-                           "OMPI_COMM_WORLD_NODE_RANK": "1"}, ("6", "8", "2", "4", "1", "openmpi")),
+                           "OMPI_COMM_WORLD_NODE_RANK": "2"}, ("6", "8", "2", "4", "1", "openmpi")),
     # Intel MPI's mpirun is Hydra
     (LauncherKind.mpirun, {**BATCH, "PMI_RANK": "3", "PMI_SIZE": "8", "MPI_LOCALRANKID": "3",
                            "MPI_LOCALNRANKS": "4"}, ("3", "8", "3", "4", "0", "hydra")),

@@ -31,9 +31,10 @@ class Starter(NamedTuple):
 STARTERS: dict[str, Starter] = {
     "horovod": Starter("HOROVOD_RANK", "HOROVOD_SIZE", "HOROVOD_LOCAL_RANK",
                        "HOROVOD_LOCAL_SIZE", "HOROVOD_CROSS_RANK"),
+    # (OMPI_COMM_WORLD_NODE_RANK is not the node's index: a rank among the node's processes
+    # of all jobs)
     "openmpi": Starter("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-                       "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE",
-                       "OMPI_COMM_WORLD_NODE_RANK"),
+                       "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", None),
     # HPE Cray's PALS (mpiexec): its own ids, the size from Cray PMI
     "pals": Starter("PALS_RANKID", "PMI_SIZE", "PALS_LOCAL_RANKID", "PALS_LOCAL_SIZE",
                     "PALS_NODEID"),

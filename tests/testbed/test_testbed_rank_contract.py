@@ -5,6 +5,7 @@ per node by srun, and torchrun started per node by mpirun."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -51,7 +52,9 @@ def test_an_unmodified_ddp_script_trains_on_two_nodes(client, capsys, torch, tmp
                                  str(client.workdir / "ddp.py"))
     job = client.sbatch(script, name=f"ddp-{launcher}.sh")
     assert job.state == "COMPLETED", (job, job.output)
-    lines = sorted(ln.split("DDP ", 1)[1] for ln in job.output.splitlines() if "DDP " in ln)
+    # (each rank prints one line; an MPI's output forwarding may run two together)
+    lines = sorted(re.findall(r"DDP (rank=\d+ world=\d+ local=\d+ host=\S+? sum=\d+)",
+                              job.output))
     want = sorted(f"rank={r} world=4 local={r % 2} host=gpu0{r // 2 + 1} sum=10"
                   for r in range(4))  # 1 + 2 + 3 + 4 on every rank
     if launcher.startswith("torchrun"):  # torchrun's agents number the nodes as they join
