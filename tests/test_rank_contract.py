@@ -352,3 +352,13 @@ def test_the_guides_interactive_block_adds_the_sites_module_folders(
     lines = interactive.splitlines()
     use = lines.index("module use /apps/modules/all")
     assert use < next(i for i, ln in enumerate(lines) if ln.startswith("module load "))
+
+
+def test_lint_and_the_guide_name_pbs_options_as_pbs_names_them(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The guide and lint called PBS options --account (qsub's is -A)."""
+    res = cli(capsys, "jobscript", "--site", "sockeye", "--", "true")
+    assert res.rc == 2 and "-A (account) is mandatory on sockeye" in res.err
+    assert "--account" not in res.err.split("(fix:")[0]
+    guide = cli(capsys, "guide", "--site", "sockeye").out
+    assert "`-A (account)` is mandatory" in guide and "`--account`" not in guide

@@ -103,10 +103,11 @@ def render_guide(site: SiteView, partition: str | None = None, ref: str | None =
                     f"{p.nodes if p.nodes is not None else 'unknown'} | {cores} | {memory} | "
                     f"{p.gpus.count} | {gpu} | {p.arch} | {limits or '-'} |")
     pol = site.policies
-    rules = [f"`--{n}` is mandatory" + (f" ({r.reason})" if r.reason else "")
+    spell = schedulers.of(site).option_name  # -A (account) on PBS, --account on Slurm
+    rules = [f"`{spell(n)}` is mandatory" + (f" ({r.reason})" if r.reason else "")
              + (f"; accepted: {', '.join(r.choices)}" if r.choices else "")
              for n, r in pol.required_options.items()]
-    rules += [f"`--{n}` is not allowed: {why}" for n, why in pol.forbidden_options.items()]
+    rules += [f"`{spell(n)}` is not allowed: {why}" for n, why in pol.forbidden_options.items()]
     if not pol.compute_internet:
         rules.append("Compute nodes have no internet: install everything from a login node.")
     if not pol.conda_allowed:

@@ -222,33 +222,34 @@ def _own_option_fix(req: JobRequest, name: str) -> str:
 def _policies(req: JobRequest) -> list[Finding]:
     out: list[Finding] = []
     pol, site = req.site.policies, req.site
+    spell = schedulers.of(site).option_name  # -A on PBS, --account on Slurm
     given = {**req.part.options, **req.options}
     written = {n for n, _ in schedulers.of(site).options(req, batch=True)}
     for name, reason in pol.forbidden_options.items():
         if name in req.options:
             out.append(Finding("error", "forbidden-option",
-                               f"--{name} is not allowed on {site.name}: {reason}",
+                               f"{spell(name)} is not allowed on {site.name}: {reason}",
                                f"remove --option {name}"))
         elif name in given:
             out.append(Finding("error", "forbidden-option",
-                               f"--{name} is not allowed on {site.name}: {reason}",
+                               f"{spell(name)} is not allowed on {site.name}: {reason}",
                                f"remove {name} from partitions.{req.partition_name}.options "
                                "in the profile"))
         elif name in written:  # an option hpcprov writes itself: the profile says how
             out.append(Finding("error", "forbidden-option",
-                               f"--{name} is not allowed on {site.name} ({reason}), but the "
+                               f"{spell(name)} is not allowed on {site.name} ({reason}), but the "
                                f"job would ask for it", _own_option_fix(req, name)))
     for name, rule in pol.required_options.items():
         value = req.options.get(name, rule.default)
         if value is None:
             example = rule.example or (rule.choices[0] if rule.choices else "VALUE")
             out.append(Finding("error", "missing-option",
-                               f"--{name} is mandatory on {site.name}"
+                               f"{spell(name)} is mandatory on {site.name}"
                                + (f" ({rule.reason})" if rule.reason else ""),
                                f"pass --option {name}={example}"))
         elif rule.choices and value not in rule.choices:
             out.append(Finding("error", "option-choice",
-                               f"--{name}={value} is not accepted on {site.name}",
+                               f"{spell(name)} {value} is not accepted on {site.name}",
                                f"use one of: {', '.join(rule.choices)}"))
     return out
 

@@ -135,6 +135,11 @@ class Backend:
     # the module whose ``discover(run)`` asks the scheduler (hpcprov.schedulers.discovery)
     discovery: str | None = None
 
+    def option_name(self, name: str) -> str:
+        """How this scheduler's users write the job option ``name`` (``--account`` for
+        Slurm, ``-A`` for PBS, ``-P`` for LSF), for messages."""
+        return f"--{name}"
+
     def section(self, site: SiteView) -> Any:
         """The site's settings for this scheduler (``site.<name>``)."""
         return getattr(site, self.name)

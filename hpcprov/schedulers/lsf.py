@@ -126,6 +126,9 @@ class Lsf(Backend):
     def prolog(self, req: JobRequest) -> list[str]:
         return ['cd "$LS_SUBCWD"']
 
+    def option_name(self, name: str) -> str:
+        return f"{FLAGS[name]} ({name})" if name in FLAGS else f"-{name}"
+
     def submit_argv(self, script: str) -> list[str]:
         return ["bsub", Raw("<"), script]
 

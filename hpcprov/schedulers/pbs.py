@@ -109,6 +109,9 @@ class Pbs(Backend):
     def prolog(self, req: JobRequest) -> list[str]:
         return ['cd "$PBS_O_WORKDIR"']
 
+    def option_name(self, name: str) -> str:
+        return f"{FLAGS[name]} ({name})" if name in FLAGS else f"-l {name}"
+
     def submit_argv(self, script: str) -> list[str]:
         return ["qsub", script]
 
