@@ -234,3 +234,14 @@ def atomic_write(path: Path, data: bytes | str, private: bool = True) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_output(path: str, text: str) -> None:
+    """Write a file the user named (``--output``): any failure is one UsageError line
+    naming the file."""
+    from hpcprov.core.errors import UsageError
+
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None

@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable, Mapping
+from functools import cache
 from pathlib import Path
 
 _VAR = re.compile(r"\$(?:\{([A-Za-z_][A-Za-z0-9_]*)\}|([A-Za-z_][A-Za-z0-9_]*))")
@@ -82,9 +83,11 @@ def env_prefix(env: Mapping[str, str]) -> str:
     return "".join(assign(k, v) + " " for k, v in env.items())
 
 
-def fragment(path: Path) -> list[str]:
+@cache
+def fragment(path: Path) -> tuple[str, ...]:
     """The lines of a shell fragment file shipped with hpcprov (its own package data),
     after its header (up to the first blank line: the shellcheck directives and the comment
     on how it is carried). Values reach it through assignment lines written before it
-    (:func:`assign`), never by editing its text."""
-    return path.read_text(encoding="utf-8").split("\n\n", 1)[1].splitlines()
+    (:func:`assign`), never by editing its text. Read once per process: a validation
+    writes it into every job script."""
+    return tuple(path.read_text(encoding="utf-8").split("\n\n", 1)[1].splitlines())

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpcprov.core.errors import UsageError
+from hpcprov.core.fsutil import write_output
 
 if TYPE_CHECKING:
     from hpcprov.draft.diff import Difference
@@ -94,8 +95,5 @@ def draft(o: DraftOptions) -> DraftResult:
 
     text = draft_text(findings, o.name)
     if o.output:
-        try:
-            Path(o.output).write_text(text, encoding="utf-8")
-        except OSError as exc:
-            raise UsageError(f"cannot write {o.output}: {exc.strerror or exc}") from None
+        write_output(o.output, text)
     return DraftResult(findings, text=text, written=o.output)

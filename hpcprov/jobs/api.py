@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
 from hpcprov.core.findings import Finding
+from hpcprov.core.fsutil import write_output
 from hpcprov.request.job import JobRequest
 
 if TYPE_CHECKING:
@@ -146,19 +147,9 @@ def plan_jobscript(o: JobOptions, path: str | None = None) -> JobScript:
     warnings = check(req)
     text = build_jobscript(req)
     if path:
-        _write(path, text)
+        write_output(path, text)
     return JobScript(Geometry.of(req), text, [str(a) for a in submit_argv(req, path or "job.sh")],
                      path, warnings)
-
-
-def _write(path: str, text: str) -> None:
-    from hpcprov.core.errors import UsageError
-
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 class SiteCheck(NamedTuple):
