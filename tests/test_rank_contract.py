@@ -243,8 +243,11 @@ import torch.distributed as dist
 dist.init_process_group("gloo")  # env://: nothing read from any launcher by hand
 t = torch.ones(1) * (dist.get_rank() + 1)
 dist.all_reduce(t)
-print(f"DDP {dist.get_rank()} {dist.get_world_size()} {os.environ['LOCAL_RANK']} "
-      f"{int(t.item())}", flush=True)
+# one file per rank: mpirun forwards the ranks' stdout through one stream, where two
+# ranks' lines can meet without a newline between them
+with open(f"ddp.{dist.get_rank()}.out", "w") as out:
+    out.write(f"{dist.get_rank()} {dist.get_world_size()} {os.environ['LOCAL_RANK']} "
+              f"{int(t.item())}")
 dist.destroy_process_group()
 """
 
@@ -270,8 +273,8 @@ def test_an_unmodified_ddp_script_trains_under_the_generated_launch(
     proc = subprocess.run(["bash", "job.sh"], cwd=tmp_path, capture_output=True, text=True,
                           timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = sorted(ln.split("DDP ", 1)[1] for ln in proc.stdout.splitlines() if "DDP " in ln)
-    assert lines == ["0 2 0 3", "1 2 1 3"]  # 1 + 2 on every rank
+    lines = sorted(f.read_text() for f in tmp_path.glob("ddp.*.out"))
+    assert lines == ["0 2 0 3", "1 2 1 3"], proc.stdout + proc.stderr  # 1 + 2 on every rank
 
 
 # ------------------------------------------------- a job's first lines tell the truth
