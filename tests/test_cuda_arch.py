@@ -86,7 +86,7 @@ partitions:
 python: {{backend: venv, frameworks: {{pytorch: {{version: "2.14.1"}}}}}}
 horovod: {{source: pip, version: "0.28.1", frameworks: [pytorch], controllers: [gloo],
           gpu_operations: nccl}}
-launchers: {{horovodrun: {{kind: horovodrun, args: [--gloo]}}}}
+launchers: {{horovodrun: {{kind: horovodrun, controller: gloo}}}}
 default_launcher: horovodrun
 """
 

@@ -38,7 +38,8 @@ LOCAL_HOSTILE = {
         "EVIL_MIX": "$HOME/`touch PWNED3b`/$(touch PWNED3c)\"'!;|&<>\\",
     },
     "launchers": {
-        "horovodrun": {"kind": "horovodrun", "args": ["--gloo", "$(touch PWNED5)"]},
+        "horovodrun": {"kind": "horovodrun", "controller": "gloo",
+                       "args": ["$(touch PWNED5)"]},
         "mpirun": {"kind": "mpirun", "args": ["$(touch PWNED5b)", "; touch PWNED5c"],
                    "export_env": ["EVIL_TICKS"]},
         "torchrun": {"kind": "torchrun", "per_node_wrapper": "none",

@@ -158,6 +158,13 @@ MODEL_RULES = [
     ("python:\n  backend: container\n", "needs a 'container:' section"),
     ("containers:\n  default_image: missing\n", "default_image 'missing' is not in images"),
     ("launchers:\n  mpirun: {kind: fancyrun}\n", "launchers.mpirun.kind"),
+    # horovodrun's controller is a typed key, not a word searched for in args
+    ("launchers:\n  horovodrun: {kind: horovodrun, args: [-v, --gloo]}\n",
+     "--gloo is horovodrun's controller: say it as 'controller: gloo'"),
+    ("launchers:\n  horovodrun: {kind: horovodrun, controller: ucx}\n",
+     "launchers.horovodrun.controller"),
+    ("launchers:\n  mpirun: {kind: mpirun, controller: gloo}\n",
+     "a mpirun launcher does not read controller"),
     ("python:\n  env_name: 'a b'\n", "python.env_name"),
     ("partitions:\n  local:\n    gpus: {count: -1}\n", "partitions.local.gpus.count"),
 ]

@@ -38,7 +38,7 @@ from hpcprov_tests import (
 from hpcprov.jobs.lint import default_request_findings, lint, site_check_errors
 from hpcprov.jobs.modules import env_lines, env_problems
 from hpcprov.request.job import JobRequest
-from hpcprov.site.model import LAUNCHER_KEYS
+from hpcprov.site.launcher_kinds import KINDS
 from hpcprov.site.profiles import check_file, load_site
 
 HAVE_SHELLCHECK = shutil.which("shellcheck") is not None
@@ -179,16 +179,17 @@ def test_every_launcher_form_names_hosts_on_the_high_speed_network(
             assert argv[argv.index("--network-interfaces") + 1] == "hsn0"
 
 
-@pytest.mark.parametrize("args", [["--gloo"], []])
+@pytest.mark.parametrize("controller", ["gloo", "null"])
 def test_horovodrun_over_gloo_starts_ranks_on_the_high_speed_names(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, site_path: Path,
-        args: list[str]) -> None:
+        controller: str) -> None:
     """horovodrun starts Gloo ranks over ssh itself, so its hosts are the fast names: when
-    told --gloo, or when the site's Horovod has no MPI controller to run instead."""
-    controllers = "[mpi, gloo]" if args else "[gloo]"
+    its controller is gloo, or when the site's Horovod has no MPI controller to run
+    instead."""
+    controllers = "[mpi, gloo]" if controller == "gloo" else "[gloo]"
     path = write_profile(tmp_path / "sites", "gloo", (
         f"extends: {site_path}\nname: gloo\nhorovod: {{controllers: {controllers}}}\n"
-        f"launchers:\n  horovodrun: {{kind: horovodrun, args: {json.dumps(args)}}}\n"))
+        f"launchers:\n  horovodrun: {{kind: horovodrun, controller: {controller}}}\n"))
     out = run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-l", "horovodrun",
                  "--", "python", "x.py")
     (call,) = run_with_stubs(out, tmp_path)
@@ -200,7 +201,7 @@ def test_hosts_given_on_the_command_line_are_renamed_too(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, site_path: Path) -> None:
     path = write_profile(tmp_path / "sites", "given", (
         f"extends: {site_path}\nname: given\n"
-        "launchers:\n  horovodrun: {kind: horovodrun, args: [--gloo]}\n"))
+        "launchers:\n  horovodrun: {kind: horovodrun, controller: gloo}\n"))
     out = run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-l", "horovodrun",
                  "-H", "nid[007-008]", "--", "python", "train.py")
     assert words(out.splitlines()[-1])[:5] == [
@@ -1109,11 +1110,12 @@ def test_an_inherited_key_can_be_neutralised_when_the_kind_changes(tmp_path: Pat
     assert check_file(child) == []
 
 
-def test_the_onboarding_guide_lists_which_kind_reads_which_key() -> None:
-    text = (ROOT / "docs" / "onboarding.md").read_text(encoding="utf-8")
-    rows = dict(re.findall(r"^\| `(\w+)` \| ([a-z, ]+) \|$", text, flags=re.M))
-    assert {k: set(v.split(", ")) for k, v in rows.items()} == {
-        k: {kind.value for kind in kinds} for k, kinds in LAUNCHER_KEYS.items()}
+def test_the_reference_lists_which_kind_reads_which_key() -> None:
+    text = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+    section = text.split("## Launcher kinds", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| (\w+) \| ([^|]+) \|", section, flags=re.M)
+    assert {kind: set(re.findall(r"`(\w+)`", keys)) for kind, keys in rows
+            if kind != "kind"} == {name: set(k.keys) for name, k in KINDS.items()}
 
 
 def test_unverified_entries_must_name_keys(tmp_path: Path) -> None:

@@ -157,4 +157,27 @@ def test_horovodrun_gloo_is_refused_under_lsf(tmp_path: Path, capsys: pytest.Cap
     monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
     res = cli(capsys, "jobscript", "--site", "local-lsf", "-l", "horovodrun", "--",
               "python", "t.py")
-    assert res.rc == 2 and "[lsf-horovod-gloo]" in res.err and "drop --gloo" in res.err
+    assert res.rc == 2 and "[lsf-horovod-gloo]" in res.err
+    assert "set 'controller: mpi' on launcher horovodrun" in res.err
+
+
+def test_a_horovodrun_that_runs_gloo_without_saying_so_is_refused_under_lsf(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The lint looked for a literal --gloo in args: a horovodrun launcher with no
+    controller, on a site whose Horovod has no MPI controller, runs Gloo all the same."""
+    sites = tmp_path / "sites"
+    write_profile(sites, "lsf-gloo", "extends: local\nname: lsf-gloo\nscheduler: lsf\n"
+                  "horovod: {controllers: [gloo]}\n"
+                  "launchers:\n  horovodrun: {kind: horovodrun, controller: null}\n")
+    monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
+    res = cli(capsys, "jobscript", "--site", "lsf-gloo", "-l", "horovodrun", "--",
+              "python", "t.py")
+    assert res.rc == 2 and "[lsf-horovod-gloo]" in res.err, res.err
+    assert "no MPI controller" in res.err
+    # with MPI built, horovodrun's own default is MPI: nothing to refuse
+    write_profile(sites, "lsf-mpi", "extends: lsf-gloo\nname: lsf-mpi\n"
+                  "horovod: {controllers: [mpi, gloo]}\n")
+    res = cli(capsys, "jobscript", "--site", "lsf-mpi", "-l", "horovodrun", "--",
+              "python", "t.py")
+    assert res.rc == 0, res.err

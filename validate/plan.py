@@ -21,7 +21,7 @@ from hpcprov.jobs.jobscript import build_jobscript
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.allocation import pilot_lines
 from hpcprov.schedulers.base import Placement
-from hpcprov.site.kinds import LauncherKind
+from hpcprov.site.launcher_kinds import kind_of
 from hpcprov.validate.judge import Judge, judge_allreduce, judge_env, judge_pernode, judge_train
 
 if TYPE_CHECKING:
@@ -48,32 +48,27 @@ class Job:
     slot: int | None = None          # a 1-node job beside others: its node's index in the run
 
 
-def _launchers_by_kind(site: SiteView) -> dict[LauncherKind, str]:
-    out: dict[LauncherKind, str] = {}
-    for name, launcher in site.launchers.items():
-        out.setdefault(launcher.kind, name)
-    return out
-
-
 def torch_launcher(site: SiteView) -> str | None:
-    """srun where the scheduler starts ranks, else torchrun, else mpirun."""
-    kinds = _launchers_by_kind(site)
-    for kind in (LauncherKind.srun, LauncherKind.torchrun, LauncherKind.mpirun):
-        if kind in kinds:
-            return kinds[kind]
-    return None
+    """The site's first launcher of the kind validation prefers for torch.distributed
+    (each kind's ``torch_order``: srun where the scheduler starts ranks, else torchrun,
+    else mpirun)."""
+    ranked = [(order, i, name) for i, (name, launcher) in enumerate(site.launchers.items())
+              if (order := kind_of(launcher.kind).torch_order) is not None]
+    return min(ranked)[2] if ranked else None
 
 
 def horovod_launchers(site: SiteView) -> dict[str, str]:
-    """impl -> launcher for Horovod: Gloo through horovodrun --gloo, MPI through mpirun."""
+    """impl -> launcher for Horovod, by each kind's role: Gloo through a launcher whose
+    controller is Gloo (horovodrun), MPI through an MPI launcher (mpirun)."""
     out = {}
     controllers = site.horovod.controllers
     gloo_ok = schedulers.of(site).horovodrun_gloo
     for name, launcher in site.launchers.items():
-        if launcher.kind == LauncherKind.horovodrun and "--gloo" in launcher.args \
+        role = kind_of(launcher.kind).horovod
+        if role == "controller" and launcher.controller == "gloo" \
                 and "gloo" in controllers and gloo_ok:
             out.setdefault("horovod-gloo", name)
-        if launcher.kind == LauncherKind.mpirun and "mpi" in controllers:
+        if role == "mpi" and "mpi" in controllers:
             out.setdefault("horovod-mpi", name)
     return out
 
@@ -288,7 +283,7 @@ def baselines_apart(jobs: list[Job], o: Options) -> list[Job]:
     out, used = [], set()
     for job in jobs:
         if job.baseline:
-            first = o.site.launchers[job.launcher].kind == LauncherKind.horovodrun
+            first = kind_of(o.site.launchers[job.launcher].kind).first_node_baseline
             slots = [0] if first else [*range(1, o.nodes), 0]
             free = [i for i in slots if i not in used]
             if not free:  # this round is full: the job starts the next one
@@ -380,10 +375,10 @@ def status_trap(path: str) -> list[str]:
 def placement(job: Job, o: Options) -> Placement:
     """Where a job runs as a step of one allocation: its nodes (pinned ones by name), its
     ranks per node, and whether its launcher starts the ranks through the scheduler."""
-    kind = o.site.launchers[job.launcher].kind
+    kind = kind_of(o.site.launchers[job.launcher].kind)
     return Placement(job.nodes, job.ranks_per_node,
                      tuple(job.node.split(",")) if job.node else (),
-                     starts_tasks=kind == LauncherKind.srun, first=job.slot or 0)
+                     starts_tasks=kind.task_starter, first=job.slot or 0)
 
 
 def allocation_request(o: Options, prefix: str | None) -> JobRequest:

@@ -40,7 +40,7 @@ def profile(work: str, wheels: str, gpus: int, model: str, torch_version: str,
                    "packages": ["numpy"]},
         "horovod": {"source": "pip", "version": "0.28.1", "frameworks": ["pytorch"],
                     "controllers": ["gloo"], "gpu_operations": "nccl"},
-        "launchers": {"horovodrun": {"kind": "horovodrun", "args": ["--gloo"]},
+        "launchers": {"horovodrun": {"kind": "horovodrun", "controller": "gloo"},
                       "torchrun": {"kind": "torchrun", "per_node_wrapper": "none"}},
         "default_launcher": "horovodrun",
     }

@@ -94,13 +94,45 @@ def reference() -> str:
             typ = _type_name(field.annotation).replace("|", "\\|")
             out.append(f"| `{name}` | {typ} | {_default(field).replace('|', '/')} | {desc} |")
         out.append("")
-    return "\n".join([*out, *rank_contract()])
+    return "\n".join([*out, *launcher_kinds(), *rank_contract()])
+
+
+def launcher_kinds() -> list[str]:
+    """The reference's table of launcher kinds: each kind's facts as
+    :mod:`hpcprov.site.launcher_kinds` declares them."""
+    from hpcprov.site.launcher_kinds import KINDS
+
+    out = ["## Launcher kinds", "",
+           "Each kind is one unit: its facts below (`hpcprov/site/launcher_kinds.py`) and its "
+           "builder (`hpcprov/jobs/launchers/KIND.py`). *Keys*: the launcher keys it reads "
+           "beyond `kind`, `description`, `args` and `modules` (any other is refused at its "
+           "line). *Ranks*: tasks of the scheduler's starter (srun: step options such as "
+           "`--cpu-bind` go on its line; it needs Slurm), one process per node spawning that "
+           "node's ranks, or started by the launcher. *Env*: inherited from the job's shell, "
+           "or only the variables named to it (`-x NAME`: the site env, the network "
+           "variables and `export_env` are named). *Validation*: the role it plays in "
+           "`hpcprov validate`.", "",
+           "| kind | keys | ranks | env | validation |", "|---|---|---|---|---|"]
+    for name, k in KINDS.items():
+        ranks = ("scheduler's tasks" if k.task_starter else "one per node" if k.per_node
+                 else "started by it")
+        if k.container:
+            ranks += ", inside the image"
+        roles = [f"torch.distributed (preference {k.torch_order})"] if k.torch_order else []
+        if k.horovod == "mpi":
+            roles.append("Horovod over MPI")
+        if k.horovod == "controller":
+            roles.append("Horovod over its controller (Gloo)")
+        keys = ", ".join(f"`{key}`" for key in sorted(k.keys))
+        out.append(f"| {name} | {keys} | {ranks} | {k.env} | {'; '.join(roles) or '-'} |")
+    return [*out, ""]
 
 
 def rank_contract() -> list[str]:
     """The reference's section on the rank contract: what each rank gets, from which
     starter's variables, and which values are evaluated where."""
-    from hpcprov.jobs.ranks import KIND_STARTERS, STARTERS
+    from hpcprov.jobs.ranks import STARTERS
+    from hpcprov.site.launcher_kinds import KINDS
 
     out = ["## The rank contract", "",
            "Every rank that srun, mpirun, mpiexec, jsrun, horovodrun or a container launcher "
@@ -123,7 +155,7 @@ def rank_contract() -> list[str]:
            "`ROCR_VISIBLE_DEVICES=$SLURM_LOCALID`); nothing else in them is evaluated: no "
            "command substitution, globbing or word splitting, whatever a value holds.", "",
            "| launcher kind | starters read, first found first |", "|---|---|"]
-    out += [f"| {kind.value} | {', '.join(names)} |" for kind, names in KIND_STARTERS.items()]
+    out += [f"| {name} | {', '.join(k.starters)} |" for name, k in KINDS.items() if k.starters]
     out += ["", "| starter | rank | size | local rank | local size | node rank |",
             "|---|---|---|---|---|---|"]
     out += [f"| {name} | " + " | ".join(f"`{v}`" if v else "-" for v in starter) + " |"

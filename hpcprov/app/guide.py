@@ -20,7 +20,7 @@ from hpcprov.jobs.layout import Layout
 from hpcprov.jobs.modules import init_lines, load_lines
 from hpcprov.request.job import JobRequest
 from hpcprov.site.conda_channels import tos_channels
-from hpcprov.site.kinds import LauncherKind
+from hpcprov.site.launcher_kinds import kind_of
 
 if TYPE_CHECKING:
     from hpcprov.site.view import SiteView
@@ -162,7 +162,7 @@ def render_guide(site: SiteView, partition: str | None = None, ref: str | None =
         except HpcprovError as exc:
             launches.append(f"# {name}: {exc}")
             continue
-        note = " (one torchrun per node)" if launcher.kind == LauncherKind.torchrun else ""
+        note = f" (one {launcher.kind.value} per node)" if kind_of(launcher.kind).per_node else ""
         launches += [f"# {name}{note}", *launch.setup, launch.line]
 
     command = join(["hpcprov", "jobscript", "--site", ref, "--nodes", str(req.nodes),

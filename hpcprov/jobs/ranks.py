@@ -1,20 +1,18 @@
-"""The rank contract's data: which variables each starter gives its ranks, and which
-starters may have started the ranks of each launcher kind.
+"""The rank contract's data: which variables each starter gives its ranks.
 
 A rank started by srun, mpirun, mpiexec, jsrun or horovodrun knows who it is only by its
 starter's variables; torch.distributed's ``env://`` rendezvous wants RANK, WORLD_SIZE,
 LOCAL_RANK (and MASTER_ADDR, MASTER_PORT). hpcprov starts each such rank through a small
 shim (``rank_env.sh``) that reads the first of its launcher's starters whose rank and size
 are both set and exports torch's variables. This module says what the shim reads; the shim
-says how.
+says how; which starters each launcher kind's ranks may carry is that kind's data
+(:mod:`hpcprov.site.launcher_kinds`).
 """
 
 from __future__ import annotations
 
 import re
 from typing import NamedTuple
-
-from hpcprov.site.kinds import LauncherKind
 
 
 class Starter(NamedTuple):
@@ -47,25 +45,13 @@ STARTERS: dict[str, Starter] = {
     "slurm": Starter("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None, "SLURM_NODEID"),
 }
 
-# The starters whose variables a launcher kind's ranks may carry, first found first. An
-# MPI starter never reads Slurm's: mpirun or mpiexec started inside a batch script inherit
-# the batch step's SLURM_PROCID=0, which would make every rank 0.
-KIND_STARTERS: dict[LauncherKind, tuple[str, ...]] = {
-    LauncherKind.srun: ("slurm",),
-    LauncherKind.container: ("slurm",),  # started by srun (the container launcher's starter)
-    LauncherKind.mpirun: ("openmpi", "hydra", "pmix"),
-    LauncherKind.mpiexec: ("pals", "cray-pmi", "hydra", "openmpi", "pmix"),
-    LauncherKind.jsrun: ("jsrun", "openmpi", "pmix"),
-    LauncherKind.horovodrun: ("horovod", "openmpi", "hydra"),
-}
-
-
-def table_line(kind: LauncherKind) -> str:
-    """The shim's table for ``kind``: a bash array, one entry per starter (``source rank
+def table_line(starters: tuple[str, ...]) -> str:
+    """The shim's table of a launcher kind's ``starters`` (its :data:`Kind.starters
+    <hpcprov.site.launcher_kinds.Kind>`): a bash array, one entry per starter (``source rank
     size local_rank local_size node_rank``, ``-`` for none), in double quotes (names and
     dashes only: nothing in them expands), so the table reads plainly inside the single
     quotes of ``hpcprov_rank=``."""
     entries = [" ".join([name, *(v or "-" for v in STARTERS[name])])
-               for name in KIND_STARTERS[kind]]
+               for name in starters]
     assert all(re.fullmatch(r"[A-Za-z0-9_ -]+", e) for e in entries), entries
     return "hpcprov_sets=(" + " ".join(f'"{e}"' for e in entries) + ")"

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hpcprov.core.errors import UsageError
-from hpcprov.site.kinds import LauncherKind
+from hpcprov.site.launcher_kinds import kind_of
 
 if TYPE_CHECKING:
     from hpcprov.site.model import Launcher, Partition
@@ -84,7 +84,7 @@ class JobRequest:
     @property
     def per_node_launch(self) -> bool:
         """True when the launcher starts one process per node that spawns the ranks."""
-        return self.launch.kind == LauncherKind.torchrun
+        return kind_of(self.launch.kind).per_node
 
     @property
     def scheduler_tasks_per_node(self) -> int:

@@ -37,7 +37,7 @@ from hpcprov.schedulers.base import (
     slots_list,
     with_overrides,
 )
-from hpcprov.site.kinds import LauncherKind
+from hpcprov.site.launcher_kinds import horovod_controller, kind_of
 from hpcprov.site.sections import settings_of
 
 if TYPE_CHECKING:
@@ -164,12 +164,16 @@ class Lsf(Backend):
         return {"m": " ".join(nodes.split(","))}
 
     def lint(self, req: JobRequest) -> list[Finding]:
-        if req.launch.kind == LauncherKind.horovodrun and "--gloo" in req.launch.args:
+        launcher = req.launch
+        if (kind_of(launcher.kind).horovod == "controller" and horovod_controller(
+                launcher.controller, req.site.horovod.controllers) == "gloo"):
+            how = ("its controller is gloo" if launcher.controller else "the site's Horovod "
+                   "has no MPI controller, so horovodrun runs Gloo")
             return [Finding("error", "lsf-horovod-gloo",
-                            "horovodrun --gloo fails under LSF: Horovod skips finding the "
-                            "hosts' network interfaces there",
-                            f"drop --gloo from launcher {req.launcher_name} (horovodrun then "
-                            "uses jsrun or mpirun), or use an mpirun launcher")]
+                            f"horovodrun over Gloo fails under LSF ({how}): Horovod skips "
+                            "finding the hosts' network interfaces there",
+                            f"set 'controller: mpi' on launcher {req.launcher_name} (horovodrun "
+                            "then uses jsrun or mpirun), or use an mpirun launcher")]
         return []
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:

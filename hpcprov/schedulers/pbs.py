@@ -24,7 +24,6 @@ from hpcprov.schedulers.base import (
     unique_hosts,
     with_overrides,
 )
-from hpcprov.site.kinds import LauncherKind
 from hpcprov.site.sections import SELECT_FIELD, check_select, settings_of
 
 if TYPE_CHECKING:
@@ -139,7 +138,7 @@ class Pbs(Backend):
     def lint(self, req: JobRequest) -> list[Finding]:
         found = short_name_findings(req, SHORT_NAMES, directive)
         renamed = req.launch.host_name is not None and req.host_name  # -H host:slots instead
-        if (req.launch.kind == LauncherKind.mpirun and not req.hosts and not renamed
+        if (req.launch.kind.value == "mpirun" and not req.hosts and not renamed
                 and not req.launch.oversubscribe):
             found.append(Finding("error", "pbs-slots",
                                  "$PBS_NODEFILE lists one line per slot, so mpirun refuses to "

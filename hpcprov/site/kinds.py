@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from enum import Enum
 
+from hpcprov.site.launcher_kinds import LauncherKind
 from hpcprov.site.sections import SCHEDULERS
+
+__all__ = ["LauncherKind", "ModuleSystem", "SCHEDULER_BACKENDS", "Scheduler"]
 
 # the module of each scheduler's backend, by the name a profile's `scheduler:` key uses
 # (the registry and each one's profile section: hpcprov.site.sections)
@@ -26,11 +29,3 @@ class ModuleSystem(str, Enum):
     none = "none"
 
 
-class LauncherKind(str, Enum):
-    srun = "srun"
-    mpirun = "mpirun"
-    mpiexec = "mpiexec"
-    jsrun = "jsrun"
-    horovodrun = "horovodrun"
-    torchrun = "torchrun"
-    container = "container"

@@ -27,6 +27,7 @@ from hpcprov.core.walltime import walltime_seconds
 # snapshots of hpcprov.site.view; importing them from here keeps working
 from hpcprov.site.conda_channels import tos_channels
 from hpcprov.site.kinds import LauncherKind, ModuleSystem, Scheduler
+from hpcprov.site.launcher_kinds import LAUNCHER_KEYS, readers
 from hpcprov.site.sections import DEFAULT_SCHEDULER, SCHEDULERS, Setting
 from hpcprov.site.view import SiteMethods
 
@@ -471,38 +472,9 @@ class HorovodBuild(Strict, EnvMixin):
         "HOROVOD_CMAKE_BUILD_TYPE, which hpcprov's build-type patch adds to 0.28.1")
 
 
-_K = LauncherKind
-# The launcher kinds that read each key (kind, description and args: every kind). A key
-# its launcher's kind does not read is refused, unless it holds its default (so a profile
-# that `extends` another can neutralise an inherited value).
-LAUNCHER_KEYS: dict[str, frozenset[LauncherKind]] = {
-    "hosts": frozenset({_K.mpirun, _K.horovodrun}),
-    "hostfile": frozenset({_K.mpirun, _K.horovodrun}),
-    "oversubscribe": frozenset({_K.mpirun}),
-    "export_env": frozenset({_K.mpirun}),
-    "set_cuda_visible_devices": frozenset({_K.mpirun}),
-    "rendezvous_env": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun}),
-    "flavor": frozenset({_K.mpiexec}),
-    "rdzv_backend": frozenset({_K.torchrun}),
-    "rdzv_host": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.torchrun}),
-    "port": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.torchrun}),
-    "per_node_wrapper": frozenset({_K.torchrun}),
-    "host_name": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.horovodrun,
-                            _K.torchrun}),
-    "mpi": frozenset({_K.srun, _K.container}),
-    "runtime": frozenset({_K.container}),
-    "wrapper": frozenset({_K.srun, _K.mpirun, _K.mpiexec, _K.jsrun, _K.horovodrun,
-                          _K.container}),
-    "srun_args": frozenset({_K.container, _K.torchrun}),
-    "wrap_in_bash": frozenset({_K.container}),
-    "unbuffered": frozenset({_K.container}),
-    "per_task_output": frozenset({_K.container}),
-}
-
-
 class Launcher(Strict):
     """How a site starts ranks: one builder per kind reads its keys (a key the kind does
-    not read is refused)."""
+    not read is refused; each kind's keys: :mod:`hpcprov.site.launcher_kinds`)."""
 
     kind: LauncherKind
     description: str | None = None
@@ -538,6 +510,11 @@ class Launcher(Strict):
         "or pals (HPE Cray's PALS: -n N --ppn P); both find the job's nodes themselves and "
         "pass the environment on; binding options (--cpu-bind depth --depth 8, -bind-to "
         "core) go in args")
+    # horovodrun
+    controller: Literal["gloo", "mpi"] | None = Field(
+        None, description="horovodrun's controller: gloo (horovodrun starts the ranks "
+        "itself over ssh: --gloo) or mpi (through mpirun: --mpi); unset: horovodrun's own "
+        "choice, MPI where the site's Horovod has an MPI controller, else Gloo")
     # torchrun
     rdzv_backend: str = "c10d"
     rdzv_host: Literal["hostname", "first_node"] = Field(
@@ -570,12 +547,12 @@ class Launcher(Strict):
     @classmethod
     def _read_by_kind(cls, value: Any, info: ValidationInfo) -> Any:
         kind, key = info.data.get("kind"), str(info.field_name)
-        readers = LAUNCHER_KEYS[key]
-        if kind is None or kind in readers:
+        reading = readers(key)
+        if kind is None or kind.value in reading:
             return value
         if value == cls.model_fields[key].get_default(call_default_factory=True):
             return value
-        names = ", ".join(sorted(k.value for k in readers))
+        names = ", ".join(sorted(reading))
         raise ValueError(f"a {kind.value} launcher does not read {key} (only {names} "
                          f"launchers do): remove it, or change the launcher's kind")
 
@@ -589,6 +566,14 @@ class Launcher(Strict):
     def _export_names(cls, value: list[str]) -> list[str]:
         _check_env_names(dict.fromkeys(value, ""))
         return value
+
+    @model_validator(mode="after")
+    def _controller_is_a_key(self) -> Launcher:
+        said = [a for a in self.args if a in ("--gloo", "--mpi")]
+        if self.kind.value == "horovodrun" and said:
+            raise ValueError(f"args: {said[0]} is horovodrun's controller: say it as "
+                             f"'controller: {said[0][2:]}' and drop it from args")
+        return self
 
     @model_validator(mode="after")
     def _hostfile_needs_path(self) -> Launcher:

@@ -1,0 +1,70 @@
+"""The torchrun launcher: one agent per node (started by the scheduler's task starter
+or an MPI), which starts that node's ranks with torch's environment."""
+
+from __future__ import annotations
+
+from hpcprov import schedulers
+from hpcprov.core.shell import Raw
+from hpcprov.jobs.launchers.common import PY, Context, Launch, first_node, mpi_per_node
+from hpcprov.request.job import JobRequest
+
+
+def _torchrun_target(command: tuple[str, ...]) -> list[str]:
+    """torchrun runs a script itself: drop a leading ``python [-u]``."""
+    cmd = list(command)
+    if cmd and PY.match(cmd[0].rsplit("/", 1)[-1]):
+        cmd = cmd[1:]
+        while cmd and cmd[0] in ("-u", "-O"):
+            cmd = cmd[1:]
+        if cmd and cmd[0] == "-m":
+            return ["-m", *cmd[1:]]
+        return cmd
+    if cmd and not cmd[0].endswith(".py"):
+        return ["--no-python", *cmd]
+    return cmd
+
+
+def torchrun_program(command: tuple[str, ...]) -> list[str]:
+    """torchrun as the environment's Python runs it: ``python -m torch.distributed.run``,
+    with the interpreter the command names (``python3.12``, a path), else ``python``. The
+    ``torchrun`` script on PATH may belong to another Python (a site's PyTorch module puts
+    torch on PYTHONPATH and no script in the environment): its agents would start the ranks
+    outside the environment."""
+    first = command[0] if command else ""
+    python = first if PY.match(first.rsplit("/", 1)[-1]) else "python"
+    return [python, "-m", "torch.distributed.run"]
+
+
+def build(req: JobRequest, context: Context) -> Launch:
+    launcher = req.launch
+    target = _torchrun_target(req.command)
+    per_node = [f"--nproc_per_node={req.ranks_per_node}"]
+    program = torchrun_program(req.command)
+    job_id = schedulers.of(req.site).job_id()
+    if job_id is None:
+        standalone = [*program, "--standalone", "--nnodes=1", *per_node]
+        return Launch([*standalone, *launcher.args, *target])
+    endpoint = Raw(f"{first_node(req)}:{req.rendezvous_port}")
+    torchrun = [
+        *program,
+        f"--nnodes={req.nodes}",
+        *per_node,
+        Raw(f"--rdzv_id={job_id}"),
+        f"--rdzv_backend={launcher.rdzv_backend}",
+        Raw(f"--rdzv_endpoint={endpoint}"),
+        *launcher.args,
+        *target,
+    ]
+    backend = schedulers.of(req.site)
+    if launcher.per_node_wrapper in ("mpirun", "mpiexec"):
+        # one torchrun agent per node, started by MPI; its node's ranks are its children
+        argv, setup = mpi_per_node(req, launcher.per_node_wrapper)
+        return Launch([*argv, *torchrun], setup)
+    starter = None if launcher.per_node_wrapper == "none" else backend.per_node(req)
+    if starter is not None:
+        # one task per node running every rank: the job's CPUs per task are all of them
+        step = backend.task_step(req, req.task_cpus)
+        srun_args = launcher.srun_args if backend.starts_tasks else []  # srun starts it
+        return Launch([*starter.argv, *step.argv, *srun_args, *torchrun],
+                      [*starter.setup, *step.setup])
+    return Launch(torchrun)
