@@ -67,6 +67,13 @@ def test_wheel_contains_profiles_and_mapped_packages(tmp_path: Path) -> None:
                      "hpcprov/app/cli.py"):
         assert required in names, required
     assert not any(n.startswith(("sites/", "provision/", "validate/")) for n in names)
+    # every module of the source is in the wheel (a new subpackage missing from
+    # pyproject's list was absent from installs, and import-linter never saw it)
+    for top, mapped in (("hpcprov", "hpcprov"), ("provision", "hpcprov/provision"),
+                        ("validate", "hpcprov/validate")):
+        for module in sorted((REPO / top).rglob("*.py")):
+            rel = module.relative_to(REPO / top).as_posix()
+            assert "__pycache__" in rel or f"{mapped}/{rel}" in names, (top, rel)
 
     # unpacked like an installer would (pure Python: a plain unzip), outside the source tree,
     # the profiles are still found
