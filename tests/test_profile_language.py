@@ -1086,10 +1086,10 @@ def test_a_job_too_small_for_a_queue_is_refused(capsys: pytest.CaptureFixture[st
 @pytest.mark.parametrize(("launcher", "key", "readers"), [
     ("torchrun: {kind: torchrun, mpi: pmix}", "mpi", "container, srun"),
     ("container: {kind: container, runtime: singularity, rendezvous_env: true}",
-     "rendezvous_env", "jsrun, mpiexec, mpirun, srun"),
+     "rendezvous_env", "ibrun, jsrun, mpiexec, mpirun, srun"),
     ("srun: {kind: srun, oversubscribe: true}", "oversubscribe", "mpirun"),
     ("horovodrun: {kind: horovodrun, port: 1234}", "port",
-     "jsrun, mpiexec, mpirun, srun, torchrun"),
+     "ibrun, jsrun, mpiexec, mpirun, srun, torchrun"),
 ])
 def test_a_key_the_launchers_kind_ignores_is_refused_at_its_line(
         tmp_path: Path, launcher: str, key: str, readers: str) -> None:

@@ -143,6 +143,9 @@ if name == "srun":
     per = opt("--ntasks-per-node") or int(os.environ["SLURM_NTASKS_PER_NODE"])
 elif name == "jsrun":
     size, per = opt("--nrs"), opt("--rs_per_host")
+elif name == "ibrun":  # TACC's: the job's tasks unless told -n
+    size = opt("-n") or int(os.environ["SLURM_NTASKS"])
+    per = int(os.environ["SLURM_NTASKS_PER_NODE"])
 else:
     size, per = opt("-n", "-np"), opt("-ppn", "--ppn")
 procs = []
@@ -155,6 +158,8 @@ for r in range(size):
                    "JSM_NAMESPACE_LOCAL_RANK": local, "JSM_NAMESPACE_LOCAL_SIZE": per}},
         "hydra": {{"PMI_RANK": r, "PMI_SIZE": size, "MPI_LOCALRANKID": local,
                    "MPI_LOCALNRANKS": per}},
+        "mvapich": {{"MV2_COMM_WORLD_RANK": r, "MV2_COMM_WORLD_SIZE": size,
+                     "MV2_COMM_WORLD_LOCAL_RANK": local, "MV2_COMM_WORLD_LOCAL_SIZE": per}},
         "pals": {{"PALS_RANKID": r, "PMI_RANK": r, "PMI_SIZE": size, "PALS_LOCAL_RANKID": local,
                   "PALS_NODEID": node}},
     }}[os.environ.get("STUB_FLAVOR", name)]
@@ -168,7 +173,7 @@ SCONTROL = '#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "n1\\nn2\\n"\nex
 def stub_bin(root: Path) -> Path:
     folder = root / "bin"
     folder.mkdir()
-    for name in ("srun", "mpiexec", "jsrun"):
+    for name in ("srun", "mpiexec", "jsrun", "ibrun"):
         path = folder / name
         path.write_text(STARTER.format(python=sys.executable, name=name))
         path.chmod(0o755)
@@ -195,6 +200,7 @@ extends: testbed
 launchers:
   hydra: {kind: mpiexec, wrapper: [env, "HPCPROV_TEST_WRAPPED=gpu$LOCAL_RANK"]}
   pals: {kind: mpiexec, flavor: pals}
+  ibrun: {kind: ibrun, wrapper: [env, "HPCPROV_TEST_WRAPPED=gpu$LOCAL_RANK"]}
 default_launcher: hydra
 """
 
@@ -204,6 +210,9 @@ default_launcher: hydra
                             "SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8"}),
     ("mx", "hydra", "hydra", {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", **BATCH}),
     ("mx", "pals", "pals", {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", **BATCH}),
+    # a launcher kind added as one unit (issue 26): TACC's ibrun over MVAPICH2
+    ("mx", "ibrun", "mvapich", {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", **BATCH,
+                                "SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8"}),
     ("js", "jsrun", "jsrun", {"LSB_JOBID": "7"}),
 ])
 def test_a_generated_job_gives_every_rank_its_own_contract(
@@ -229,7 +238,7 @@ def test_a_generated_job_gives_every_rank_its_own_contract(
         assert (r["WORLD_SIZE"], r["LOCAL_WORLD_SIZE"]) == (str(size), str(per))
         assert (r["LOCAL_RANK"], r["NODE_RANK"]) == (str(rank % per), str(rank // per))
         assert r["MASTER_PORT"] and r["MASTER_ADDR"] in ("n1", "h1")
-        if launcher == "hydra":  # the wrapper's $LOCAL_RANK: this rank's
+        if launcher in ("hydra", "ibrun"):  # the wrapper's $LOCAL_RANK: this rank's
             assert r["HPCPROV_TEST_WRAPPED"] == f"gpu{rank % per}"
 
 
@@ -365,3 +374,19 @@ def test_lint_and_the_guide_name_pbs_options_as_pbs_names_them(
     assert "--account" not in res.err.split("(fix:")[0]
     guide = cli(capsys, "guide", "--site", "sockeye").out
     assert "`-A (account)` is mandatory" in guide and "`--account`" not in guide
+
+
+def test_ibrun_typed_in_an_allocation_carries_the_geometry(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """In a job script ibrun takes the job's tasks; typed by hand in an allocation it is
+    told them (-n N -o 0), and its ranks still start through the rank contract."""
+    ref = str(write_profile(tmp_path, "mx", MPIEXEC))
+    res = cli(capsys, "launch", "--site", ref, "-N", "2", "-l", "ibrun", "--", "python", "t.py")
+    assert res.rc == 0, res.err
+    line = res.out.strip().splitlines()[-1]
+    assert line.startswith("ibrun -n 16 -o 0 bash -c \"$hpcprov_rank\" hpcprov-rank 16 8 ")
+    job = cli(capsys, "jobscript", "--site", ref, "-N", "2", "-l", "ibrun", "--no-activate",
+              "--", "python", "t.py")
+    assert job.rc == 0, job.err
+    assert any(ln.startswith('ibrun bash -c "$hpcprov_rank"') for ln in job.out.splitlines())
+    assert 'hpcprov_sets=("mvapich MV2_COMM_WORLD_RANK' in job.out

@@ -39,6 +39,8 @@ STARTERS: dict[str, Starter] = {
     "cray-pmi": Starter("PMI_RANK", "PMI_SIZE", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE", None),
     # MPICH's and Intel MPI's Hydra
     "hydra": Starter("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID", "MPI_LOCALNRANKS", None),
+    "mvapich": Starter("MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_SIZE",
+                       "MV2_COMM_WORLD_LOCAL_RANK", "MV2_COMM_WORLD_LOCAL_SIZE", None),
     "jsrun": Starter("JSM_NAMESPACE_RANK", "JSM_NAMESPACE_SIZE", "JSM_NAMESPACE_LOCAL_RANK",
                      "JSM_NAMESPACE_LOCAL_SIZE", None),
     "pmix": Starter("PMIX_RANK", None, None, None, None),

@@ -64,6 +64,8 @@ KINDS: dict[str, Kind] = {
                    ("openmpi", "hydra", "pmix"), env="named", torch_order=3, horovod="mpi"),
     "mpiexec": Kind(_RDZV | {"flavor"}, ("pals", "cray-pmi", "hydra", "openmpi", "pmix")),
     "jsrun": Kind(_RDZV, ("jsrun", "openmpi", "pmix")),
+    # TACC's MPI wrapper: Intel MPI (Hydra) or MVAPICH2 underneath
+    "ibrun": Kind(_RDZV, ("mvapich", "hydra", "openmpi", "pmix"), horovod="mpi"),
     "horovodrun": Kind(_HOSTS | {"host_name", "wrapper", "controller"},
                        ("horovod", "openmpi", "hydra"), horovod="controller",
                        first_node_baseline=True),
