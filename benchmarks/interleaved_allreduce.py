@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--blocks", type=int, default=7)
     args = parser.parse_args()
     program = load_program(args.program)
-    comm = program.TorchComm(torch, "gloo", False)  # init_process_group, as a job does
+    comm = program.TorchComm(torch, "gloo", "cpu")  # init_process_group, as a job does
     cpu = torch.device("cpu")
 
     def hpcprov(size: int) -> float:

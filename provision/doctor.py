@@ -18,6 +18,7 @@ from hpcprov.core.shell import join
 from hpcprov.jobs.modules import init_lines
 from hpcprov.provision.library import definitions, file_function
 from hpcprov.provision.manifest import FRAMEWORK_DISTS, Manifest, parse_freeze
+from hpcprov.site.gpu_vendors import Vendor
 from hpcprov.site.kinds import ModuleSystem
 
 IMPORTS = {"PyTorch": "horovod.torch", "TensorFlow": "horovod.tensorflow"}
@@ -48,7 +49,8 @@ def probe_script(manifest: Manifest, prefix: Path) -> str:
     if manifest.backend == "conda" and own_conda:
         calls.append(join(["hpcprov_probe_conda", str(prefix / "miniconda3" / "bin" / "conda")]))
     calls += [
-        "hpcprov_probe_host",
+        join(["hpcprov_probe_host", manifest.gpu_vendor.count.pattern,
+              *manifest.gpu_vendor.count.argv]),
         join(["hpcprov_probe_activate", str(prefix / "activate")]),
         join([file_function("doctor_probe.py")]) + " | "
         + join(["python", "-", *_wheel_args(manifest, prefix), *imports]),
@@ -119,7 +121,7 @@ def judge(manifest: Manifest, facts: dict[str, list[str]], gpus_expected: int | 
             checks.append(Check("conda-base", "fail", f"conda auto_activate_base is {auto or '?'}"
                                 ": every shell (and job) starts in base, shadowing the modules",
                                 "conda config --set auto_activate_base false"))
-    checks.append(_gpu_check(_one(facts, "gpus"), gpus_expected))
+    checks.append(_gpu_check(_one(facts, "gpus"), gpus_expected, manifest.gpu_vendor))
     mpi = _one(facts, "mpi")
     if "(Open MPI) 5." in mpi:
         checks.append(Check("horovodrun-mpi", "warn", f"{mpi}: horovodrun --mpi is broken with "
@@ -199,17 +201,19 @@ def _wheel_check(manifest: Manifest, py: dict, rerun: str) -> Check | None:
                  f"{facts.get('checked', 0)} installed files match the wheel")
 
 
-def _gpu_check(gpus: str, expected: int | None) -> Check:
+def _gpu_check(gpus: str, expected: int | None, vendor: Vendor) -> Check:
     if expected is None or expected == 0:
         if gpus in ("", "none", "0"):
             return Check("gpus", "skip", "no GPUs expected here and none visible")
         return Check("gpus", "ok", f"{gpus} GPU(s) visible")
     if gpus in ("", "none"):
-        return Check("gpus", "fail", f"{expected} GPU(s) expected, nvidia-smi not found",
+        return Check("gpus", "fail", f"{expected} GPU(s) expected, {vendor.count.argv[0]} not "
+                     "found",
                      "run doctor inside a GPU job on a compute node (the login node has none)")
     if int(gpus) < expected:
         return Check("gpus", "fail", f"{gpus} of {expected} GPU(s) visible",
-                     "check the job's --gres/--gpus request and CUDA_VISIBLE_DEVICES")
+                     "check the job's --gres/--gpus request and "
+                     f"{vendor.visible_devices}")
     return Check("gpus", "ok", f"{gpus} GPU(s) visible ({expected} expected)")
 
 

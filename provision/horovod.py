@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from hpcprov.site.cuda_arch import cc_list
+from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
 
 if TYPE_CHECKING:
     from hpcprov.site.model import HorovodBuild
@@ -51,8 +52,11 @@ def site_build_env(site: SiteView) -> dict[str, str]:
     if not site.horovod.debug_info:  # read by the build-type patch; harmless without it
         env.setdefault("HOROVOD_CMAKE_BUILD_TYPE", "Release")
     gpu = site.horovod.gpu_operations or site.horovod.gpu_allreduce
-    if gpu and gpu_vendor(site) == "amd":  # ROCm: RCCL under NCCL's name, no CUDA arches
-        env.setdefault("HOROVOD_GPU", "ROCM")
+    vendor = VENDORS[gpu_vendor(site) or DEFAULT_VENDOR]
+    if gpu:  # the vendor's build variables (ROCm: HOROVOD_GPU=ROCM, RCCL under NCCL's name)
+        for key, value in (vendor.horovod_env or {}).items():
+            env.setdefault(key, value)
+    if not vendor.cuda_arches:  # its builds name no CUDA architectures
         return env
     if gpu in ("nccl", "mpi") and "HOROVOD_BUILD_CUDA_CC_LIST" not in env:
         ccs, _ = cc_list(site)

@@ -18,6 +18,7 @@ from hpcprov.provision.compat import patches_for
 from hpcprov.provision.horovod import gpu_vendor, pip_spec, site_build_env
 from hpcprov.provision.library import file_function, program_file
 from hpcprov.provision.pip_args import pip_index_args, pip_settings_line
+from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
 from hpcprov.site.kinds import ModuleSystem
 
 if TYPE_CHECKING:
@@ -188,7 +189,8 @@ def _nccl_lines(site: SiteView) -> list[str]:
 def builds_cuda(site: SiteView) -> bool:
     """A GPU build with CUDA (NVIDIA): it compiles with the CUDA toolkit (hpcprov_cuda_home)."""
     hvd = site.horovod
-    return bool(hvd.gpu_operations or hvd.gpu_allreduce) and gpu_vendor(site) != "amd"
+    vendor = VENDORS[gpu_vendor(site) or DEFAULT_VENDOR]
+    return bool(hvd.gpu_operations or hvd.gpu_allreduce) and vendor.cuda_arches
 
 
 def build_lines(site: SiteView) -> list[str]:

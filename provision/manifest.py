@@ -10,7 +10,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -21,6 +21,7 @@ from hpcprov.jobs.checkbuild import expected_check_build, parse_check_build
 from hpcprov.jobs.layout import manifest_file
 from hpcprov.provision.compat import for_site
 from hpcprov.provision.journal import Journal
+from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS, Vendor
 from hpcprov.site.model import Modules
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ class RecordedPython(_Record):
 
 class RecordedGpus(_Record):
     count: int = Field(0, ge=0)
+    vendor: Literal[tuple(VENDORS)] = DEFAULT_VENDOR  # the vendors: hpcprov.site.gpu_vendors
 
 
 class RecordedPartition(_Record):
@@ -200,6 +202,12 @@ class Manifest(_Record):
         if partition not in parts:
             raise no_partition(self.site, partition, parts)
         return parts[partition].gpus.count
+
+    @property
+    def gpu_vendor(self) -> Vendor:
+        """The vendor of the recorded profile's GPUs (one per profile; the default without)."""
+        parts = self.site_profile.partitions.values()
+        return VENDORS[next((p.gpus.vendor for p in parts if p.gpus.count), DEFAULT_VENDOR)]
 
 
 class ManifestError(HpcprovError):

@@ -9,6 +9,7 @@ from hpcprov.core.findings import Finding
 from hpcprov.provision.compat import for_site
 from hpcprov.provision.horovod import gpu_vendor
 from hpcprov.site.cuda_arch import CudaTargets, cc_list, cuda_findings
+from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
 
 if TYPE_CHECKING:
     from hpcprov.provision.plan import Plan
@@ -48,7 +49,7 @@ def _cuda_arch(site: SiteView) -> list[Finding]:
     """A GPU build for a model whose compute capability hpcprov does not know."""
     if not (site.horovod.gpu_operations or site.horovod.gpu_allreduce):
         return []
-    if gpu_vendor(site) == "amd":  # ROCm builds name no CUDA architectures
+    if not VENDORS[gpu_vendor(site) or DEFAULT_VENDOR].cuda_arches:  # e.g. ROCm builds
         return []
     _, unknown = cc_list(site)
     if not unknown:

@@ -1011,7 +1011,7 @@ def test_amd_gpus_build_horovod_for_rocm_and_rccl(capsys: pytest.CaptureFixture[
     last = words(out.strip().splitlines()[-1])
     assert "HIP_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in last
     assert not [w for w in last if w.startswith("CUDA_VISIBLE_DEVICES")]
-    # doctor counts AMD GPUs with rocm-smi where there is no nvidia-smi
+    # doctor counts AMD GPUs with rocm-smi (the vendor's count command)
     from hpcprov.provision import library
 
     bindir = tmp_path / "bin"
@@ -1020,8 +1020,13 @@ def test_amd_gpus_build_horovod_for_rocm_and_rccl(capsys: pytest.CaptureFixture[
                                      "GPU[0]\\t: Device Rev: 0x1\\nGPU[1]\\t: Device ID: "
                                      "0x740c\\n'\n")
     (bindir / "rocm-smi").chmod(0o755)
+    from hpcprov.core.shell import join
+    from hpcprov.site.gpu_vendors import VENDORS
+
+    amd = VENDORS["amd"].count  # what doctor passes for a site of AMD GPUs
     probe = subprocess.run(["bash", "-c", library.functions()["hpcprov_probe_host"]
-                            + "\nhpcprov_probe_host\n"], capture_output=True, text=True,
+                            + "\n" + join(["hpcprov_probe_host", amd.pattern, *amd.argv])],
+                           capture_output=True, text=True,
                            env={"PATH": f"{bindir}:/usr/bin:/bin"}, timeout=30)
     assert "gpus=2" in probe.stdout.split(), probe.stdout + probe.stderr
     # one Horovod build cannot serve NVIDIA and AMD nodes
@@ -1029,7 +1034,7 @@ def test_amd_gpus_build_horovod_for_rocm_and_rccl(capsys: pytest.CaptureFixture[
         "    default: true\n", "    default: true\n  v100:\n    nodes: 2\n"
         "    cores_per_node: 32\n    gpus: {count: 4, model: V100-SXM2}\n"))
     res = cli(capsys, "site", "check", str(both))
-    assert res.rc == 2 and "both NVIDIA and AMD GPUs" in res.err
+    assert res.rc == 2 and "GPUs of amd and nvidia" in res.err
 
 
 SIZED = """\

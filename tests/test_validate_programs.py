@@ -447,7 +447,7 @@ def test_envcheck(programs: Path) -> None:
     if torch is not None:
         assert r["imports"]["torch"] == torch.__version__
         assert (r["gpus_visible"], r["gpu_source"]) == (torch.cuda.device_count(), "torch")
-    assert r["cuda_visible_devices"] is None
+    assert (r["visible_devices"], r["visible_devices_var"]) == (None, "CUDA_VISIBLE_DEVICES")
 
 
 def test_envcheck_require_in_process(programs: Path) -> None:
@@ -459,7 +459,7 @@ def test_envcheck_require_in_process(programs: Path) -> None:
     (r,) = result.results
     assert r["rank"] == 0 and r["rank_source"] == "single" and r["modules"] == []
     assert r["import_ok"] == {"json": True, "hpcprov_no_such_module": False}
-    assert r["cuda_visible_devices"] == ""
+    assert r["visible_devices"] == ""
 
 
 PROBE = """

@@ -24,6 +24,7 @@ from hpcprov.request.options import parse_option
 from hpcprov.schedulers.allocation import OneAllocation
 from hpcprov.schedulers.base import Executor
 from hpcprov.site.catalog import load
+from hpcprov.site.gpu_vendors import VENDORS
 from hpcprov.validate import report as rep
 from hpcprov.validate.judge import Outcome
 from hpcprov.validate.plan import (
@@ -120,6 +121,22 @@ def _side_by_side(opts: Options) -> Options:
     return opts if cpus_exceeded(allocation_request(shared, None)) else shared
 
 
+def _device(asked: str | None, site: SiteView, partition: str) -> str:
+    """Where the tensors live: ``asked``, else the partition's GPU vendor's torch device
+    where it has GPUs, else the CPU; a device of another vendor's GPUs is refused."""
+    part = site.partitions[partition]
+    gpus = VENDORS[part.gpus.vendor]
+    if asked is None:
+        return gpus.torch_device if part.gpus.count else "cpu"
+    if asked != "cpu" and (asked != gpus.torch_device or not part.gpus.count):
+        have = f"{part.gpus.vendor} GPUs (torch device {gpus.torch_device})" \
+            if part.gpus.count else "no GPUs"
+        raise UsageError(f"--device {asked}: partition {partition} of site {site.name} has "
+                         f"{have}: use --device cpu" + (
+                             f" or --device {gpus.torch_device}" if part.gpus.count else ""))
+    return asked
+
+
 def prepare(o: ValidateOptions) -> Prepared:
     """Resolve the options against the site; every mistake is a one-line UsageError."""
     o = _quick(o)
@@ -139,7 +156,7 @@ def prepare(o: ValidateOptions) -> Prepared:
     usable = (backend.executor().usable_nodes(pname, node_picks(s, pname)) if per_node
               else None)
     here = (os.uname().nodename,) if per_node else ()
-    device = o.device or ("cuda" if s.partitions[pname].gpus.count else "cpu")
+    device = _device(o.device, s, pname)
     opts = Options(s, pname, nodes, wanted, ranks_per_node=o.ranks_per_node,
                    device=device, max_bytes=o.max_bytes, iters=o.iters,
                    train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,

@@ -21,6 +21,7 @@ from hpcprov.jobs.jobscript import build_jobscript
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.allocation import pilot_lines
 from hpcprov.schedulers.base import Placement
+from hpcprov.site.gpu_vendors import VENDORS, Vendor
 from hpcprov.site.launcher_kinds import kind_of
 from hpcprov.validate.judge import Judge, judge_allreduce, judge_env, judge_pernode, judge_train
 
@@ -86,7 +87,7 @@ def ranks_per_node(o: Options) -> int:
     if o.ranks_per_node:
         return o.ranks_per_node
     gpus = o.site.partitions[o.partition].gpus.count
-    if o.device == "cuda" and gpus:
+    if o.device != "cpu" and gpus:
         return gpus
     # one rank per node measures the network; a machine alone needs two to measure anything
     return 2 if schedulers.of(o.site).max_nodes == 1 else 1
@@ -106,8 +107,22 @@ def _imports(site: SiteView) -> str:
     return ",".join(names) or "torch"
 
 
+def vendor(o: Options) -> Vendor:
+    """The GPU vendor of the run's partition (:mod:`hpcprov.site.gpu_vendors`)."""
+    return VENDORS[o.site.partitions[o.partition].gpus.vendor]
+
+
 def _backend(o: Options) -> str:
-    return "nccl" if o.device == "cuda" else "gloo"
+    """torch.distributed's backend: gloo on the CPU, else the GPU vendor's."""
+    return "gloo" if o.device == "cpu" else vendor(o).dist_backend
+
+
+def _backend_args(o: Options) -> tuple[str, ...]:
+    """The programs' backend options: the backend, and the vendor's fallback for older
+    stacks where it has one."""
+    fallback = vendor(o).fallback_backend if o.device != "cpu" else None
+    return ("--dist-backend", _backend(o),
+            *(("--fallback-backend", fallback) if fallback else ()))
 
 
 def _any_launcher(site: SiteView) -> str:
@@ -120,8 +135,11 @@ def _horovod(site: SiteView) -> dict[str, str]:
 
 def plan_env(o: Options) -> list[Job]:
     """env: one task per node."""
+    v = vendor(o)  # how the node's GPUs are counted, without torch too
+    gpus = ("--gpu-device", v.torch_device, "--gpu-count-command", " ".join(v.count.argv),
+            "--gpu-count-pattern", v.count.pattern, "--visible-devices", v.visible_devices)
     return [Job("env", "env", "env", o.nodes, 1, _any_launcher(o.site), "envcheck.py",
-                ("--imports", _imports(o.site)), timeout_s=300)]
+                ("--imports", _imports(o.site), *gpus), timeout_s=300)]
 
 
 def plan_allreduce(o: Options) -> list[Job]:
@@ -131,7 +149,7 @@ def plan_allreduce(o: Options) -> list[Job]:
     if torch:
         jobs.append(Job(f"allreduce-torch-{backend}", "allreduce", f"torch-{backend}",
                         o.nodes, rpn, torch, "allreduce.py",
-                        ("--impl", "torch", "--dist-backend", backend, *_size_args(o))))
+                        ("--impl", "torch", *_backend_args(o), *_size_args(o))))
     for impl, launcher in _horovod(o.site).items():
         impl = data_path(o, impl)
         jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, rpn, launcher,
@@ -143,7 +161,7 @@ def data_path(o: Options, impl: str) -> str:
     """A Horovod check named by the path its data takes: on GPUs built with NCCL the
     tensors go through NCCL whichever controller (Gloo, MPI) started the ranks."""
     hvd = o.site.horovod
-    if o.device == "cuda" and "nccl" in (hvd.gpu_operations, hvd.gpu_allreduce):
+    if o.device != "cpu" and "nccl" in (hvd.gpu_operations, hvd.gpu_allreduce):
         return f"horovod-nccl-via-{impl.removeprefix('horovod-')}"
     return impl
 
@@ -154,7 +172,7 @@ def _train_runs(o: Options) -> list[tuple[str, str, tuple[str, ...]]]:
     runs: list[tuple[str, str, tuple[str, ...]]] = []
     if torch:
         runs.append(("torch-ddp", torch, ("--framework", "torch", "--api", "ddp",
-                                          "--dist-backend", _backend(o))))
+                                          *_backend_args(o))))
     hvd = _horovod(site)
     launcher = hvd.get("horovod-gloo") or hvd.get("horovod-mpi")
     fws = site.horovod.frameworks if has_horovod(site) else []
@@ -188,7 +206,7 @@ def plan_pernode(o: Options) -> list[Job]:
     backend = _backend(o)
     return [Job(f"pernode-{node}", "pernode", f"torch-{backend}", 1, max(ranks_per_node(o), 2),
                 _any_launcher(o.site), "allreduce.py",
-                ("--impl", "torch", "--dist-backend", backend, *_size_args(o)), node=node,
+                ("--impl", "torch", *_backend_args(o), *_size_args(o)), node=node,
                 timeout_s=600)
             for node in o.node_names]
 
@@ -343,7 +361,7 @@ def link_job(o: Options, pair: tuple[str, str], rnd: int) -> Job:
     size = str(o.link_bytes)
     return Job(f"links-r{rnd}-{pair[0]}-{pair[1]}", "links", f"torch-{backend}", 2, 1,
                _any_launcher(o.site), "allreduce.py",
-               ("--impl", "torch", "--dist-backend", backend, "--min-bytes", size,
+               ("--impl", "torch", *_backend_args(o), "--min-bytes", size,
                 "--max-bytes", size, "--iters", str(o.iters), "--device", o.device),
                node=",".join(pair), timeout_s=600)
 
@@ -355,7 +373,7 @@ def job_request(job: Job, o: Options, prefix: str | None, job_name: str) -> JobR
     options.update(pin or {})
     return JobRequest(site=o.site, nodes=job.nodes, partition=o.partition,
                       launcher=job.launcher, tasks_per_node=job.ranks_per_node,
-                      gpus_per_node=None if o.device == "cuda" else 0,
+                      gpus_per_node=None if o.device != "cpu" else 0,
                       command=(), job_name=job_name, options=options, prefix=prefix,
                       activate=prefix is not None, port=job.port)
 

@@ -185,13 +185,13 @@ def _judge(o: Options, results: list[JobResult]) -> list[Outcome]:
     part = o.site.partitions[o.partition]
     cb = expected_check_build(o.site.horovod) if _checks_horovod_build(o) else None
     return judge(results, part.references, cb,
-                 gpus_expected=part.gpus.count if o.device == "cuda" else 0)
+                 gpus_expected=part.gpus.count if o.device != "cpu" else 0)
 
 
 def _no_gpu_seen(o: Options, results: list[JobResult]) -> str | None:
     """Why a GPU validation stops after its env check: a node that sees no GPU (every GPU
     job would fail there, each for the same reason), or None."""
-    if o.device != "cuda" or not o.site.partitions[o.partition].gpus.count:
+    if o.device == "cpu" or not o.site.partitions[o.partition].gpus.count:
         return None
     blind = sorted({str(rec.get("host", "?")) for r in results if r.check == "env"
                     for rec in r.records if rec.get("gpus_visible", None) in (0, "0")})

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 import click
 
 from hpcprov.core.text import for_terminal
+from hpcprov.site.gpu_vendors import VENDORS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
@@ -434,8 +435,10 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
 @click.option("--env", "prefix", help="provisioned prefix to run in (default: the site's)")
 @click.option("--ranks-per-node", type=click.IntRange(1),
               help="ranks per node (default: one per GPU, 1 without GPUs)")
-@click.option("--device", type=click.Choice(["cpu", "cuda"]),
-              help="where tensors live (default: cuda where the partition has GPUs, else cpu)")
+@click.option("--device", type=click.Choice(["cpu", *dict.fromkeys(
+                  v.torch_device for v in VENDORS.values())]),
+              help="where tensors live: torch's device type (default: the partition's GPUs' "
+              "where it has GPUs, e.g. cuda, xpu; else cpu)")
 @click.option("--max-bytes", type=click.IntRange(8), default=256 * 1024 * 1024,
               show_default=True, help="largest allreduce message")
 @click.option("--iters", type=click.IntRange(1), default=20, show_default=True)

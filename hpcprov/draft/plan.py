@@ -51,6 +51,7 @@ class PartSummary:
     gpus: int = 0
     gpu_type: str | None = None
     gpu_model: str | None = None
+    gpu_vendor: str | None = None
     arch: str | None = None
     max_walltime: str | None = None
     default_walltime: str | None = None
@@ -158,6 +159,10 @@ def _local_model(s: PartSummary, members: list[Node], gpus: LocalGpus, host: str
         s.gpu_model = model
         s.sources["gpu_model"] = f"{gpus.command} on this host (its GPUs' name holds the " \
                                  f"partition's GPU type {s.gpu_type})"
+    else:
+        return
+    if gpus.vendor:
+        s.gpu_vendor, s.sources["gpu_vendor"] = gpus.vendor, s.sources["gpu_model"]
 
 
 def summarize(cluster: Cluster, gpus: LocalGpus | None = None,

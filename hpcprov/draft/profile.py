@@ -23,6 +23,7 @@ from hpcprov.draft.plan import (
     site_name,
     summarize,
 )
+from hpcprov.site.gpu_vendors import DEFAULT_VENDOR
 
 FRAMEWORK_EXAMPLE = "2.1.2"
 
@@ -79,6 +80,8 @@ def _gpus(s: PartSummary, unverified: list[str]) -> Block:
     g.add("count", s.gpus, s.sources.get("gpus", ""))
     if s.gpu_type:
         g.add("type", s.gpu_type, f"{s.sources.get('gpu_type', '')} (the label jobs ask for)")
+    if s.gpu_vendor and s.gpu_vendor != DEFAULT_VENDOR:
+        g.add("vendor", s.gpu_vendor, s.sources.get("gpu_vendor", ""))
     if s.gpu_model:
         g.add("model", s.gpu_model, s.sources.get("gpu_model", ""))
     else:

@@ -28,13 +28,9 @@ from hpcprov.schedulers.facts import (
     LocalGpus,
     Ran,
     command_text,
-    parse_nvidia_smi,
-    parse_rocm_smi,
     why_not,
 )
-
-NVIDIA_SMI = ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"]
-ROCM_SMI = ["rocm-smi", "--showproductname", "--csv"]
+from hpcprov.site.gpu_vendors import VENDORS, read
 
 
 class Recorder:
@@ -101,11 +97,13 @@ def module_facts(run: Recorder, gpus: bool,
 
 
 def local_gpus(run: Recorder) -> LocalGpus:
-    """The GPUs of this host: nvidia-smi, else rocm-smi (none is no error)."""
-    for argv, parse in ((NVIDIA_SMI, parse_nvidia_smi), (ROCM_SMI, parse_rocm_smi)):
-        proc = run(argv)
-        if proc.returncode == 0 and parse(proc.stdout):
-            return LocalGpus(parse(proc.stdout), argv[0])
+    """The GPUs of this host: the first vendor whose model command lists any (nvidia-smi,
+    rocm-smi, ...: :data:`hpcprov.site.gpu_vendors.VENDORS`); none is no error."""
+    for name, vendor in VENDORS.items():
+        proc = run(list(vendor.models.argv))
+        models = read(vendor.models, proc.stdout) if proc.returncode == 0 else []
+        if models:
+            return LocalGpus(tuple(models), vendor.models.argv[0], name)
     return LocalGpus()
 
 

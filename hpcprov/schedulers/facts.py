@@ -187,28 +187,10 @@ def text_blocks(text: str, header: re.Pattern[str]) -> list[tuple[str, list[str]
 
 @dataclass(frozen=True)
 class LocalGpus:
-    """GPUs of the host the draft runs on (nvidia-smi / rocm-smi), and the command."""
+    """GPUs of the host the draft runs on, the command that named them and their vendor."""
 
     models: tuple[str, ...] = ()
     command: str = ""
+    vendor: str = ""
 
 
-def parse_nvidia_smi(text: str) -> tuple[str, ...]:
-    """``nvidia-smi --query-gpu=name --format=csv,noheader``: one model a line."""
-    return tuple(line.strip() for line in text.splitlines() if line.strip())
-
-
-def parse_rocm_smi(text: str) -> tuple[str, ...]:
-    """``rocm-smi --showproductname --csv``: the ``Card series`` (else ``Card model``)
-    column, one row per GPU."""
-    import csv
-    import io
-
-    rows = [r for r in csv.reader(io.StringIO(text)) if r]
-    if not rows:
-        return ()
-    head = [h.strip().lower() for h in rows[0]]
-    col = next((head.index(h) for h in ("card series", "card model") if h in head), None)
-    if col is None:
-        return ()
-    return tuple(r[col].strip() for r in rows[1:] if len(r) > col and r[col].strip())

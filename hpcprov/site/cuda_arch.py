@@ -22,6 +22,8 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from hpcprov.site.gpu_vendors import VENDORS
+
 if TYPE_CHECKING:
     from hpcprov.site.view import SiteView
 
@@ -174,7 +176,8 @@ def builds_for_cuda(site: SiteView) -> bool:
     hvd = site.horovod
     if hvd.source not in ("pip", "wheelhouse") or not (hvd.gpu_operations or hvd.gpu_allreduce):
         return False
-    return any(p.gpus.count and p.gpus.vendor == "nvidia" for p in site.partitions.values())
+    return any(p.gpus.count and VENDORS[p.gpus.vendor].cuda_arches
+               for p in site.partitions.values())
 
 
 def _fix(cc: int, cuda: CudaTargets) -> str:
@@ -204,7 +207,8 @@ def cuda_findings(site: SiteView, nvcc: CudaTargets | None = None, this_build: b
     for pname, part in site.partitions.items():
         if this_build and not builds_here(site, pname):
             continue
-        if not part.gpus.count or part.gpus.vendor != "nvidia" or not part.gpus.model:
+        if not part.gpus.count or not VENDORS[part.gpus.vendor].cuda_arches \
+                or not part.gpus.model:
             continue
         cc = capability(part.gpus.model)
         cuda = _cuda_for(site, pname, nvcc)

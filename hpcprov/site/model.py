@@ -26,6 +26,7 @@ from hpcprov.core.walltime import walltime_seconds
 # the enums and Site's methods live in hpcprov.site.kinds (no pydantic), shared with the
 # snapshots of hpcprov.site.view; importing them from here keeps working
 from hpcprov.site.conda_channels import tos_channels
+from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
 from hpcprov.site.kinds import LauncherKind, ModuleSystem, Scheduler
 from hpcprov.site.launcher_kinds import LAUNCHER_KEYS, readers
 from hpcprov.site.sections import DEFAULT_SCHEDULER, SCHEDULERS, Setting
@@ -125,11 +126,10 @@ class Modules(Strict):
 
 class Gpus(Strict):
     count: int = _count(0, ge=0, le=64, description="GPUs per node (at most 64)")
-    vendor: Literal["nvidia", "amd"] = Field(
-        "nvidia", description="nvidia (CUDA, NCCL) or amd (ROCm, RCCL): Horovod is built "
-        "for ROCm (HOROVOD_GPU=ROCM; gpu_operations: nccl then means RCCL, which speaks "
-        "NCCL's API and reads the NCCL_* network variables), mpirun's "
-        "set_cuda_visible_devices sets HIP_VISIBLE_DEVICES")
+    vendor: Literal[tuple(VENDORS)] = Field(  # the vendors: hpcprov.site.gpu_vendors
+        DEFAULT_VENDOR, description="; ".join(
+            f"{name} ({v.summary}; devices limited by {v.visible_devices}, which mpirun's "
+            f"set_cuda_visible_devices sets)" for name, v in VENDORS.items()))
     model: str | None = Field(None, description="e.g. A100-SXM4-80GB")
     type: str | None = Field(
         None, description="GPU type label in requests, e.g. a100 or v100l (--gres=gpu:v100l:4)"
@@ -709,9 +709,19 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
     def _one_gpu_vendor(self) -> _SiteBase:
         vendors = {p.gpus.vendor for p in self.partitions.values() if p.gpus.count}
         if len(vendors) > 1 and self.horovod.source == "pip":
-            raise ValueError("partitions have both NVIDIA and AMD GPUs, but one Horovod "
-                             "build serves them all: describe each kind of GPU node in a "
-                             "profile of its own (extends: this one)")
+            raise ValueError(f"partitions have GPUs of {' and '.join(sorted(vendors))}, but one "
+                             "Horovod build serves them all: describe each kind of GPU node "
+                             "in a profile of its own (extends: this one)")
+        return self
+
+    @model_validator(mode="after")
+    def _horovod_builds_for_the_gpus(self) -> _SiteBase:
+        hvd = self.horovod
+        if hvd.source == "none" or not (hvd.gpu_operations or hvd.gpu_allreduce):
+            return self
+        for vendor in {p.gpus.vendor for p in self.partitions.values() if p.gpus.count}:
+            if VENDORS[vendor].horovod_env is None:
+                raise ValueError(f"horovod.gpu_operations: {VENDORS[vendor].horovod_refusal}")
         return self
 
     @model_validator(mode="after")

@@ -199,7 +199,7 @@ def _text(value: str, free: bool) -> str:
 
 def _enum(name: Any, value: Any) -> Enum:
     cls = getattr(kinds, name, None) if isinstance(name, str) else None
-    if not (isinstance(cls, type) and issubclass(cls, Enum) and cls.__module__ == kinds.__name__):
+    if not (isinstance(cls, type) and issubclass(cls, Enum) and name in kinds.__all__):
         raise ValueError(f"unknown enum class {name!r}")
     return cls(value)
 

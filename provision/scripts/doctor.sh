@@ -19,13 +19,15 @@ hpcprov_probe_conda() {
     | awk '{print $2}')"
 }
 
-# hpcprov_probe_host: gpus=N visible (nvidia-smi -L, or AMD's rocm-smi --showid; none
-# without either) and mpi=the first line of `mpirun --version`.
+# hpcprov_probe_host PATTERN COMMAND...: gpus=N, the distinct matches of PATTERN (an
+# extended regular expression) in what COMMAND prints (the site's GPU vendor's count
+# command: nvidia-smi -L, rocm-smi --showid, ...; none without it), and mpi=the first line
+# of `mpirun --version`.
 hpcprov_probe_host() {
-  if command -v nvidia-smi >/dev/null 2>&1; then
-    echo "gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')"
-  elif command -v rocm-smi >/dev/null 2>&1; then
-    echo "gpus=$(rocm-smi --showid 2>/dev/null | grep -o '^GPU\[[0-9]*\]' | sort -u | wc -l)"
+  local pattern="$1"
+  shift
+  if command -v "$1" >/dev/null 2>&1; then
+    echo "gpus=$("$@" 2>/dev/null | grep -oE "$pattern" | sort -u | wc -l)"
   else
     echo "gpus=none"
   fi

@@ -47,7 +47,19 @@ import time
 from collections import namedtuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
-from runtime import DONE, RESULT, announce, default_rendezvous, discover_ranks, emit
+from runtime import (
+    DONE,
+    RESULT,
+    accelerator,
+    announce,
+    default_rendezvous,
+    device_word,
+    discover_ranks,
+    emit,
+    no_device,
+    pick_backend,
+    use_device,
+)
 
 CHECK = "allreduce"
 ITEMSIZE = {"float32": 4, "float64": 8}
@@ -76,16 +88,16 @@ def bandwidth(size_bytes, time_s, ranks):
 
 
 class TorchComm:
-    """torch.distributed with the gloo, mpi or nccl backend."""
+    """torch.distributed with a backend (gloo, mpi, nccl, xccl, ...), on a device type."""
 
-    def __init__(self, torch, backend, cuda):
+    def __init__(self, torch, backend, device, fallback=None):
         import torch.distributed as dist
 
         self.dist = dist
         rank, size, local_rank, self.rank_source = discover_ranks()
         self.local_rank = local_rank
-        if cuda:
-            torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        self.device = use_device(torch, device, local_rank)
+        backend = pick_backend(dist, backend, fallback)
         if backend == "mpi":
             # rank and size come from the MPI runtime
             dist.init_process_group("mpi")
@@ -115,15 +127,14 @@ class TorchComm:
 class HorovodComm:
     """horovod.torch (its controller and data plane: MPI, Gloo, NCCL, ...)."""
 
-    def __init__(self, torch, cuda):
+    def __init__(self, torch, device):
         import horovod.torch as hvd
 
         self.hvd = hvd
         hvd.init()
         self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
         self.rank_source = "horovod"
-        if cuda:
-            torch.cuda.set_device(self.local_rank % torch.cuda.device_count())
+        self.device = use_device(torch, device, self.local_rank)
         self.name = "horovod"
         self.barrier = getattr(hvd, "barrier", None) or (  # hvd.barrier: Horovod >= 0.23
             lambda: hvd.allreduce(torch.zeros(1), name="hpcprov.barrier"))
@@ -158,10 +169,12 @@ def run_iters(torch, comm, allreduce_, tensor, value, expected, count, corrupt=F
     """``count`` allreduces, each on a tensor refilled with ``value`` and checked afterwards;
     only the allreduce is timed. Returns (seconds per iteration, failed iterations, wall
     seconds per iteration including refill, barrier and check)."""
-    if tensor.device.type == "cuda":
-        # CUDA events around the allreduce: no host synchronisation inside the loop, so the
-        # launches stay as pipelined as in a bare loop; fill and check are outside the events
-        event = torch.cuda.Event
+    accel = accelerator(torch, tensor.device.type)
+    if accel is not None:
+        # the device's events around the allreduce (CUDA's, XPU's): no host synchronisation
+        # inside the loop, so the launches stay as pipelined as in a bare loop; fill and
+        # check are outside the events
+        event = accel.Event
         starts = [event(enable_timing=True) for _ in range(count)]
         ends = [event(enable_timing=True) for _ in range(count)]
         bad = torch.zeros((), dtype=torch.int64, device=tensor.device)
@@ -174,7 +187,7 @@ def run_iters(torch, comm, allreduce_, tensor, value, expected, count, corrupt=F
             if corrupt:
                 tensor[0] += 1
             bad += (tensor != expected).any()
-        torch.cuda.synchronize()
+        accel.synchronize()
         wall = (time.perf_counter() - wall) / max(count, 1)
         return ([starts[i].elapsed_time(ends[i]) / 1e3 for i in range(count)], int(bad),
                 [wall] * count)
@@ -228,8 +241,8 @@ def measure(torch, comm, allreduce_, nel, dtype, device, iters, warmup, max_seco
 
     _, failures, warm_walls = run_iters(torch, comm, allreduce_, tensor, value, expected,
                                         warmup)
-    cuda = tensor.device.type == "cuda"
-    checks = 0 if cuda else max(2, warmup)  # checked again after the timed block (CPU)
+    on_device = tensor.device.type != "cpu"
+    checks = 0 if on_device else max(2, warmup)  # checked again after the timed block (CPU)
     if warm_walls and max_seconds > 0:
         # the budget is for the whole size (timed calls and checked ones), estimated per
         # iteration from the warm-up (refill, barrier, allreduce, check: an upper bound);
@@ -240,7 +253,7 @@ def measure(torch, comm, allreduce_, nel, dtype, device, iters, warmup, max_seco
         if estimate > 0:
             iters = min(iters, max(2, int(max_seconds / estimate) - checks))
 
-    if cuda:
+    if on_device:
         times, timed_failures, _ = run_iters(torch, comm, allreduce_, tensor, value, expected,
                                              iters, corrupt)
     else:
@@ -260,10 +273,14 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(
         description="Allreduce bandwidth (nccl-tests algbw/busbw) and correctness, per size.")
     parser.add_argument("--impl", choices=["torch", "horovod"], default="torch")
-    parser.add_argument("--dist-backend", choices=["gloo", "mpi", "nccl"], default=None,
-                        help="torch.distributed backend (--impl torch only; default gloo, "
-                        "nccl with --device cuda)")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--dist-backend", type=device_word, default=None,
+                        help="torch.distributed backend: gloo, mpi, nccl, xccl... (--impl "
+                        "torch only; default gloo, nccl on a device)")
+    parser.add_argument("--fallback-backend", default=None, metavar="NAME:MODULE",
+                        help="the backend where this torch lacks --dist-backend, after "
+                        "importing MODULE (e.g. ccl:oneccl_bindings_for_pytorch)")
+    parser.add_argument("--device", type=device_word, default="cpu",
+                        help="cpu, or torch's device type of the GPUs (cuda, xpu)")
     parser.add_argument("--min-bytes", type=int, default=8)
     parser.add_argument("--max-bytes", type=int, default=256 * 1024 * 1024)
     parser.add_argument("--factor", type=int, default=4,
@@ -291,7 +308,7 @@ def parse_args(argv=None):
     if args.impl == "horovod" and args.dist_backend is not None:
         parser.error("--dist-backend is for --impl torch (Horovod picks its own)")
     if args.dist_backend is None:
-        args.dist_backend = "nccl" if args.device == "cuda" else "gloo"
+        args.dist_backend = "gloo" if args.device == "cpu" else "nccl"
     return args
 
 
@@ -299,17 +316,15 @@ def main(argv=None):
     args = parse_args(argv)
     import torch
 
-    cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print("allreduce.py: --device cuda, but torch sees no CUDA device "
-              f"(torch {torch.__version__}, CUDA_VISIBLE_DEVICES="
-              f"{os.environ.get('CUDA_VISIBLE_DEVICES')!r})", file=sys.stderr)
+    why = no_device(torch, args.device, "allreduce.py")
+    if why:
+        print(why, file=sys.stderr)
         return 2
     if args.impl == "horovod":
-        comm = HorovodComm(torch, cuda)
+        comm = HorovodComm(torch, args.device)
     else:
-        comm = TorchComm(torch, args.dist_backend, cuda)
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+        comm = TorchComm(torch, args.dist_backend, args.device, args.fallback_backend)
+    device = comm.device
     dtype = getattr(torch, args.dtype)
     itemsize = ITEMSIZE[args.dtype]
 

@@ -18,12 +18,16 @@ Every process prints one line (compact JSON after the tag)::
                     "rank_source":"slurm","python":"3.11.7",
                     "executable":"/path/bin/python","modules":["gcc/12","openmpi/4.1"],
                     "imports":{"torch":"2.13.0",...},"import_ok":{"torch":true,...},
-                    "gpus_visible":0,"gpu_source":"torch","cuda_visible_devices":null}
+                    "gpus_visible":0,"gpu_source":"torch","visible_devices":null,
+                    "visible_devices_var":"CUDA_VISIBLE_DEVICES"}
 
 ``imports`` holds the module's version (its package's, for submodules such as horovod.torch)
 or, when the import failed, ``error: <the exception's last line>``; ``import_ok`` says which.
-``gpus_visible`` is torch.cuda.device_count() when torch imports, else the GPUs that
-``nvidia-smi -L`` lists (at most as many as CUDA_VISIBLE_DEVICES names), else 0.
+``gpus_visible`` is ``torch.<device>.device_count()`` when torch imports (``--gpu-device``:
+cuda, xpu), else the GPUs the vendor's count command lists (``--gpu-count-command``, one
+match of ``--gpu-count-pattern`` per GPU: ``nvidia-smi -L`` by default; at most as many as
+the ``--visible-devices`` variable names), else 0. hpcprov passes the site's GPU vendor's
+command, pattern and variable.
 
 Exit status: 0, or 1 when a module named by ``--require`` does not import.
 """
@@ -35,6 +39,7 @@ import io
 import json
 import os
 import queue
+import re
 import shutil
 import socket
 import subprocess
@@ -49,6 +54,7 @@ DEFAULT_IMPORTS = "torch,tensorflow,horovod,horovod.torch,horovod.tensorflow"
 MARK = CHILD + " "
 CB_MARK = CHECK_BUILD + " "
 CB_TIMEOUT = 300.0  # seconds for horovodrun -cb, after the imports
+DEVICE_VAR = "HPCPROV_GPU_DEVICE"  # --gpu-device, for the importing child
 
 
 def describe(name):
@@ -57,8 +63,9 @@ def describe(name):
     top = sys.modules[name.split(".")[0]]
     version = getattr(module, "__version__", None) or getattr(top, "__version__", None)
     info = {"version": str(version or "unknown")}
-    if name == "torch":
-        info["cuda_device_count"] = int(module.cuda.device_count())
+    if name == "torch":  # the GPU vendor's device type: the parent passes it down
+        accel = getattr(module, os.environ.get(DEVICE_VAR) or "cuda", None)
+        info["device_count"] = int(accel.device_count()) if accel is not None else 0
     return info
 
 
@@ -172,16 +179,20 @@ def import_isolated(names, timeout, check_build=False):
     return results, cb_lines
 
 
-def nvidia_smi_gpus():
-    exe = shutil.which("nvidia-smi")
+def command_gpus(argv, pattern, visible_var):
+    """The GPUs ``argv`` lists (distinct matches of ``pattern``, a line at a time), at most
+    as many as ``visible_var`` names; None without the command."""
+    exe = shutil.which(argv[0]) if argv else None
     if not exe:
         return None
     try:
-        out = subprocess.run([exe, "-L"], capture_output=True, text=True, timeout=60).stdout
+        out = subprocess.run([exe, *argv[1:]], capture_output=True, text=True,
+                             timeout=60).stdout
     except (OSError, subprocess.SubprocessError):
         return None
-    count = sum(1 for line in out.splitlines() if line.startswith("GPU "))
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    found = (re.search(pattern, line) for line in out.splitlines())
+    count = len({m.group(0) for m in found if m})
+    visible = os.environ.get(visible_var)
     if visible is not None:
         count = min(count, len([d for d in visible.split(",") if d.strip()]))
     return count
@@ -205,11 +216,20 @@ def parse_args(argv=None):
                         help="import in this interpreter instead of a child")
     parser.add_argument("--import-timeout", type=float, default=300.0,
                         help="seconds per import in the child")
+    parser.add_argument("--gpu-device", default="cuda",
+                        help="torch's device type of the node's GPUs (cuda, xpu)")
+    parser.add_argument("--gpu-count-command", default="nvidia-smi -L",
+                        help="the command that lists the node's GPUs, without torch")
+    parser.add_argument("--gpu-count-pattern", default=r"^GPU [0-9]+:",
+                        help="a regular expression matching once per GPU it lists")
+    parser.add_argument("--visible-devices", default="CUDA_VISIBLE_DEVICES",
+                        help="the variable that limits the GPUs a process sees")
     return parser.parse_args(argv)
 
 
 def main(argv=None):
     args = parse_args(argv)
+    os.environ[DEVICE_VAR] = args.gpu_device
     required = names(args.require)
     wanted = names(args.imports)
     wanted += [n for n in required if n not in wanted]
@@ -228,10 +248,11 @@ def main(argv=None):
     gpus, source = None, None
     torch = results.get("torch", (False, None))
     if torch[0]:
-        gpus, source = torch[1].get("cuda_device_count"), "torch"
+        gpus, source = torch[1].get("device_count"), "torch"
     if gpus is None:
-        gpus = nvidia_smi_gpus()
-        source = "nvidia-smi" if gpus is not None else None
+        command = args.gpu_count_command.split()
+        gpus = command_gpus(command, args.gpu_count_pattern, args.visible_devices)
+        source = command[0] if gpus is not None else None
     rank, _size, local_rank, rank_source = discover_ranks()
     emit(RESULT, {
         "check": CHECK, "host": socket.gethostname(), "rank": rank, "local_rank": local_rank,
@@ -242,7 +263,8 @@ def main(argv=None):
                     for n in wanted},
         "import_ok": {n: results[n][0] for n in wanted},
         "gpus_visible": gpus or 0, "gpu_source": source,
-        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "visible_devices": os.environ.get(args.visible_devices),
+        "visible_devices_var": args.visible_devices,
     })
     return 1 if any(not results[n][0] for n in required) else 0
 

@@ -60,6 +60,60 @@ def default_rendezvous(env=None):
     env.setdefault("MASTER_PORT", "29500")
 
 
+_WORD = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def device_word(text):
+    """argparse type of --device and --dist-backend: a lowercase word (cpu, cuda, xpu;
+    gloo, nccl, xccl): the GPU vendor's data in hpcprov names them, not these programs."""
+    if not _WORD.match(text):
+        raise ValueError(text)
+    return text
+
+
+def accelerator(torch, device):
+    """torch's module for a device type (torch.cuda, torch.xpu: each has set_device,
+    device_count, current_device, synchronize, Event), None for the CPU."""
+    if device == "cpu":
+        return None
+    return getattr(torch, device, None)
+
+
+def use_device(torch, device, local_rank):
+    """This rank's device: the node's ``local_rank``-th (modulo how many torch sees) of the
+    type; the CPU for ``cpu``."""
+    accel = accelerator(torch, device)
+    if accel is None:
+        return torch.device("cpu")
+    accel.set_device(local_rank % accel.device_count())
+    return torch.device(device, accel.current_device())
+
+
+def no_device(torch, device, program):
+    """Why ``device`` cannot be used here (None where it can): torch knows no such device
+    type, or sees none of it."""
+    if device == "cpu":
+        return None
+    accel = accelerator(torch, device)
+    if accel is None or not accel.is_available():
+        return (f"{program}: --device {device}, but torch {torch.__version__} sees no "
+                f"{device} device")
+    return None
+
+
+def pick_backend(dist, backend, fallback):
+    """The torch.distributed backend to run: ``backend``, else where this torch lacks it and
+    ``fallback`` is ``NAME:MODULE`` (an older stack's backend and the bindings that register
+    it, e.g. ccl:oneccl_bindings_for_pytorch), that one after importing its bindings."""
+    available = getattr(dist, "is_backend_available", None)
+    if not fallback or available is None or backend == "mpi" or available(backend):
+        return backend
+    name, _, module = fallback.partition(":")
+    if module:
+        __import__(module)
+    return name
+
+
 def format_record(tag, obj):
     """One record as its line, without the newline."""
     return tag + " " + json.dumps(obj, separators=(",", ":"))

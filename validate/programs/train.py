@@ -40,7 +40,19 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
-from runtime import DONE, RESULT, announce, default_rendezvous, discover_ranks, emit
+from runtime import (
+    DONE,
+    RESULT,
+    accelerator,
+    announce,
+    default_rendezvous,
+    device_word,
+    discover_ranks,
+    emit,
+    no_device,
+    pick_backend,
+    use_device,
+)
 
 CHECK = "train"
 FEATURES, HIDDEN, CLASSES = 1024, 1024, 10
@@ -88,10 +100,11 @@ class Report:
 def torch_main(args):
     import torch
 
-    cuda = args.device == "cuda"
-    if cuda and not torch.cuda.is_available():
-        print("train.py: --device cuda, but torch sees no CUDA device", file=sys.stderr)
+    why = no_device(torch, args.device, "train.py")
+    if why:
+        print(why, file=sys.stderr)
         return 2
+    accel = accelerator(torch, args.device)
     hvd = dist = None
     if args.api == "horovod":
         import horovod.torch as hvd
@@ -102,9 +115,9 @@ def torch_main(args):
         import torch.distributed as dist
 
         rank, size, local_rank, source = discover_ranks()
-        backend = args.dist_backend or ("nccl" if cuda else "gloo")
-    if cuda:
-        torch.cuda.set_device(local_rank % torch.cuda.device_count())
+        backend = pick_backend(dist, args.dist_backend or (
+            "gloo" if accel is None else "nccl"), args.fallback_backend)
+    device = use_device(torch, args.device, local_rank)
     if dist is not None:
         if backend == "mpi":
             dist.init_process_group("mpi")
@@ -114,7 +127,6 @@ def torch_main(args):
             dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size)
         rank, size = dist.get_rank(), dist.get_world_size()
     report = Report(args, rank, size, local_rank, source)
-    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
 
     torch.manual_seed(0)  # the same initial weights everywhere (and broadcast below)
     model = torch.nn.Sequential(
@@ -131,13 +143,13 @@ def torch_main(args):
             hvd.broadcast_optimizer_state(optimizer, root_rank=0)
         else:
             net = torch.nn.parallel.DistributedDataParallel(
-                model, device_ids=[device.index] if cuda else None)
+                model, device_ids=[device.index] if accel is not None else None)
     generator = torch.Generator().manual_seed(rank)  # different data on every rank
     pool = [(torch.randn(args.batch, FEATURES, generator=generator).to(device),
              torch.randint(0, CLASSES, (args.batch,), generator=generator).to(device))
             for _ in range(min(POOL, args.warmup_steps + args.steps))]
     loss_fn = torch.nn.CrossEntropyLoss()
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync = accel.synchronize if accel is not None else (lambda: None)
 
     losses = []
     for step in range(args.warmup_steps + args.steps):
@@ -207,9 +219,10 @@ def tensorflow_main(args):
     hvd.init()
     rank, size, local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
     gpus = tf.config.list_physical_devices("GPU")
-    if args.device == "cuda":
+    if args.device != "cpu":
         if not gpus:
-            print("train.py: --device cuda, but TensorFlow sees no GPU", file=sys.stderr)
+            print(f"train.py: --device {args.device}, but TensorFlow sees no GPU",
+                  file=sys.stderr)
             return 2
         gpu = gpus[local_rank % len(gpus)]
         tf.config.experimental.set_memory_growth(gpu, True)
@@ -317,10 +330,14 @@ def parse_args(argv=None):
     parser.add_argument("--warmup-steps", type=int, default=5, help="untimed steps first")
     parser.add_argument("--batch", type=int, default=32, help="samples per step and rank")
     parser.add_argument("--model", choices=["mlp"], default="mlp")
-    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--dist-backend", choices=["gloo", "mpi", "nccl"], default=None,
-                        help="torch.distributed backend for --api ddp (default gloo, nccl "
-                        "with --device cuda)")
+    parser.add_argument("--device", type=device_word, default="cpu",
+                        help="cpu, or torch's device type of the GPUs (cuda, xpu)")
+    parser.add_argument("--dist-backend", type=device_word, default=None,
+                        help="torch.distributed backend for --api ddp: gloo, mpi, nccl, "
+                        "xccl... (default gloo, nccl on a device)")
+    parser.add_argument("--fallback-backend", default=None, metavar="NAME:MODULE",
+                        help="the backend where this torch lacks --dist-backend, after "
+                        "importing MODULE (e.g. ccl:oneccl_bindings_for_pytorch)")
     parser.add_argument("--lr", type=float, default=0.01)
     # test hook (torch only): plain optimizer, no averaging, no broadcast: must be caught
     parser.add_argument("--no-sync", action="store_true", help=argparse.SUPPRESS)

@@ -7,6 +7,7 @@ from hpcprov import schedulers
 from hpcprov.core.shell import Raw
 from hpcprov.jobs.launchers.common import Context, Launch, first_node, host_slots, network_env
 from hpcprov.request.job import JobRequest
+from hpcprov.site.gpu_vendors import VENDORS
 
 
 def _rendezvous_env(req: JobRequest) -> tuple[list[str], list[str]]:
@@ -29,7 +30,7 @@ def build(req: JobRequest, context: Context) -> Launch:
         argv += words
         setup += lines
     if launcher.set_cuda_visible_devices and req.gpus > 0:
-        name = "HIP_VISIBLE_DEVICES" if req.part.gpus.vendor == "amd" else "CUDA_VISIBLE_DEVICES"
+        name = VENDORS[req.part.gpus.vendor].visible_devices
         argv += ["-x", f"{name}=" + ",".join(str(i) for i in range(req.gpus))]
     # mpirun passes no variable to ranks started through ssh unless told
     for name in dict.fromkeys([*launcher.export_env, *network_env(req)]):
