@@ -41,7 +41,8 @@ class Vendor(NamedTuple):
     dist_backend: str
     """torch.distributed's backend on these GPUs"""
     fallback_backend: str | None = None
-    """an older stack's backend where the first is missing (its bindings imported first)"""
+    """``NAME:MODULE``: an older stack's backend where the first is missing, after
+    importing the bindings that register it"""
     horovod_env: dict[str, str] | None = None
     """Horovod's build variables for these GPUs beyond gpu_operations' (None: Horovod has no
     build for them: a profile that asks for one is refused with :attr:`horovod_refusal`)"""
@@ -64,6 +65,20 @@ VENDORS: dict[str, Vendor] = {
         Query(("rocm-smi", "--showproductname"),
               r"^GPU\[\d+\]\s*:\s*Card [Ss]eries:\s*(\S.*?)\s*$"),
         "cuda", "nccl", horovod_env={"HOROVOD_GPU": "ROCM"}),
+    # Level Zero devices as SYCL lists them: with the FLAT hierarchy (the default of recent
+    # drivers) each tile of a GPU Max card is a device, as torch.xpu counts them
+    "intel": Vendor(
+        "Level Zero, oneCCL: torch.xpu over xccl (ccl with oneccl_bindings_for_pytorch on "
+        "older stacks); each tile is a device (FLAT hierarchy); Horovod has no Intel GPU build",
+        "ZE_AFFINITY_MASK",
+        Query(("sycl-ls",), r"^\[level_zero:gpu\]\[level_zero:([0-9]+)\]"),
+        Query(("sycl-ls",),
+              r"^\[level_zero:gpu\]\[level_zero:\d+\][^,]*,\s*(\S.*?)\s+\d+\.\d+\s+\["),
+        "xpu", "xccl", fallback_backend="ccl:oneccl_bindings_for_pytorch",
+        horovod_refusal="Horovod has no build for Intel GPUs (its oneCCL GPU operations are "
+        "in Intel's own fork): leave horovod.gpu_operations and gpu_allreduce unset (Horovod "
+        "then runs on the CPU), or horovod.source: none; validate runs torch.distributed "
+        "over xccl on the GPUs"),
 }
 
 DEFAULT_VENDOR = "nvidia"
