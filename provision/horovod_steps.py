@@ -46,8 +46,8 @@ def estimate_mb(site: SiteView) -> int:
     need = 100
     if site.python.backend == "conda":
         need += 800
-    if site.python.backend == "container":
-        return need + 20000
+    if site.python.backend == "container":  # an image pulled or imported under the prefix
+        return need + (20000 if pulls_image(site) else 0)
     frameworks = site.python.frameworks
     if "pytorch" in frameworks:
         need += 4500 if gpu else 1200
@@ -62,12 +62,30 @@ def _tool(tool: str, why: str, pkg: str | None = None, hint: str | None = None) 
     return join(["hpcprov_require_tool", tool, why, hint or APT_HINT.format(pkg=pkg or tool)])
 
 
+def pulls_image(site: SiteView) -> bool:
+    """A container setup that brings the image under the prefix (a registry pull, an enroot
+    import, Shifter's or podman-hpc's store), not one that uses the site's image where it
+    lies (a path)."""
+    spec = site.python.container
+    if spec is None:
+        return False
+    return "://" in spec.source or site.containers.runtime in ("enroot", "shifter",
+                                                                "podman-hpc")
+
+
 def module_check_lines(site: SiteView) -> list[str]:
-    """Check that every module of the build and runtime sets exists, naming the missing."""
+    """Check that every module setup and the jobs load exists, naming the missing: the
+    build and runtime sets; in a container setup (nothing is built), the runtime set and
+    the runtime's module."""
     mods = site.modules
     if mods.system == ModuleSystem.none:
         return []
-    names = list(dict.fromkeys([*mods.build.load, *mods.runtime.load]))
+    if site.python.backend == "container":
+        wanted = [*mods.runtime.load, *([site.containers.module] if site.containers.module
+                                         else [])]
+    else:
+        wanted = [*mods.build.load, *mods.runtime.load]
+    names = list(dict.fromkeys(wanted))
     return [join(["hpcprov_check_modules", site.name, *names])] if names else []
 
 
@@ -89,8 +107,8 @@ def _build_tool_lines(site: SiteView) -> list[str]:
 def preflight_lines(site: SiteView, need_mb: int) -> list[str]:
     """Fail early and clearly: modules, tools, CMake version, disk space."""
     lines = ["hpcprov_modules_init", *module_check_lines(site)]
-    if site.modules.system != ModuleSystem.none:
-        lines.append("hpcprov_modules_build")
+    if site.modules.system != ModuleSystem.none and site.python.backend != "container":
+        lines.append("hpcprov_modules_build")  # a container setup builds nothing
     conda = site.python.conda
     if site.python.backend == "conda" and conda.module:  # loaded by hpcprov_modules_build
         lines.append(_tool("conda", f"creates the environment (python.conda.module: "

@@ -637,3 +637,36 @@ def test_env_name_and_container_go_through_one_function() -> None:
         with_overrides(neuron, env_name="a b")
     with pytest.raises(UsageError, match="^--container 'nope': site neuron has "):
         with_overrides(neuron, container="nope")
+
+
+SITE_IMAGE = """\
+name: siteimg
+extends: neuron
+python:
+  backend: container
+  container: {image: pt, source: /apps/applications/singularity_images/ngc/pytorch.sif}
+horovod: {source: none}
+containers:
+  images: {pt: /apps/applications/singularity_images/ngc/pytorch.sif}
+  default_image: pt
+"""
+
+
+def test_a_site_provided_image_asks_no_build_modules_and_no_disk(tmp_path: Path) -> None:
+    """Setup with the site's own image (a path, nothing pulled) loaded the build modules,
+    checked they exist and asked 20 GB free under the prefix; with horovod.source: none it
+    proves the image by importing the frameworks, not with horovodrun -cb."""
+    from hpcprov.provision.plan import build_plan
+    from hpcprov.site.profiles import load_site
+
+    site = load_site(str(write_profile(tmp_path, "siteimg", SITE_IMAGE)))
+    steps = {s.id: s for s in build_plan(site, str(tmp_path / "p")).steps}
+    preflight = "\n".join(steps["preflight"].lines)
+    assert "hpcprov_modules_build" not in preflight
+    assert "hpcprov_check_disk 100" in preflight
+    checked = next(ln for ln in steps["preflight"].lines if "hpcprov_check_modules" in ln)
+    assert "singularity/3.9.7" in checked  # the runtime's module, and the runtime set only
+    assert not set(site.modules.build.load) - set(site.modules.runtime.load) & set(
+        checked.split())
+    check = "\n".join(steps["check-build"].lines)
+    assert "horovodrun" not in check and "import torch" in check

@@ -137,7 +137,7 @@ def opt(*names):
             if a.startswith(n + "="):
                 return int(a.split("=", 1)[1])
     return None
-start = argv.index("bash")
+start = argv.index("apptainer" if "apptainer" in argv else "bash")  # the rank's command
 if name == "srun":
     size = opt("--ntasks") or int(os.environ["SLURM_NTASKS"])
     per = opt("--ntasks-per-node") or int(os.environ["SLURM_NTASKS_PER_NODE"])
@@ -390,3 +390,135 @@ def test_ibrun_typed_in_an_allocation_carries_the_geometry(
     assert job.rc == 0, job.err
     assert any(ln.startswith('ibrun bash -c "$hpcprov_rank"') for ln in job.out.splitlines())
     assert 'hpcprov_sets=("mvapich MV2_COMM_WORLD_RANK' in job.out
+
+
+# ------------------------------------------- containers compose with any launcher (point 5)
+
+APPTAINER = r'''#!{python}
+"""A stub of apptainer exec: drops its verb, flags and image, and runs the rest with the
+image named in HPCPROV_TEST_IMAGE (as the rank would see it inside)."""
+import os, sys
+argv = sys.argv[1:]
+assert argv[0] == "exec", argv
+i = 1
+while argv[i].startswith("-"):
+    i += 1
+os.environ["HPCPROV_TEST_WRAPPED"] = "image " + argv[i]
+os.execvp(argv[i + 1], argv[i + 1:])
+'''
+
+PBS_IMAGE = NO_MODULES + """\
+name: pbsimg
+extends: sockeye
+containers:
+  runtime: apptainer
+  gpu_flag: --nv
+  images: {pytorch: $HOME/images/pytorch.sif}
+  default_image: pytorch
+launchers:
+  pals: {kind: mpiexec, flavor: pals, runtime: apptainer}
+default_launcher: pals
+"""
+
+
+def test_on_pbs_mpiexec_starts_every_rank_in_the_image_with_its_contract(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Containers were Slurm-only: `mpiexec ... apptainer exec IMAGE` on PBS could not be
+    said. Now a runtime on any launcher starts each rank in the image, the rank contract
+    inside it, the host's Python variables out."""
+    ref = str(write_profile(tmp_path, "pbsimg", PBS_IMAGE))
+    res = cli(capsys, "jobscript", "--site", ref, "-N", "2", "--tasks-per-node", "2",
+              "--gpus-per-node", "2", "-o", "account=st-x-1-gpu", "--", "python", "-c", SHOW)
+    assert res.rc == 0, res.err
+    launch = next(ln for ln in res.out.splitlines() if ln.startswith("mpiexec "))
+    assert launch.startswith('mpiexec -n 4 --ppn 2 apptainer exec --nv "${HOME}/images/'
+                             'pytorch.sif" bash -c "$hpcprov_rank" hpcprov-rank 4 2 ')
+    assert "unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV" in res.out
+    assert "/activate" not in res.out  # the image brings its Python: none activated
+    bindir = tmp_path / "extra"
+    bindir.mkdir()
+    (bindir / "apptainer").write_text(APPTAINER.format(python=sys.executable))
+    (bindir / "apptainer").chmod(0o755)
+    (bindir / "python").symlink_to(sys.executable)
+    nodes = tmp_path / "nodefile"
+    nodes.write_text("n1\nn1\nn2\nn2\n")
+    script = res.out.replace("set -eo pipefail", f'set -eo pipefail\nPATH="{bindir}:$PATH"', 1)
+    ranks = run_job(script, tmp_path, {"STUB_FLAVOR": "pals", "PBS_NODEFILE": str(nodes),
+                                       "PBS_JOBID": "7.pbs", "PBS_O_WORKDIR": str(tmp_path),
+                                       "PYTHONPATH": "/host/site-packages"})
+    assert sorted(int(r["RANK"]) for r in ranks) == [0, 1, 2, 3]
+    for r in ranks:
+        assert (r["WORLD_SIZE"], r["LOCAL_RANK"]) == ("4", str(int(r["RANK"]) % 2))
+        assert r["MASTER_ADDR"] == "n1" and r["HPCPROV_RANK_SOURCE"] == "pals"
+        assert r["HPCPROV_TEST_WRAPPED"] == f"image {tmp_path}/images/pytorch.sif"
+
+
+@pytest.mark.parametrize(("body", "needle"), [
+    ("launchers:\n  m: {kind: mpiexec, runtime: pyxis}\n", "pyxis is an option of srun"),
+    ("launchers:\n  m: {kind: mpirun, runtime: edf}\n", "edf is an option of srun"),
+    ("launchers:\n  m: {kind: torchrun, runtime: apptainer}\n", "does not read runtime"),
+    ("containers:\n  env: {A: \"it's\"}\n", "holds no single quote"),
+    ("containers:\n  annotations: {'a b': x}\n", "not an annotation key"),
+])
+def test_a_runtime_where_it_cannot_go_is_refused_at_its_line(
+        tmp_path: Path, body: str, needle: str) -> None:
+    from hpcprov.site.profiles import check_file
+
+    path = write_profile(tmp_path, "bad", "extends: testbed\nname: bad\n" + body)
+    errors = check_file(path)
+    assert errors and any(needle in str(e) for e in errors), [str(e) for e in errors]
+    assert all(e.line >= 3 for e in errors)
+
+
+EDF = NO_MODULES + """\
+name: edf
+extends: testbed
+containers:
+  runtime: enroot
+  images: {ngc: $SCRATCH/images/pytorch-25.01.sqsh}
+  default_image: ngc
+  mounts: [$SCRATCH:$SCRATCH, /users/shared:/shared]
+  workdir: $SCRATCH/work
+  env: {NCCL_DEBUG: WARN}
+  annotations:
+    com.hooks.aws_ofi_nccl.enabled: "true"
+    com.hooks.aws_ofi_nccl.variant: cuda12
+launchers:
+  edf: {kind: container, runtime: edf}
+default_launcher: edf
+"""
+
+
+def test_an_edf_engine_gets_its_environment_file_written_by_the_job(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """An EDF-based engine (TOML environment files, srun --environment) could not be said:
+    the job now writes the file from the profile and srun starts each rank in it."""
+    import tomllib
+
+    ref = str(write_profile(tmp_path, "edf", EDF))
+    res = cli(capsys, "jobscript", "--site", ref, "-N", "2", "--no-activate", "--",
+              "python", "train.py")
+    assert res.rc == 0, res.err
+    srun = next(ln for ln in res.out.splitlines() if ln.startswith("srun "))
+    assert '--environment="$hpcprov_edf" bash -c "$hpcprov_rank"' in srun
+    # the lines that write the file, run as the job's shell runs them
+    lines = res.out.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("hpcprov_edf="))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("} > "))
+    scratch = tmp_path / "scratch 'dir"  # a space in a path: it stays one value
+    proc = subprocess.run(["bash", "-c", "\n".join(lines[start:end + 1]) + '\necho "$hpcprov_edf"'],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=30,
+                          env={"PATH": "/usr/bin:/bin", "SCRATCH": str(scratch).replace("'", ""),
+                               "SLURM_JOB_ID": "42"})
+    assert proc.returncode == 0, proc.stderr
+    written = Path(proc.stdout.strip())
+    assert written == tmp_path / ".hpcprov-edf-42.toml"
+    scratch_dir = str(scratch).replace("'", "")
+    assert tomllib.loads(written.read_text()) == {
+        "image": f"{scratch_dir}/images/pytorch-25.01.sqsh",
+        "mounts": [f"{scratch_dir}:{scratch_dir}", "/users/shared:/shared"],
+        "workdir": f"{scratch_dir}/work",
+        "env": {"NCCL_DEBUG": "WARN"},
+        "annotations": {"com": {"hooks": {"aws_ofi_nccl": {"enabled": "true",
+                                                           "variant": "cuda12"}}}},
+    }

@@ -18,7 +18,6 @@ from hpcprov.jobs.launchers import build_launch, env_lines
 from hpcprov.jobs.layout import Layout
 from hpcprov.jobs.modules import init_lines, load_lines, purge_and_load
 from hpcprov.request.job import JobRequest
-from hpcprov.site.launcher_kinds import kind_of
 
 
 def directives(req: JobRequest) -> list[str]:
@@ -32,7 +31,7 @@ def environment_lines(req: JobRequest) -> list[str]:
     site = req.site
     modules = site.modules_for(req.partition_name)
     lines = init_lines(modules)
-    containerised = kind_of(req.launch.kind).container
+    containerised = req.in_image
     extra = [site.containers.module] if containerised and site.containers.module else []
     if req.launch.modules is not None:
         lines += load_lines(modules, req.launch.modules, extra)
@@ -70,7 +69,7 @@ def build_jobscript(req: JobRequest, prolog: Sequence[str] = (),
         *workdir_lines(req),
         *prolog,
     ]
-    if req.activate and not kind_of(req.launch.kind).container:
+    if req.activate and not req.in_image:
         lines += Layout.of(req.site, req.prefix).environment_check()
     env = environment_lines(req)
     if env:

@@ -82,6 +82,12 @@ class JobRequest:
         return self.nodes * self.ranks_per_node
 
     @property
+    def in_image(self) -> bool:
+        """Its ranks run in the site's image: a container launcher, or one with a runtime
+        (the host's Python environment is then not activated)."""
+        return kind_of(self.launch.kind).container or self.launch.runtime is not None
+
+    @property
     def per_node_launch(self) -> bool:
         """True when the launcher starts one process per node that spawns the ranks."""
         return kind_of(self.launch.kind).per_node

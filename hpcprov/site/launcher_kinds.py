@@ -54,7 +54,9 @@ class Kind(NamedTuple):
 
 
 _HOSTS = frozenset({"hosts", "hostfile"})
-_RDZV = frozenset({"rendezvous_env", "rdzv_host", "port", "host_name", "wrapper"})
+# the keys of a launcher whose starter gives its ranks no rendezvous: the rank contract's,
+# and a container runtime its ranks may start in (the site's image)
+_RDZV = frozenset({"rendezvous_env", "rdzv_host", "port", "host_name", "wrapper", "runtime"})
 
 KINDS: dict[str, Kind] = {
     "srun": Kind(_RDZV | {"mpi"}, ("slurm",), task_starter=True, torch_order=1),

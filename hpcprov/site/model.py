@@ -529,10 +529,16 @@ class Launcher(Strict):
     # srun
     mpi: str | None = Field(None, description="srun --mpi=<plugin>, e.g. pmix")
     # container
-    runtime: Literal["singularity", "apptainer", "pyxis", "shifter", "podman-hpc"] | None = \
-        Field(None, description="the container runtime (default: containers.runtime); "
-              "singularity/apptainer (exec IMAGE), pyxis (srun --container-image), shifter "
-              "(shifter --image=IMAGE), podman-hpc (podman-hpc run --rm IMAGE)")
+    runtime: Literal["singularity", "apptainer", "pyxis", "edf", "shifter", "podman-hpc"] \
+        | None = Field(
+            None, description="the container runtime its ranks start in, in the site's image "
+            "(a container launcher: default containers.runtime; srun, mpirun, mpiexec, ibrun "
+            "or jsrun: set, each rank starts through it, on any scheduler): "
+            "singularity/apptainer (exec IMAGE), shifter (shifter --image=IMAGE), podman-hpc "
+            "(podman-hpc run --rm IMAGE); srun's own options, container launchers only: "
+            "pyxis (srun --container-image), edf (an EDF-based engine: srun "
+            "--environment=FILE, the file written by the job from containers' image, mounts, "
+            "workdir, env and annotations)")
     # args for a container launcher are the runtime's verb and flags (default: exec)
     wrap_in_bash: bool = Field(False, description='run the command as /bin/bash -c "..."')
     unbuffered: bool = Field(False, description="python -u")
@@ -568,6 +574,13 @@ class Launcher(Strict):
         return value
 
     @model_validator(mode="after")
+    def _srun_runtimes_on_container_launchers(self) -> Launcher:
+        if self.runtime in ("pyxis", "edf") and self.kind.value != "container":
+            raise ValueError(f"runtime: {self.runtime} is an option of srun itself: say it on "
+                             "a launcher of kind container")
+        return self
+
+    @model_validator(mode="after")
     def _controller_is_a_key(self) -> Launcher:
         said = [a for a in self.args if a in ("--gloo", "--mpi")]
         if self.kind.value == "horovodrun" and said:
@@ -590,8 +603,43 @@ class Containers(Strict):
     module: str | None = Field(None, description="module that provides the runtime")
     images: dict[Name, str] = Field(default_factory=dict, description="name -> image path/URI")
     default_image: Name | None = None
-    mounts: list[str] = Field(default_factory=list, description="SRC:DST, for pyxis")
+    mounts: list[str] = Field(default_factory=list, description="SRC:DST, for pyxis and edf "
+                              "($VARS are expanded by the job's shell)")
     gpu_flag: str | None = Field(None, description="e.g. --nv for Singularity")
+    # an EDF-based engine's environment file (a launcher with runtime: edf)
+    workdir: str | None = Field(None, description="edf: the working directory in the "
+                                "container ($VARS are expanded by the job's shell)")
+    env: dict[str, str] = Field(default_factory=dict, description="edf: the [env] table, "
+                                "variables set inside the container")
+    annotations: dict[str, str] = Field(
+        default_factory=dict, description="edf: the [annotations] table, e.g. "
+        "com.hooks.aws_ofi_nccl.enabled: 'true' (the engine's hooks: NCCL's network plugin, "
+        "CXI)")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_env_names(value)
+        return value
+
+    @field_validator("annotations")
+    @classmethod
+    def _annotation_keys(cls, value: dict[str, str]) -> dict[str, str]:
+        for key in value:
+            if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", key):
+                raise ValueError(f"{key!r} is not an annotation key (letters, digits, _ . -)")
+        return value
+
+    @field_validator("mounts", "workdir", "env", "annotations")
+    @classmethod
+    def _toml_literal(cls, value: Any) -> Any:
+        items = value.values() if isinstance(value, dict) else \
+            value if isinstance(value, list) else [value]
+        for item in items:
+            if item is not None and ("'" in item or has_control(item, False)):
+                raise ValueError(f"{item!r}: a value written into the engine's TOML file "
+                                 "holds no single quote or control character")
+        return value
 
 
 def _scheduler_section(name: str, settings: dict[str, Setting]) -> type[Strict]:

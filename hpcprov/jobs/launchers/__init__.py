@@ -27,6 +27,7 @@ from hpcprov.jobs.launchers.common import (
     rank_command,
     rank_shim_line,
 )
+from hpcprov.jobs.launchers.images import HOST_PYTHON_OUT, runtime_words
 from hpcprov.request.job import JobRequest
 from hpcprov.site.launcher_kinds import builder_module, kind_of
 
@@ -59,6 +60,11 @@ def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
         return build(req, context)
     if kind.container:  # the rank contract runs inside the image: the builder places it
         launch = build(req, context)
-    else:
-        launch = build(replace(req, command=rank_command(req, req.command)), context)
-    return Launch(launch.argv, [rank_shim_line(kind), *launch.setup], launch.notes)
+        return Launch(launch.argv, [rank_shim_line(kind), *launch.setup], launch.notes)
+    command = rank_command(req, req.command)
+    runtime = req.launch.runtime
+    if runtime is not None:  # each rank started in the site's image through the runtime
+        command = (*runtime_words(req, runtime, []), *command)
+    launch = build(replace(req, command=command), context)
+    out = [rank_shim_line(kind), *launch.setup, *([HOST_PYTHON_OUT] if runtime else [])]
+    return Launch(launch.argv, out, launch.notes)
