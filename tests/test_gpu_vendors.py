@@ -10,6 +10,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from hpcprov_tests import cli, words, write_profile
 
 from hpcprov.core.shell import join
 from hpcprov.draft.plan import summarize
@@ -17,7 +18,6 @@ from hpcprov.draft.profile import _gpus
 from hpcprov.draft.run import local_gpus
 from hpcprov.schedulers.discovery import slurm
 from hpcprov.site.gpu_vendors import VENDORS, count, read
-from tests.conftest import cli, words, write_profile
 from tests.test_draft_slurm import recorded_run
 
 # what sycl-ls prints on a node of 6 GPU Max 1550 cards, FLAT hierarchy: 12 tiles, each a

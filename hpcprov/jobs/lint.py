@@ -89,6 +89,7 @@ def lint(req: JobRequest) -> list[Finding]:
     found += _policies(req)
     found += _variables(req)
     found += _internet(req)
+    found += _stack(req)
     return sorted(found, key=lambda f: f.level != "error")
 
 
@@ -276,6 +277,15 @@ def _variables(req: JobRequest) -> list[Finding]:
                                f"{m.group(0)} is a {other.title} variable but "
                                f"{req.site.name} runs {own.title}", fix))
     return out
+
+
+def _stack(req: JobRequest) -> list[Finding]:
+    backend = schedulers.of(req.site)
+    if req.site.uenv is None or backend.stack_options(req) is not None:
+        return []
+    return [Finding("error", "uenv", f"the environment lives in uenv {req.site.uenv.image}, "
+                    f"which {backend.title} jobs cannot mount (Slurm's uenv plugin does)",
+                    "describe the site without uenv (modules or a container image)")]
 
 
 def _internet(req: JobRequest) -> list[Finding]:

@@ -205,6 +205,11 @@ class Backend:
         """Job options that pin a job to these nodes; None where the scheduler cannot."""
         return None
 
+    def stack_options(self, req: JobRequest) -> list[Option] | None:
+        """The job options that mount the site's uenv (``uenv:``) in its jobs; None where
+        this scheduler cannot (only Slurm's uenv plugin does)."""
+        return None
+
     def lint(self, req: JobRequest) -> list[Finding]:
         """Problems of a request that only this scheduler has."""
         return []

@@ -130,7 +130,15 @@ class Slurm(Backend):
             if conf.error:
                 opts.append(("error", conf.error))
         opts += self.gpu_request(req)
+        opts += self.stack_options(req) or []
         return with_overrides(req, opts)
+
+    def stack_options(self, req: JobRequest) -> list[Option] | None:
+        """--uenv (and --view) of Slurm's uenv plugin: every step of the job runs in it."""
+        stack = req.site.uenv
+        if stack is None:
+            return []
+        return [("uenv", stack.image), *([("view", stack.view)] if stack.view else [])]
 
     def directives(self, req: JobRequest) -> list[str]:
         return ["#SBATCH " + _directive_value(flag(n, v))

@@ -642,6 +642,20 @@ class Containers(Strict):
         return value
 
 
+class Uenv(Strict):
+    """A uenv-style software stack (a SquashFS image of compilers, MPI, Python... mounted
+    at ``mount``): setup pulls it and builds the environment inside it; jobs mount it
+    through the scheduler (Slurm's uenv plugin: --uenv, --view)."""
+
+    image: str = Field(pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.+/:@-]*$", max_length=200,
+                       description="the uenv, as `uenv image pull` names it, e.g. "
+                       "prgenv-gnu/24.11:v1")
+    view: str | None = Field(None, pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.:,-]*$", max_length=100,
+                             description="the view(s) it is started with, e.g. default")
+    mount: str = Field("/user-environment", pattern=r"^/[A-Za-z0-9_./-]*$",
+                       description="where it is mounted (the check that it is: MOUNT/meta)")
+
+
 def _scheduler_section(name: str, settings: dict[str, Setting]) -> type[Strict]:
     """The profile section of one scheduler (``slurm:``, ``pbs:``...), from the keys
     :mod:`hpcprov.site.sections` declares for it."""
@@ -714,6 +728,8 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
     launchers: dict[Name, Launcher] = Field(min_length=1)
     default_launcher: Name
     containers: Containers = Field(default_factory=Containers)
+    uenv: Uenv | None = Field(None, description="a uenv-style software stack the "
+                              "environment is built in and jobs mount")
     env: dict[str, str] = Field(default_factory=dict, description="exported in every job")
     guide: dict[str, str] = Field(
         default_factory=dict, description="extra site notes for `hpcprov guide` by section"
