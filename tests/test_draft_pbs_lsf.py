@@ -61,7 +61,9 @@ def test_pbsnodes_gives_cpus_memory_gpus_and_the_qlist() -> None:
 
 def test_qstat_Qf_gives_execution_queues_and_their_limits() -> None:
     queues = {q.name: q for q in pbs.parse_queues(recorded("pbs-qstat-Qf.txt"))}
-    assert list(queues) == ["workq", "gpu"]  # the routing queue holds no nodes
+    # the routing queue is kept (users submit to it: issue 26), its destinations named
+    assert list(queues) == ["default", "workq", "gpu"]
+    assert queues["default"].routes_to == ["workq", "gpu"] and not queues["gpu"].routes_to
     # written as the profile writes times: [D-]HH:MM:SS
     assert (queues["workq"].max_time, queues["workq"].default_time) == ("1-00:00:00",
                                                                         "01:00:00")
@@ -71,14 +73,21 @@ def test_qstat_Qf_gives_execution_queues_and_their_limits() -> None:
         "server": "pbsserver", "default_queue": "default", "pbs_version": "2022.1.1"}
 
 
-def test_pbs_discovery_ties_nodes_to_queues_and_notes_a_routing_default() -> None:
+def test_pbs_discovery_ties_nodes_to_queues_and_keeps_the_routing_default() -> None:
+    """`site draft` left the routing queue out (it holds no nodes), so the draft had no
+    default partition and no way to name the queue users submit to."""
     cluster = pbs.discover(PBS)
     queues = {q.name: q for q in cluster.queues}
     assert queues["gpu"].nodes == ["node01", "node02"]
     assert queues["workq"].nodes == ["cpu01", "cpu02"]
     assert "not tied to a queue" in queues["workq"].sources["nodes"]
-    assert cluster.version == "2022.1.1" and not any(q.default for q in cluster.queues)
-    assert any("'default' is not an execution queue" in n for n in cluster.notes)
+    assert cluster.version == "2022.1.1"
+    assert [q.name for q in cluster.queues if q.default] == ["default"]
+    route = queues["default"]
+    assert route.nodes == ["cpu01", "cpu02", "node01", "node02"]  # its destinations'
+    assert route.max_time == "3-00:00:00" and "longest" in route.sources["max_time"]
+    assert any("routing queue" in n and "workq, gpu" in n for n in route.notes)
+    assert cluster.notes == []
     summaries, _ = summarize(cluster)
     assert (summaries["gpu"].cores, summaries["gpu"].gpus, summaries["gpu"].memory_gb) == (
         40, 4, 376.6)
@@ -191,3 +200,17 @@ def test_lsf_draft_through_the_emulator_and_its_jobscript(tmp_path: Path) -> Non
 
     assert {d["path"] for d in json.loads(changed.out)["differences"]} == {
         "partitions.normal.gpus.count"}
+
+
+def test_queues_that_take_jobs_from_routing_queues_only_are_left_out() -> None:
+    text = recorded("pbs-qstat-Qf.txt").replace(
+        "Queue: gpu\n    queue_type = Execution\n",
+        "Queue: gpu\n    queue_type = Execution\n    from_route_only = True\n", 1)
+    assert "from_route_only" in text
+    runs = dict(PBS.answers)
+    runs["qstat -Qf"] = text
+    cluster = pbs.discover(Fake(runs))
+    queues = {q.name: q for q in cluster.queues}
+    assert list(queues) == ["default", "workq"]  # a job cannot name gpu itself
+    assert queues["default"].nodes == ["cpu01", "cpu02", "node01", "node02"]
+    assert any("gpu take jobs from routing queues only" in n for n in cluster.notes)

@@ -76,6 +76,7 @@ class Queue:
     max_jobs_per_user: int | None = None
     max_gpus_per_user: int | None = None
     qos: str | None = None
+    routes_to: list[str] = field(default_factory=list)  # a routing queue's destinations
     notes: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)
 

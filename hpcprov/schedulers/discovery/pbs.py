@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from hpcprov.core.walltime import walltime_seconds
 from hpcprov.schedulers.facts import (
     Cluster,
     Node,
@@ -66,12 +67,15 @@ def _per_user(value: str | None) -> int | None:
 
 
 def parse_queues(text: str) -> list[Queue]:
-    """``qstat -Qf``: the execution queues with their limits (routing queues are left out:
-    they hold no nodes), and ``default_chunk.*`` in notes for matching nodes."""
+    """``qstat -Qf``: the execution and routing queues with their limits (a routing
+    queue's destinations in ``routes_to``; an execution queue that takes jobs from routing
+    queues only is noted ``from_route_only``), and ``default_chunk.*`` in notes for
+    matching nodes."""
     cmd = " ".join(QUEUES_CMD)
     out = []
     for name, attrs in blocks(text, _QUEUE):
-        if attrs.get("queue_type", "").lower() != "execution":
+        kind = attrs.get("queue_type", "").lower()
+        if kind not in ("execution", "route"):
             continue
         q = Queue(name=name, state="enabled" if attrs.get("enabled") == "True" else "disabled",
                   max_time=walltime_text(attrs.get("resources_max.walltime")),
@@ -82,6 +86,11 @@ def parse_queues(text: str) -> list[Queue]:
         q.sources = {k: cmd for k in ("max_time", "default_time", "max_nodes",
                                       "max_jobs_per_user", "max_gpus_per_user")}
         q.notes += [f"{k}={v}" for k, v in attrs.items() if k.startswith("default_chunk.")]
+        if kind == "route":
+            q.routes_to = [d.strip() for d in attrs.get("route_destinations", "").split(",")
+                           if d.strip()]
+        if attrs.get("from_route_only", "").lower() == "true":
+            q.notes.append("from_route_only")
         out.append(q)
     return out
 
@@ -113,6 +122,8 @@ def assign_nodes(queues: list[Queue], nodes: dict[str, Node], text: str) -> None
     """Which nodes serve each queue: the nodes' own queue (or Qlist), else the queue's
     default_chunk, else (PBS ties no nodes to queues) every node without a queue, noted."""
     for q in queues:
+        if q.routes_to:  # a routing queue's nodes are its destinations' (route_queues)
+            continue
         mine = [n for n, node in nodes.items() if q.name in node.queues]
         how = "the nodes' queue/Qlist (pbsnodes -av)"
         if not mine:
@@ -125,6 +136,39 @@ def assign_nodes(queues: list[Queue], nodes: dict[str, Node], text: str) -> None
         q.sources["nodes"] = how
 
 
+def route_queues(queues: list[Queue], notes: list[str]) -> list[Queue]:
+    """Routing queues (``qstat -Qf`` queue_type Route, e.g. a ``prod`` that sends each job
+    to a small, medium or large execution queue by its size) are where users submit: each
+    gets its destinations' nodes, and their largest limits where it sets none itself. An
+    execution queue that takes jobs only from routing queues (``from_route_only``) cannot
+    be named by a job: it is left out, its nodes reached through its routing queue."""
+    by_name = {q.name: q for q in queues}
+    cmd = " ".join(QUEUES_CMD)
+    for q in queues:
+        dests = [by_name[d] for d in q.routes_to if d in by_name and not by_name[d].routes_to]
+        if not q.routes_to:
+            continue
+        q.nodes = list(dict.fromkeys(n for d in dests for n in d.nodes))
+        q.total_nodes = len(q.nodes)
+        q.sources["nodes"] = f"its destinations' nodes ({', '.join(q.routes_to)}; {cmd})"
+        times = [d.max_time for d in dests if d.max_time]
+        if q.max_time is None and times:
+            q.max_time = max(times, key=lambda t: walltime_seconds(t) or 0)
+            q.sources["max_time"] = f"the longest of its destinations ({cmd})"
+        sizes = [d.max_nodes for d in dests if d.max_nodes]
+        if q.max_nodes is None and sizes:
+            q.max_nodes = max(sizes)
+            q.sources["max_nodes"] = f"the largest of its destinations ({cmd})"
+        q.notes.append(f"a routing queue: PBS sends each job to one of {', '.join(q.routes_to)} "
+                       "by its size")
+    hidden = [q.name for q in queues if "from_route_only" in q.notes]
+    if hidden:
+        notes.append(f"queue(s) {', '.join(hidden)} take jobs from routing queues only "
+                     "(from_route_only): left out, their nodes reached through the routing "
+                     "queue")
+    return [q for q in queues if q.name not in hidden]
+
+
 def discover(run: Run) -> Cluster:
     """Queues, nodes, default queue and version of the PBS server ``run`` reaches."""
     notes: list[str] = []
@@ -133,12 +177,13 @@ def discover(run: Run) -> Cluster:
     queues = parse_queues(required(run, QUEUES_CMD))
     server = parse_server(optional(run, SERVER_CMD, notes) or "")
     assign_nodes(queues, nodes, node_text)
+    queues = route_queues(queues, notes)
     for q in queues:
         q.default = q.name == server.get("default_queue")
         q.sources["default"] = " ".join(SERVER_CMD)
     if server.get("default_queue") and not any(q.default for q in queues):
-        notes.append(f"the server's default queue {server['default_queue']!r} is not an "
-                     "execution queue (a routing queue?): no partition is the default")
+        notes.append(f"the server's default queue {server['default_queue']!r} is not among "
+                     "the queues qstat -Qf listed: no partition is the default")
     return Cluster(scheduler="pbs", version=server.get("pbs_version"), queues=queues,
                    nodes=nodes, notes=notes,
                    sources={"version": " ".join(SERVER_CMD), "nodes": " ".join(NODES_CMD),
