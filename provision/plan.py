@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 from hpcprov.core.shell import Raw, Template, assign, env_prefix, join
+from hpcprov.jobs.launchers.common import site_network_env
 from hpcprov.jobs.layout import Layout
 from hpcprov.jobs.modules import env_lines, init_lines, load_lines
 from hpcprov.provision import horovod_steps as hs
@@ -355,7 +356,9 @@ def activate_lines(site: SiteView, prefix: str) -> list[str]:
     lines += init_lines(site.modules)
     lines += load_lines(site.modules, site.modules.runtime)
     lines += Layout.of(site, prefix).python_activation()
-    lines += env_lines(site.env)
+    # the site's variables, then the network ones every partition sets alike (a job script
+    # exports its own partition's again)
+    lines += env_lines({**site.env, **site_network_env(site)})
     return lines
 
 

@@ -670,3 +670,22 @@ def test_a_site_provided_image_asks_no_build_modules_and_no_disk(tmp_path: Path)
         checked.split())
     check = "\n".join(steps["check-build"].lines)
     assert "horovodrun" not in check and "import torch" in check
+
+
+def test_activate_carries_the_network_variables_every_partition_sets_alike(
+        tmp_path: Path) -> None:
+    """PREFIX/activate loaded the modules and the Python environment but none of the
+    partition's network variables, so a shell that sourced it (an interactive run, a
+    user's own job script) reached NCCL and Gloo over the wrong interface."""
+    from hpcprov.provision.plan import activate_lines
+    from hpcprov.site.profiles import load_site
+
+    site = load_site(str(write_profile(tmp_path, "nets", (
+        "name: nets\nextends: testbed\n"
+        "partitions:\n"
+        "  amd_a100nv_8: {network: {gloo_socket_ifname: ib0, nccl_ib_hca: mlx5_0}}\n"
+        "  cas_v100_4: {network: {gloo_socket_ifname: ib0, nccl_ib_hca: mlx5_1}}\n"
+        "  all: {network: {gloo_socket_ifname: ib0}}\n"))))
+    lines = activate_lines(site, str(tmp_path / "p"))
+    assert "export GLOO_SOCKET_IFNAME=ib0" in lines
+    assert not [ln for ln in lines if "NCCL_IB_HCA" in ln]  # partitions differ: jobs say it

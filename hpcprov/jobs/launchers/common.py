@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import hostlist
 
@@ -30,6 +30,10 @@ from hpcprov.jobs.ranks import table_line
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.base import renamed, renamed_hostfile
 from hpcprov.site.launcher_kinds import Kind, horovod_controller, kind_of
+
+if TYPE_CHECKING:
+    from hpcprov.site.model import Partition
+    from hpcprov.site.view import SiteView
 
 Context = Literal["batch", "allocation"]
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
@@ -62,10 +66,24 @@ NETWORK_VARIABLES = {
 
 def network_env(req: JobRequest) -> dict[str, str]:
     """The variables of the partition's network section (NCCL, Gloo, libfabric)."""
-    net = req.part.network
+    return partition_network_env(req.part)
+
+
+def partition_network_env(part: Partition) -> dict[str, str]:
+    """The variables of a partition's network section."""
+    net = part.network
     env = {var: getattr(net, key) for key, var in NETWORK_VARIABLES.items()
            if getattr(net, key) is not None}
     return {**env, **net.env}
+
+
+def site_network_env(site: SiteView) -> dict[str, str]:
+    """The network variables every partition of the site sets alike: what an environment
+    used on any of them (PREFIX/activate) can carry; a job exports its own partition's."""
+    envs = [partition_network_env(p) for p in site.partitions.values()]
+    if not envs:
+        return {}
+    return {k: v for k, v in envs[0].items() if all(e.get(k) == v for e in envs[1:])}
 
 
 def env_lines(req: JobRequest) -> list[str]:
