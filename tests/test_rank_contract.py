@@ -522,3 +522,40 @@ def test_an_edf_engine_gets_its_environment_file_written_by_the_job(
         "annotations": {"com": {"hooks": {"aws_ofi_nccl": {"enabled": "true",
                                                            "variant": "cuda12"}}}},
     }
+
+
+def test_an_image_path_may_be_a_glob_the_job_resolves_when_it_runs(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A site that keeps versioned images (pytorch_24.01.sif, pytorch_25.01.sif) could not
+    name "the newest": the path was quoted whole. A * or ? in it is now a glob the job's
+    shell resolves (the last match by name); none matching stops the job, naming it."""
+    ref = str(write_profile(tmp_path, "pbsimg", PBS_IMAGE.replace(
+        "$HOME/images/pytorch.sif", "$HOME/images/pytorch_*.sif")))
+    res = cli(capsys, "jobscript", "--site", ref, "-N", "2", "--tasks-per-node", "2",
+              "-o", "account=st-x-1-gpu", "--", "python", "-c", SHOW)
+    assert res.rc == 0, res.err
+    assert 'hpcprov_images=("${HOME}/images/pytorch_"*.sif)' in res.out
+    bindir = tmp_path / "extra"
+    bindir.mkdir()
+    (bindir / "apptainer").write_text(APPTAINER.format(python=sys.executable))
+    (bindir / "apptainer").chmod(0o755)
+    nodes = tmp_path / "nodefile"
+    nodes.write_text("n1\nn1\nn2\nn2\n")
+    script = res.out.replace("set -eo pipefail", f'set -eo pipefail\nPATH="{bindir}:$PATH"', 1)
+    env = {"STUB_FLAVOR": "pals", "PBS_NODEFILE": str(nodes), "PBS_JOBID": "7.pbs",
+           "PBS_O_WORKDIR": str(tmp_path)}
+    (tmp_path / "job.sh").write_text(script)
+    none = subprocess.run(["bash", str(tmp_path / "job.sh")], cwd=tmp_path, text=True,
+                          capture_output=True, timeout=60,
+                          env={"PATH": f"{stub_bin(tmp_path)}:/usr/bin:/bin",
+                               "HOME": str(tmp_path), **env})
+    assert none.returncode == 1
+    assert "no container image matches $HOME/images/pytorch_*.sif" in none.stderr
+    images = tmp_path / "images"
+    images.mkdir()
+    for version in ("24.01", "25.01", "23.10"):
+        (images / f"pytorch_{version}.sif").write_text("")
+    (tmp_path / "bin").rename(tmp_path / "bin-old")  # run_job makes its own stubs
+    ranks = run_job(script, tmp_path, env)
+    assert len(ranks) == 4
+    assert {r["HPCPROV_TEST_WRAPPED"] for r in ranks} == {f"image {images}/pytorch_25.01.sif"}

@@ -62,9 +62,11 @@ def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
         launch = build(req, context)
         return Launch(launch.argv, [rank_shim_line(kind), *launch.setup], launch.notes)
     command = rank_command(req, req.command)
-    runtime = req.launch.runtime
+    runtime, resolve = req.launch.runtime, []
     if runtime is not None:  # each rank started in the site's image through the runtime
-        command = (*runtime_words(req, runtime, []), *command)
+        resolve, words = runtime_words(req, runtime, [])
+        command = (*words, *command)
     launch = build(replace(req, command=command), context)
-    out = [rank_shim_line(kind), *launch.setup, *([HOST_PYTHON_OUT] if runtime else [])]
+    out = [rank_shim_line(kind), *launch.setup, *resolve,
+           *([HOST_PYTHON_OUT] if runtime else [])]
     return Launch(launch.argv, out, launch.notes)

@@ -13,6 +13,7 @@ from hpcprov.jobs.launchers.images import (
     HOST_PYTHON_OUT,
     edf_lines,
     image,
+    image_word,
     runtime_words,
 )
 from hpcprov.request.job import JobRequest
@@ -29,7 +30,7 @@ def unbuffered(req: JobRequest, command: tuple[object, ...]) -> tuple[object, ..
 def build(req: JobRequest, context: Context) -> Launch:
     launcher, containers = req.launch, req.site.containers
     runtime = launcher.runtime or containers.runtime
-    path = image(req)
+    image(req)  # the launcher needs one: named now, before anything else
     req = replace(req, command=unbuffered(req, req.command))
     # each rank in the container starts through the rank contract (its wrapper included)
     command = list(rank_command(req, tuple(req.command)))
@@ -40,7 +41,9 @@ def build(req: JobRequest, context: Context) -> Launch:
     # the host's Python must not reach into the container's (its packages, its home)
     setup = [*setup, HOST_PYTHON_OUT]
     if runtime == "pyxis":
-        argv = [*srun, Template(f"--container-image={path}")]
+        resolve, path = image_word(req, "--container-image=")
+        setup = [*setup, *resolve]
+        argv = [*srun, path]
         if containers.mounts:
             argv.append(Template("--container-mounts=" + ",".join(containers.mounts)))
         argv.append("--no-container-entrypoint")
@@ -51,5 +54,5 @@ def build(req: JobRequest, context: Context) -> Launch:
     if runtime == "edf":  # an EDF-based engine: the job writes its environment file
         argv = [*srun, Raw(f'--environment="${EDF_VAR}"'), *launcher.args]
         return Launch([*argv, *command], [*setup, *edf_lines(req)])
-    return Launch([*srun, *runtime_words(req, str(runtime), list(launcher.args)),
-                   *command], setup)
+    resolve, words = runtime_words(req, str(runtime), list(launcher.args))
+    return Launch([*srun, *words, *command], [*setup, *resolve])

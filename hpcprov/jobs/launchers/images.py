@@ -10,8 +10,10 @@ only the container kind says them. The host's Python variables stay out of the i
 
 from __future__ import annotations
 
+import re
+
 from hpcprov.core.errors import UsageError
-from hpcprov.core.shell import Raw, Template, join
+from hpcprov.core.shell import Raw, Template, join, quote
 from hpcprov.request.job import JobRequest
 
 # the host's Python must not reach into the image's (its packages, its home)
@@ -33,18 +35,44 @@ def image(req: JobRequest) -> str:
     return containers.images.get(name, name)
 
 
-def runtime_words(req: JobRequest, runtime: str, verbs: list[str]) -> list[object]:
-    """The words before a rank's command that start it in the image with ``runtime``
-    (``verbs``: the runtime's own verb and flags, where the profile gives them)."""
-    path, containers = image(req), req.site.containers
+GLOB = re.compile(r"([*?])")
+IMAGES_VAR = "hpcprov_images"
+
+
+def image_word(req: JobRequest, prefix: str = "") -> tuple[list[str], object]:
+    """(setup lines, shell word) of the job's image, after ``prefix`` (``--image=``). A path
+    with ``*`` or ``?`` is a glob the job's shell resolves when it runs (the last match in
+    name order: the newest of versioned names); none matching stops the job, naming it."""
+    path = image(req)
+    if not GLOB.search(path):
+        return [], Template(prefix + path)
+    pieces = GLOB.split(path)
+    word = "".join(piece if piece in ("*", "?") else quote(Template(piece))
+                   for piece in pieces if piece)
+    last = f"${{{IMAGES_VAR}[-1]}}"
+    why = join(["echo", f"hpcprov: no container image matches {path}"])
+    setup = [f"{IMAGES_VAR}=({word})",
+             f'[ -e "{last}" ] || {{ {why} >&2; exit 1; }}']
+    return setup, Raw(f'"{prefix}{last}"' if not prefix else f'{quote(prefix)}"{last}"')
+
+
+def runtime_words(req: JobRequest, runtime: str, verbs: list[str]
+                  ) -> tuple[list[str], list[object]]:
+    """(setup lines, words) before a rank's command that start it in the image with
+    ``runtime`` (``verbs``: the runtime's own verb and flags, where the profile gives
+    them)."""
+    containers = req.site.containers
     gpu = [containers.gpu_flag] if containers.gpu_flag and req.gpus > 0 else []
     if runtime in ("singularity", "apptainer"):
-        return [runtime, *(verbs or ["exec"]), *gpu, Template(path)]
+        setup, path = image_word(req)
+        return setup, [runtime, *(verbs or ["exec"]), *gpu, path]
     if runtime == "shifter":  # HPE/Cray sites (NERSC): the image is a shifterimg name
-        return ["shifter", Template(f"--image={path}"), *verbs]
+        setup, path = image_word(req, "--image=")
+        return setup, ["shifter", path, *verbs]
     if runtime == "podman-hpc":  # each rank a container: --gpu passes the node's GPUs in
         flag = [containers.gpu_flag or "--gpu"] if req.gpus > 0 else []
-        return ["podman-hpc", *(verbs or ["run", "--rm"]), *flag, Template(path)]
+        setup, path = image_word(req)
+        return setup, ["podman-hpc", *(verbs or ["run", "--rm"]), *flag, path]
     if runtime in SRUN_RUNTIMES:
         raise UsageError(f"launcher {req.launcher_name!r}: {runtime} is an option of srun: "
                          "say it on a launcher of kind container")
@@ -61,7 +89,8 @@ def edf_lines(req: JobRequest) -> list[str]:
     written as TOML literal strings; keys are names the model checked, so each format string
     holds nothing the shell or printf would read."""
     c = req.site.containers
-    rows: list[tuple[str, list[object]]] = [("image = '%s'", [Template(image(req))])]
+    resolve, path = image_word(req)
+    rows: list[tuple[str, list[object]]] = [("image = '%s'", [path])]
     if c.mounts:
         rows.append(("mounts = [" + ", ".join(["'%s'"] * len(c.mounts)) + "]",
                      [Template(m) for m in c.mounts]))
@@ -72,5 +101,5 @@ def edf_lines(req: JobRequest) -> list[str]:
             rows.append((f"[{table}]", []))
             rows += [(f"{key} = '%s'", [value]) for key, value in values.items()]
     printed = [join(["printf", Raw(f'"{fmt}\\n"'), *args]) for fmt, args in rows]
-    return [f'{EDF_VAR}="$PWD/.hpcprov-edf-${{SLURM_JOB_ID:-$$}}.toml"',
+    return [*resolve, f'{EDF_VAR}="$PWD/.hpcprov-edf-${{SLURM_JOB_ID:-$$}}.toml"',
             "{", *(f"  {line}" for line in printed), f'}} > "${EDF_VAR}"']
