@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from hpcprov.core.shell import Raw, Template, assign, env_prefix, join
 from hpcprov.jobs.launchers.common import site_network_env
+from hpcprov.jobs.launchers.images import resolved_image
 from hpcprov.jobs.layout import Layout
 from hpcprov.jobs.modules import env_lines, init_lines, load_lines
 from hpcprov.provision import horovod_steps as hs
@@ -298,14 +299,18 @@ def _container_steps(site: SiteView) -> list[Step]:
             join(["hpcprov_mkdir_parent", Template(target)]),
             join([binary, "pull", Template(target), spec.source]),
         ), needs_network=True))
-    else:  # the site keeps the image (Neuron's /apps/.../*.sif): use it where it is
+    # the site may keep the image (Neuron's /apps/.../*.sif), its path perhaps a glob of
+    # versioned names (the newest, resolved when the step runs, as a job does)
+    resolve, word = resolved_image(target)
+    if "://" not in spec.source:  # use it where it is
         steps.append(Step("check-image", "Check the site's image is readable", (
-            join(["hpcprov_check_image", Template(target), f"containers.images.{spec.image}"]),
+            *resolve, f"hpcprov_check_image {word} "
+            + join([f"containers.images.{spec.image}"]),
         )))
     gpu = [site.containers.gpu_flag] if site.containers.gpu_flag else []
     title, inside = image_check(site)
     steps.append(Step("check-build", title, (
-        *load, join([binary, "exec", *gpu, Template(target), *inside]))))
+        *load, *resolve, f"{join([binary, 'exec', *gpu])} {word} {join(inside)}")))
     return steps
 
 

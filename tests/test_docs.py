@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from hpcprov.app.cli import cli
 from hpcprov.app.docgen import compatibility, reference, site_page
 from hpcprov.site.loader import bundled_site_dir
@@ -47,3 +49,21 @@ def test_readme_commands_are_real_subcommands() -> None:
 def test_compatibility_page_is_current() -> None:
     committed = (ROOT / "docs" / "compatibility.md").read_text(encoding="utf-8")
     assert committed == compatibility(), "run: python -m hpcprov.app.docgen docs"
+
+
+def test_the_walks_are_current_and_every_example_passes_site_check(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """docs/walks.md walks a site of each kind issue 26 names (PBS+PALS, Slurm+containers,
+    MPI-started torchrun, EDF, uenv, Intel GPUs) from its example profile to what hpcprov
+    generates: regenerated here, so every line is what hpcprov writes today."""
+    from hpcprov_tests import cli
+
+    from hpcprov.app.docgen import WALKS, walks
+
+    examples = ROOT / "docs" / "examples"
+    assert sorted(p.stem for p in examples.glob("*.yaml")) == sorted(WALKS)
+    assert (ROOT / "docs" / "walks.md").read_text(encoding="utf-8") == walks(examples), (
+        "run: python -m hpcprov.app.docgen docs")
+    res = cli(capsys, "site", "check", *(str(examples / f"{n}.yaml") for n in WALKS))
+    assert res.rc == 0, res.out + res.err
+    assert "walks.md" in (ROOT / "docs" / "onboarding.md").read_text(encoding="utf-8")

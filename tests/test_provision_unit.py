@@ -689,3 +689,28 @@ def test_activate_carries_the_network_variables_every_partition_sets_alike(
     lines = activate_lines(site, str(tmp_path / "p"))
     assert "export GLOO_SOCKET_IFNAME=ib0" in lines
     assert not [ln for ln in lines if "NCCL_IB_HCA" in ln]  # partitions differ: jobs say it
+
+
+def test_setup_resolves_a_glob_image_path_as_the_jobs_do(tmp_path: Path) -> None:
+    """An image path with * (versioned names) was checked quoted whole by setup, so setup
+    failed on a path every job resolves."""
+    from hpcprov.provision.plan import build_plan, render_script
+    from hpcprov.site.profiles import load_site
+
+    root = Path(__file__).resolve().parents[1]
+    site = load_site(str(root / "docs" / "examples" / "slurm-apptainer.yaml"))
+    script = tmp_path / "setup.sh"
+    script.write_text(render_script(build_plan(site, str(tmp_path / "prefix"))))
+    images = tmp_path / "images"
+    images.mkdir()
+    env = {**os.environ, "SCRATCH": str(tmp_path)}
+    none = subprocess.run(["bash", str(script), "check-image"], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert none.returncode == 1
+    assert "no container image matches $SCRATCH/images/pytorch_*.sif" in none.stderr
+    for version in ("24.01", "25.01"):
+        (images / f"pytorch_{version}.sif").write_text("")
+    found = subprocess.run(["bash", "-x", str(script), "check-image"], capture_output=True,
+                           text=True, env=env, timeout=60)
+    assert found.returncode == 0, found.stderr
+    assert f"hpcprov_check_image {images}/pytorch_25.01.sif" in found.stderr

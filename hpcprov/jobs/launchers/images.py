@@ -44,16 +44,24 @@ def image_word(req: JobRequest, prefix: str = "") -> tuple[list[str], object]:
     with ``*`` or ``?`` is a glob the job's shell resolves when it runs (the last match in
     name order: the newest of versioned names); none matching stops the job, naming it."""
     path = image(req)
-    if not GLOB.search(path):
+    setup, word = resolved_image(path)
+    if not setup:
         return [], Template(prefix + path)
-    pieces = GLOB.split(path)
+    return setup, Raw(f"{quote(prefix)}{word}" if prefix else word)
+
+
+def resolved_image(path: str) -> tuple[list[str], str]:
+    """(lines, shell word) of an image path: none and the quoted path, or, for a glob,
+    the lines resolving it (the last match by name; none matching stops, naming it) and
+    the word of that match."""
+    if not GLOB.search(path):
+        return [], quote(Template(path))
     word = "".join(piece if piece in ("*", "?") else quote(Template(piece))
-                   for piece in pieces if piece)
+                   for piece in GLOB.split(path) if piece)
     last = f"${{{IMAGES_VAR}[-1]}}"
     why = join(["echo", f"hpcprov: no container image matches {path}"])
-    setup = [f"{IMAGES_VAR}=({word})",
-             f'[ -e "{last}" ] || {{ {why} >&2; exit 1; }}']
-    return setup, Raw(f'"{prefix}{last}"' if not prefix else f'{quote(prefix)}"{last}"')
+    return [f"{IMAGES_VAR}=({word})", f'[ -e "{last}" ] || {{ {why} >&2; exit 1; }}'], \
+        f'"{last}"'
 
 
 def runtime_words(req: JobRequest, runtime: str, verbs: list[str]
