@@ -67,3 +67,10 @@ def test_the_walks_are_current_and_every_example_passes_site_check(
     res = cli(capsys, "site", "check", *(str(examples / f"{n}.yaml") for n in WALKS))
     assert res.rc == 0, res.out + res.err
     assert "walks.md" in (ROOT / "docs" / "onboarding.md").read_text(encoding="utf-8")
+
+
+def test_onboarding_sets_up_between_the_draft_and_the_first_job() -> None:
+    text = (ROOT / "docs" / "onboarding.md").read_text(encoding="utf-8")
+    block = text.split("```bash", 1)[1].split("```", 1)[0]
+    order = [line.split()[1] for line in block.strip().splitlines()]
+    assert order == ["site", "site", "setup", "jobscript"], order
