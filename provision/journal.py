@@ -13,6 +13,8 @@ from typing import Literal
 
 from hpcprov.core import fsutil
 
+MAX_JOURNAL_BYTES = 4 << 20  # a journal of every step: a few kB
+
 Status = Literal["running", "done", "failed", "interrupted"]
 
 
@@ -35,8 +37,8 @@ class Journal:
     @classmethod
     def load(cls, path: Path) -> Journal:
         """The journal at path; an empty one when it is missing or unreadable."""
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+        try:  # a regular file of bounded size: a FIFO or /dev/zero there is no journal
+            data = json.loads(fsutil.read_regular(path, MAX_JOURNAL_BYTES).decode("utf-8"))
             records = data.get("steps", {}) if isinstance(data, dict) else None
             if not isinstance(records, dict):
                 return cls(path)  # not a journal hpcprov wrote: start over

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcprov.core import fsutil
 from hpcprov.core.errors import HpcprovError
 from hpcprov.provision.diagnose import BuildErrors, diagnose
 from hpcprov.provision.journal import Journal, StepRecord
@@ -61,12 +62,26 @@ def state_dir(prefix: Path) -> Path:
     return prefix / ".hpcprov"
 
 
+def trust_state(state: Path) -> None:
+    """Refuse a prefix whose state folder (PREFIX/.hpcprov: the setup script setup runs,
+    its lock, journal and logs) another user could write or swap: the setup script runs
+    as whoever runs setup, so a group member who can rename a file there (a group-writable
+    prefix or folder above it) would run code as them."""
+    why = fsutil.why_untrusted(state)
+    if why is not None:
+        raise HpcprovError(
+            f"{why}: someone else could replace the setup script under {state} and have "
+            "setup run it as you. Set up in a folder only you can write (e.g. a folder of "
+            "your own in the project space, chmod 755), or make the shared folder sticky "
+            "(chmod +t): hpcprov's state must be writable by you alone")
+
+
 @contextlib.contextmanager
 def prefix_lock(prefix: Path) -> Iterator[int]:
     """An exclusive lock on the prefix; the fd is passed to the steps, so an orphaned step
     keeps holding it after its runner died."""
     path = state_dir(prefix) / "lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = fsutil.open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -201,10 +216,11 @@ class Runner:
             return SetupResult("nothing-to-do", self.prefix, [], done, self.manifest_path,
                                time.monotonic() - start)
         try:
-            self.state.mkdir(parents=True, exist_ok=True)
+            fsutil.shared_safe_mkdir(self.state)
         except OSError as exc:
             raise HpcprovError(f"cannot create {self.state}: {exc.strerror}; choose another "
                                "--prefix") from None
+        trust_state(self.state)
         prints = fingerprints(self.plan)
         with prefix_lock(self.prefix) as lock_fd:
             journal = Journal.load(self.state / "journal.json")
@@ -225,9 +241,8 @@ class Runner:
                     self.reporter.note(f"resuming at step {pending[0]} "
                                        f"({len(done)} step(s) already done)")
             script = self.state / "setup.sh"
-            try:
-                script.write_text(render_script(self.plan), encoding="utf-8")
-                script.chmod(0o755)
+            try:  # a new file renamed over it: a link planted there is replaced, not followed
+                fsutil.atomic_write(script, render_script(self.plan), private=False)
             except OSError as exc:
                 raise HpcprovError(f"cannot write {script}: {exc.strerror}; free space under "
                                    f"{self.prefix} or choose another --prefix") from None
@@ -327,8 +342,13 @@ class Runner:
 
 
 def _open_log(folder: Path, path: Path):  # a binary file
-    folder.mkdir(exist_ok=True)
-    return open(path, "wb")  # closed by _close
+    """The step's log, new: never through a link planted at its name or its folder's."""
+    if not folder.is_dir() or folder.is_symlink():
+        if folder.is_symlink():
+            folder.unlink()
+        folder.mkdir(mode=0o755, exist_ok=True)
+    fd = fsutil.open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    return os.fdopen(fd, "wb")  # closed by _close
 
 
 def _close(log) -> None:

@@ -81,6 +81,51 @@ def safe_above(path: Path) -> bool:
         return False
 
 
+def why_untrusted(path: Path) -> str | None:
+    """Why another user could write or swap ``path`` (a folder): the first folder on the
+    way (``path`` itself, then those above) that is not this user's or root's, or that its
+    group or others may write without the sticky bit; None when there is none."""
+    me, here = os.geteuid(), Path(os.path.abspath(path))
+    for folder in (here, *here.parents):
+        try:
+            st = os.lstat(folder)
+        except OSError as exc:
+            return f"{folder} cannot be checked ({exc.strerror})"
+        if stat.S_ISLNK(st.st_mode):
+            if st.st_uid not in (me, 0):
+                return f"{folder} is a symbolic link of user {st.st_uid}"
+            return why_untrusted(Path(os.path.realpath(folder)))
+        if folder == here and st.st_uid != me:
+            return f"{folder} belongs to user {st.st_uid}, not to you"
+        if st.st_uid not in (me, 0):
+            return f"{folder} belongs to user {st.st_uid}"
+        if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+            who = "its group" if st.st_mode & stat.S_IWGRP else "everyone"
+            if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH:
+                who = "its group and everyone"
+            return f"{folder} may be written by {who}"
+    return None
+
+
+def shared_safe_mkdir(path: Path) -> None:
+    """Create ``path`` and the folders missing above it (each mode 0755 less the umask,
+    never writable by group or others, whatever the umask); an existing folder is left as
+    it is (:func:`why_untrusted` then says whether it can be trusted)."""
+    missing = []
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(folder, 0o755 & ~_umask() & ~_OTHERS_WRITE)
+
+
+def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
+    """``os.open`` that never follows a symlink at ``path`` itself (ELOOP instead): a link
+    planted where hpcprov writes its lock or a log is not followed to its target."""
+    return os.open(path, flags | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0), mode)
+
+
 def _make_private(path: Path) -> None:
     """Create ``path`` and the folders missing above it, each mode 0700, each only where
     the folders above it pass :func:`safe_above`."""

@@ -1,0 +1,83 @@
+"""Trust, round three (issue 27, class 1): the prefix itself. `setup` runs
+PREFIX/.hpcprov/setup.sh once per step, as whoever runs setup: nobody else may be able to
+write or swap it, and nothing planted there is followed."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+from hpcprov_tests import hpcprov_argv
+
+
+def setup(prefix: Path, *more: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*hpcprov_argv(), "setup", "--site", "local", "--prefix", str(prefix),
+                           "--until", "preflight", *more],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_a_prefix_in_a_group_writable_folder_is_refused_before_anything_runs(
+        tmp_path: Path) -> None:
+    """In a setgid 2775 project folder (umask 002) a group member could rename a file over
+    setup.sh between steps and have it run as the user running setup."""
+    project = tmp_path / "project"
+    project.mkdir()
+    project.chmod(0o2775)
+    res = setup(project / "env")
+    assert res.returncode == 2, res.stdout + res.stderr
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1
+    assert f"{project} may be written by its group" in err and "chmod +t" in err
+    assert not (project / "env" / ".hpcprov" / "setup.sh").exists()
+    # a sticky folder (as /tmp): only an entry's owner may rename it; the prefix is made
+    # writable by its owner alone, whatever the umask
+    project.chmod(0o3777)
+    old = os.umask(0o002)
+    try:
+        ok = setup(project / "env")
+    finally:
+        os.umask(old)
+    assert ok.returncode == 0, ok.stderr
+    for folder in (project / "env", project / "env" / ".hpcprov"):
+        assert not os.stat(folder).st_mode & (stat.S_IWGRP | stat.S_IWOTH), folder
+
+
+def test_a_group_writable_state_folder_is_refused(tmp_path: Path) -> None:
+    prefix = tmp_path / "env"
+    assert setup(prefix).returncode == 0
+    (prefix / ".hpcprov").chmod(0o775)
+    res = setup(prefix, "--redo")
+    assert res.returncode == 2 and "may be written by its group" in res.stderr
+
+
+def test_links_planted_at_the_script_lock_and_log_are_not_followed(tmp_path: Path) -> None:
+    prefix = tmp_path / "env"
+    state = prefix / ".hpcprov"
+    (state / "logs").mkdir(parents=True)
+    victims = {name: tmp_path / f"victim-{name}" for name in ("script", "lock", "log")}
+    for victim in victims.values():
+        victim.write_text("precious\n")
+    (state / "setup.sh").symlink_to(victims["script"])
+    (state / "lock").symlink_to(victims["lock"])
+    (state / "logs" / "01-prepare.log").symlink_to(victims["log"])
+    res = setup(prefix)
+    # the lock is refused (a link there is not hpcprov's lock); nothing was written through
+    assert all(v.read_text() == "precious\n" for v in victims.values()), res.stderr
+    (state / "lock").unlink()
+    res = setup(prefix)
+    assert res.returncode == 0, res.stderr
+    assert all(v.read_text() == "precious\n" for v in victims.values())
+    assert not (state / "setup.sh").is_symlink() and "hpcprov setup plan" in (
+        state / "setup.sh").read_text()
+
+
+def test_a_fifo_as_the_journal_does_not_hang_setup(tmp_path: Path) -> None:
+    prefix = tmp_path / "env"
+    assert setup(prefix).returncode == 0
+    journal = prefix / ".hpcprov" / "journal.json"
+    journal.unlink()
+    os.mkfifo(journal)
+    res = setup(prefix)  # timeout=300 in setup(): a hang fails the test
+    assert res.returncode in (0, 1, 2), res.stderr
