@@ -308,3 +308,34 @@ def test_a_partition_without_a_published_node_count_defaults_to_two_nodes(
     manifest_file(tmp_path).write_text("{}")
     got = prepare(ValidateOptions(site="nocount", prefix=str(tmp_path), workdir=str(tmp_path)))
     assert got.options.nodes == 2
+
+
+def test_two_validations_never_share_a_run_folder(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Two validations started in the same second (two partitions of one site) got one
+    folder and the files of one named by check: run A reported run B's results."""
+    import fcntl
+    import os
+
+    from hpcprov.validate.run import RUN_LOCK, default_rundir
+    from hpcprov_tests import cli
+
+    o = Options(load_site("testbed"), "amd_a100nv_8", 1, ("env",))
+    assert default_rundir(o) != default_rundir(o)
+    # a folder given by --workdir is held for the run's life: a second run there is refused
+    prefix = tmp_path / "prefix"
+    (prefix / ".hpcprov").mkdir(parents=True)
+    (prefix / ".hpcprov" / "manifest.json").write_text("{}")
+    run = tmp_path / "run"
+    run.mkdir()
+    fd = os.open(run / RUN_LOCK, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.pwrite(fd, b"pid 4242\n", 0)
+    try:
+        res = cli(capsys, "validate", "--site", "local", "--env", str(prefix), "--workdir",
+                  str(run), "--checks", "env", "--no-history", "--timeout", "60")
+    finally:
+        os.close(fd)
+    assert res.rc == 2
+    assert f"another validation is running in {run} (pid 4242)" in res.err
+    assert not (run / "env.sh").exists()

@@ -6,6 +6,9 @@ check's pair jobs run a round at a time, and its confirmations one at a time."""
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -207,6 +210,38 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
     """Run every job of the plan; return the run's data (judged, not yet reported)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rundir.mkdir(parents=True, exist_ok=True)
+    lock = _lock_rundir(rundir)
+    try:
+        return _run_validation(o, prefix, rundir, executor, timeout_s, pending_timeout_s,
+                               progress, started)
+    finally:
+        os.close(lock)
+
+
+RUN_LOCK = ".hpcprov-validate.lock"
+
+
+def _lock_rundir(rundir: Path) -> int:
+    """An exclusive lock on the run folder for the run's life: the files in it are named by
+    check, so a second validation writing there would mix its results with this one's."""
+    fd = os.open(rundir / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                 | getattr(os, "O_CLOEXEC", 0), 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 100, 0).decode(errors="replace").strip()
+        os.close(fd)
+        raise HpcprovError(f"another validation is running in {rundir} ({holder or 'pid ?'})"
+                           ": wait for it, or pass another --workdir") from None
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
+    return fd
+
+
+def _run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,
+                    timeout_s: float, pending_timeout_s: float | None,
+                    progress: Callable[[str], None], started: str) -> dict:
     copy_programs(rundir)
     rounds = _Rounds(o, prefix, rundir, executor, timeout_s, pending_timeout_s, progress)
     results: list[JobResult] = []
@@ -253,6 +288,11 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
 
 
 def default_rundir(o: Options) -> str:
+    """A new folder per run: the time, and a random tag (two validations started in the
+    same second, of two partitions, got one folder and mixed their results)."""
+    import secrets
+
     base = o.site.paths.workdir or o.site.paths.scratch
-    return f"{base}/hpcprov-validate/{o.site.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return (f"{base}/hpcprov-validate/{o.site.name}-{time.strftime('%Y%m%d-%H%M%S')}-"
+            f"{secrets.token_hex(3)}")
 
