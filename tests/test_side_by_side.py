@@ -117,10 +117,10 @@ def test_a_quick_run_is_compared_with_quick_runs_and_never_by_its_shared_figures
 
     full = run(False, 100.0)
     save_history(full)
-    assert load_baseline("testbed", "latest", quick=True) is None
+    assert load_baseline("testbed", "latest", quick=True)[0] is None
     save_history(run(True, 30.0, SHARED))
-    assert load_baseline("testbed", "latest", quick=False)["quick"] is False
-    assert load_baseline("testbed", "latest", quick=True)["quick"] is True
+    assert load_baseline("testbed", "latest", quick=False)[0]["quick"] is False
+    assert load_baseline("testbed", "latest", quick=True)[0]["quick"] is True
     # a side-by-side figure is no baseline and is held to none
     assert compare(run(True, 10.0, SHARED), run(True, 30.0, SHARED)) == ([], [])
     assert compare(run(False, 10.0), run(True, 30.0, SHARED)) == ([], [])

@@ -317,8 +317,9 @@ def test_two_validations_never_share_a_run_folder(
     import fcntl
     import os
 
-    from hpcprov.validate.run import RUN_LOCK, default_rundir
     from hpcprov_tests import cli
+
+    from hpcprov.validate.run import RUN_LOCK, default_rundir
 
     o = Options(load_site("testbed"), "amd_a100nv_8", 1, ("env",))
     assert default_rundir(o) != default_rundir(o)

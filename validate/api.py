@@ -182,13 +182,34 @@ def _ready(site: SiteView, prefix: str | None) -> Path | None:
     return target
 
 
-def _compare(data: dict[str, Any], site: str, against: str) -> None:
-    """Add the comparison with a stored run; a regression fails the run."""
-    quick = bool(data.get("quick"))
-    baseline = rep.load_baseline(site, against, quick)
+def _baseline(site: str, against: str, quick: bool, say: Callable[[str], None]
+              ) -> dict[str, Any]:
+    """The stored run a validation is compared with, read before any job runs: a file
+    that is not one (or no stored run) is one line now, not a lost run later."""
+    try:
+        baseline, notes = rep.load_baseline(site, against, quick)
+    except rep.BadRun as exc:
+        raise UsageError(f"--compare: {exc}") from None
+    for note in notes:
+        say(f"warning: --compare latest {note}")
     if baseline is None:
         kind = "--quick run" if quick else "full run (not --quick)"
         raise UsageError(f"--compare {against}: no stored {kind} for site {site}")
+    return baseline
+
+
+def _writable(path: str, what: str) -> None:
+    """Refuse, before any job runs, a report file that cannot be written (its folder is
+    missing or not writable, or it is a folder)."""
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise UsageError(f"{what} {path}: cannot be written (its folder is missing or not "
+                         "writable): choose another path")
+
+
+def _compare(data: dict[str, Any], baseline: dict[str, Any]) -> None:
+    """Add the comparison with a stored run; a regression fails the run."""
     rows, worse = rep.compare(data, baseline)
     data["compare"] = rows
     data["outcomes"] += [w.to_json() for w in worse]
@@ -197,6 +218,14 @@ def _compare(data: dict[str, Any], site: str, against: str) -> None:
 
 def _write_reports(data: dict[str, Any], o: ValidateOptions, say: Callable[[str], None]
                    ) -> None:
+    try:
+        _reports(data, o, say)
+    except OSError as exc:  # the verdict stands and is printed; the report is named
+        say(f"error: a report could not be written: {exc}")
+        data["report_error"] = str(exc)
+
+
+def _reports(data: dict[str, Any], o: ValidateOptions, say: Callable[[str], None]) -> None:
     if o.junit:
         Path(o.junit).write_text(rep.junit(data))
     if o.report:
@@ -287,6 +316,17 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
     ready = prepare(o)
     site = ready.options.site
     prefix = str(ready.prefix) if ready.prefix else None
+    # what the run ends with is checked before it starts: the baseline, the report files,
+    # the history folder
+    baseline = _baseline(site.name, o.compare, o.quick, say) if o.compare else None
+    for path, what in ((o.junit, "--junit"), (o.report, "--report")):
+        if path:
+            _writable(path, what)
+    if o.history:
+        try:
+            rep.history_folder(site.name)
+        except rep.BadRun as exc:
+            raise UsageError(str(exc)) from None
     backend = schedulers.of(site)
     executor: Executor = backend.executor()
     if ready.allocation == "one":
@@ -296,9 +336,13 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
                           o.pending_timeout, say)
     data["allocation"] = ready.allocation
     data["quick"] = o.quick
-    if o.compare:
-        _compare(data, site.name, o.compare)
+    if baseline is not None:
+        _compare(data, baseline)
     if o.history:
-        data["history"] = str(rep.save_history(data))
+        try:
+            data["history"] = str(rep.save_history(data))
+        except (OSError, rep.BadRun) as exc:  # the verdict stands: the run is not stored
+            say(f"error: the run could not be stored in the history: {exc}")
+            data["history_error"] = str(exc)
     _write_reports(data, o, say)
     return ValidationResult.of(data)

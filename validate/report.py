@@ -130,28 +130,86 @@ def history_dir(site: str) -> Path:
     return Path(base) / site
 
 
+MAX_RUN_BYTES = 64 << 20  # a stored run: every job's records, far less
+
+
+class BadRun(ValueError):
+    """A file that is not a run hpcprov stored (the message says why)."""
+
+
+def history_folder(site: str) -> Path:
+    """The site's history folder, made (0700) where missing; refused (:class:`BadRun`)
+    where another user could write or swap it: its runs are what later runs are held to."""
+    from hpcprov.core import fsutil
+
+    folder = history_dir(site)
+    if not fsutil.trusted_dir(folder, create=True):
+        why = fsutil.why_untrusted(folder) or "it cannot be created"
+        raise BadRun(f"history folder {folder}: {why}; set HPCPROV_HISTORY to a folder only "
+                     "you can write, or pass --no-history")
+    return folder
+
+
 def save_history(data: dict) -> Path:
-    folder = history_dir(data["site"])
-    folder.mkdir(parents=True, exist_ok=True)
-    # to the nanosecond, created exclusively: two runs in one second never overwrite
+    """Store the run, whole or not at all (written aside, then renamed: a run killed while
+    saving leaves no truncated file for later runs to trip on)."""
+    from hpcprov.core import fsutil
+
+    folder = history_folder(data["site"])
+    # to the nanosecond: two runs in one second never overwrite
     now = time.time_ns()
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now // 1_000_000_000))
     path = folder / f"{stamp}-{now % 1_000_000_000:09d}-{os.getpid()}.json"
-    with path.open("x") as f:
-        f.write(json.dumps(data, indent=2) + "\n")
+    fsutil.atomic_write(path, json.dumps(data, indent=2) + "\n")
     return path
 
 
-def load_baseline(site: str, ref: str, quick: bool = False) -> dict | None:
-    """A stored run: a file path, or 'latest' (the newest in the site's history of the same
-    kind: a --quick run against quick ones, a full run against full ones)."""
+def read_run(path: Path, owned_only: bool = False) -> dict:
+    """A stored run, checked: a regular file of bounded size (``owned_only``: this user's,
+    that nobody else may write), UTF-8 JSON, an object whose outcomes are objects with a
+    name and a numeric or null measurement. :class:`BadRun` says what is wrong."""
+    from hpcprov.core import fsutil
+
+    try:
+        if owned_only:
+            blob = fsutil.read_owned(path)
+            if blob is None:
+                raise BadRun(f"{path}: not a regular file of yours that only you may write")
+            if len(blob) > MAX_RUN_BYTES:
+                raise BadRun(f"{path}: larger than {MAX_RUN_BYTES} bytes")
+        else:
+            blob = fsutil.read_regular(path, MAX_RUN_BYTES)
+        data = json.loads(blob.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        if isinstance(exc, BadRun):
+            raise
+        raise BadRun(f"{path}: not a run hpcprov stored ({exc})") from None
+    outcomes = data.get("outcomes") if isinstance(data, dict) else None
+    if not isinstance(outcomes, list) or not all(
+            isinstance(o, dict) and isinstance(o.get("name"), str)
+            and (o.get("measured") is None or isinstance(o.get("measured"), int | float))
+            for o in outcomes):
+        raise BadRun(f"{path}: not a run hpcprov stored (no list of outcomes)")
+    return data
+
+
+def load_baseline(site: str, ref: str, quick: bool = False) -> tuple[dict | None, list[str]]:
+    """A stored run and notes on the stored files passed over: a file path (any problem
+    raises :class:`BadRun`), or 'latest' (the newest in the site's history of the same
+    kind, a --quick run against quick ones, a full run against full ones; a file that is
+    not this user's own, truncated or not a run is passed over, noted)."""
     if ref != "latest":
-        return json.loads(Path(ref).read_text())
-    for path in sorted(history_dir(site).glob("*.json"), reverse=True):
-        run = json.loads(path.read_text())
+        return read_run(Path(ref)), []
+    notes: list[str] = []
+    for path in sorted(history_folder(site).glob("*.json"), reverse=True):
+        try:
+            run = read_run(path, owned_only=True)
+        except BadRun as exc:
+            notes.append(f"passed over {exc}")
+            continue
         if bool(run.get("quick")) == quick:
-            return run
-    return None
+            return run, notes
+    return None, notes
 
 
 def compare(now: dict, before: dict, tolerance: float = 0.1) -> tuple[list[dict], list[Outcome]]:

@@ -89,6 +89,8 @@ def why_untrusted(path: Path) -> str | None:
     for folder in (here, *here.parents):
         try:
             st = os.lstat(folder)
+        except FileNotFoundError:  # not made yet: the folder above it decides
+            continue
         except OSError as exc:
             return f"{folder} cannot be checked ({exc.strerror})"
         if stat.S_ISLNK(st.st_mode):

@@ -1,0 +1,89 @@
+"""Trust, round three (issue 27, class 4): the verdict is never lost after the run. What a
+validation ends with (the baseline, the report files, the history folder) is checked
+before any job runs; stored runs are read as hostile files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hpcprov_tests import cli
+
+from hpcprov.validate.report import BadRun, load_baseline, read_run, save_history
+
+
+@pytest.fixture()
+def prefix(tmp_path: Path) -> Path:
+    p = tmp_path / "prefix"  # looks provisioned: these runs stop before any job
+    (p / ".hpcprov").mkdir(parents=True)
+    (p / ".hpcprov" / "manifest.json").write_text("{}")
+    return p
+
+
+def validate(capsys: pytest.CaptureFixture[str], prefix: Path, run: Path, *more: str):
+    return cli(capsys, "validate", "--site", "local", "--env", str(prefix), "--workdir",
+               str(run), "--checks", "env", "--timeout", "60", *more)
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("{not json", "not a run hpcprov stored"),
+    ("[1, 2]", "no list of outcomes"),
+    (b"\xe9t\xe9".decode("latin-1"), "not a run hpcprov stored"),
+    ('{"outcomes": [{"name": "x", "measured": "fast"}]}', "no list of outcomes"),
+])
+def test_a_bad_compare_file_is_one_line_before_any_job_runs(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, prefix: Path, content: str,
+        why: str) -> None:
+    bad = tmp_path / "before.json"
+    bad.write_bytes(content.encode("latin-1") if "\xe9" in content else content.encode())
+    run = tmp_path / "run"
+    res = validate(capsys, prefix, run, "--compare", str(bad), "--no-history")
+    assert res.rc == 2 and why in res.err and len(res.err.strip().splitlines()) == 1
+    assert not run.exists()  # refused before the run: nothing submitted
+
+
+def test_a_fifo_or_dev_zero_as_the_compare_file_neither_hangs_nor_eats_memory(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, prefix: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero")):
+        res = validate(capsys, prefix, tmp_path / "run", "--compare", str(path),
+                       "--no-history")
+        assert res.rc == 2 and "not a run hpcprov stored" in res.err
+
+
+def test_latest_passes_over_truncated_and_foreign_history_files(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HPCPROV_HISTORY", str(tmp_path / "history"))
+    good = {"site": "s", "quick": False, "outcomes": [{"name": "a", "measured": 1.0}]}
+    save_history(good)
+    folder = tmp_path / "history" / "s"
+    (folder / "99999999-999999-truncated.json").write_text('{"site": "s", "outc')
+    writable = folder / "99999999-999998-writable.json"
+    writable.write_text(json.dumps(good))
+    writable.chmod(0o666)  # anyone could have written it
+    run, notes = load_baseline("s", "latest")
+    assert run == good
+    assert len(notes) == 2 and any("truncated" in n for n in notes)
+    # stored whole or not at all: no temporary file is left beside the run
+    assert all(p.suffix == ".json" for p in folder.iterdir())
+    with pytest.raises(BadRun, match="not a regular file of yours"):
+        read_run(writable, owned_only=True)
+
+
+def test_an_unwritable_report_or_history_is_refused_before_the_run(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, prefix: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run = tmp_path / "run"
+    res = validate(capsys, prefix, run, "--junit", str(tmp_path / "missing" / "j.xml"),
+                   "--no-history")
+    assert res.rc == 2 and "--junit" in res.err and not run.exists()
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("HPCPROV_HISTORY", str(shared))
+    res = validate(capsys, prefix, run)
+    assert res.rc == 2 and "history folder" in res.err and "may be written by" in res.err
+    assert not run.exists()
