@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -87,3 +88,30 @@ def test_an_unwritable_report_or_history_is_refused_before_the_run(
     res = validate(capsys, prefix, run)
     assert res.rc == 2 and "history folder" in res.err and "may be written by" in res.err
     assert not run.exists()
+
+
+def test_job_output_reaches_no_report_raw() -> None:
+    """A failed job's last lines went verbatim into JUnit (NUL/ESC/BEL: the XML did not
+    parse), Markdown (extra cells, raw HTML, remote images) and the terminal (OSC title
+    sequences)."""
+    import xml.etree.ElementTree as ET
+
+    from hpcprov.validate import report
+    from hpcprov.validate.judge import Outcome
+
+    hostile = ("boom\x00\x07 | extra | cell <img src=x onerror=alert(1)> "
+               "![t](http://evil/p.png) \x1b]0;owned\x07 [a](javascript:x)")
+    o = Outcome("env", "env on n1", "fail", None, "imports", "", "n1", hostile)
+    data = {"site": "s", "partition": "p", "nodes": 1, "ok": False, "started": "t",
+            "seconds": 1.0, "overhead_s": 0.0, "outcomes": [o.to_json()],
+            "jobs": [{"id": "env\x1b[2J", "state": "FAILED", "exit_code": 1,
+                      "node_list": "n1|n2", "seconds": 1.0}]}
+    xml = report.junit(data)
+    case = ET.fromstring(xml.split("?>", 1)[1]).find("testcase")
+    assert case is not None and "\\x00" in case.find("failure").text  # escaped, parsed
+    md = report.markdown(data, None)
+    row = next(ln for ln in md.splitlines() if ln.startswith("| fail"))
+    assert len(re.findall(r"(?<!\\)\|", row)) == 7  # six cells, as the header has
+    assert "<img" not in md and "![" not in md and "](" not in md and "\x1b" not in md
+    term = report.table([o])
+    assert "\x1b" not in term and "\x07" not in term and "\x00" not in term

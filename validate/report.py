@@ -9,7 +9,23 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from hpcprov.core.text import for_terminal
 from hpcprov.validate.judge import SHARED, Outcome
+
+# Job output (a failed job's last lines in a detail) is hostile text: each output escapes
+# it for its reader. The terminal and JUnit: every control character as \xNN (XML 1.0
+# cannot carry most of them, and a terminal would obey them). Markdown: besides, the
+# characters that would make a table cell, a link, an image or HTML of it.
+_MD = str.maketrans({c: f"\\{c}" for c in "\\`*_[]()!|#"} | {"<": "&lt;", ">": "&gt;",
+                                                              "&": "&amp;"})
+
+
+def _t(text: object) -> str:
+    return for_terminal(text)
+
+
+def _md(text: object) -> str:
+    return for_terminal(text).translate(_MD)
 
 
 def _fmt(v: float | None) -> str:
@@ -21,8 +37,8 @@ def _fmt(v: float | None) -> str:
 def table(outcomes: list[Outcome]) -> str:
     rows = [("STATUS", "CHECK", "MEASURED", "EXPECTED", "NODES", "DETAIL")]
     for o in outcomes:
-        rows.append((o.status.upper(), o.name, f"{_fmt(o.measured)} {o.unit}".strip(),
-                     o.expected, o.nodes, o.detail))
+        rows.append((o.status.upper(), _t(o.name), _t(f"{_fmt(o.measured)} {o.unit}".strip()),
+                     _t(o.expected), _t(o.nodes), _t(o.detail)))
     widths = [min(max(len(r[i]) for r in rows), 48) for i in range(5)]
     lines = []
     for r in rows:
@@ -33,16 +49,16 @@ def table(outcomes: list[Outcome]) -> str:
 
 def junit(data: dict) -> str:
     outcomes = [o for o in data["outcomes"] if o["status"] != "info"]
-    suite = ET.Element("testsuite", name=f"hpcprov-validate-{data['site']}",
+    suite = ET.Element("testsuite", name=_t(f"hpcprov-validate-{data['site']}"),
                        tests=str(len(outcomes)),
                        failures=str(sum(o["status"] == "fail" for o in outcomes)),
                        errors=str(sum(o["status"] == "error" for o in outcomes)),
                        time=f"{data['seconds']:.3f}", timestamp=data["started"])
     for o in outcomes:
-        case = ET.SubElement(suite, "testcase", classname=f"{data['site']}.{o['check']}",
-                             name=o["name"])
-        text = (f"measured {_fmt(o['measured'])} {o['unit']}, expected {o['expected']}, "
-                f"nodes {o['nodes']}: {o['detail']}")
+        case = ET.SubElement(suite, "testcase", classname=_t(f"{data['site']}.{o['check']}"),
+                             name=_t(o["name"]))
+        text = _t(f"measured {_fmt(o['measured'])} {o['unit']}, expected {o['expected']}, "
+                  f"nodes {o['nodes']}: {o['detail']}")
         if o["status"] == "fail":
             ET.SubElement(case, "failure", message=text).text = text
         elif o["status"] == "error":
@@ -96,14 +112,15 @@ def markdown(data: dict, plot: str | None) -> str:
            "| status | check | measured | expected | nodes | detail |",
            "|---|---|---|---|---|---|"]
     for o in data["outcomes"]:
-        out.append(f"| {o['status']} | {o['name']} | {_fmt(o['measured'])} {o['unit']} | "
-                   f"{o['expected']} | {o['nodes']} | {o['detail']} |")
+        out.append(f"| {_md(o['status'])} | {_md(o['name'])} | {_fmt(o['measured'])} "
+                   f"{_md(o['unit'])} | {_md(o['expected'])} | {_md(o['nodes'])} | "
+                   f"{_md(o['detail'])} |")
     if plot:
         out += ["", f"![busbw against message size]({plot})"]
     out += ["", "## Jobs", "", "| job | state | exit | nodes | seconds |", "|---|---|---|---|---|"]
     for j in data["jobs"]:
-        out.append(f"| {j['id']} | {j['state']} | {j['exit_code']} | {j['node_list']} | "
-                   f"{j['seconds']:.1f} |")
+        out.append(f"| {_md(j['id'])} | {_md(j['state'])} | {_md(j['exit_code'])} | "
+                   f"{_md(j['node_list'])} | {j['seconds']:.1f} |")
     if data.get("links"):
         lk = data["links"]
         out += ["", "## Link search", "",

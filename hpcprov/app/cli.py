@@ -415,9 +415,10 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
     else:
         width = max(len(c.name) for c in checks)
         for c in checks:
-            click.echo(f"{c.status.upper():5} {c.name:{width}}  {c.detail}")
+            # the details quote the manifest and the probe: control characters escaped
+            click.echo(f"{c.status.upper():5} {c.name:{width}}  {for_terminal(c.detail)}")
             if c.fix and c.status in ("fail", "warn"):
-                click.echo(f"{'':5} {'':{width}}  fix: {c.fix}")
+                click.echo(f"{'':5} {'':{width}}  fix: {for_terminal(c.fix)}")
         failed = [c for c in checks if c.status == "fail"]
         click.echo(f"hpcprov: {len(failed)} check(s) failed" if failed
                    else f"hpcprov: {report.prefix} is healthy")
