@@ -115,3 +115,25 @@ def test_job_output_reaches_no_report_raw() -> None:
     assert "<img" not in md and "![" not in md and "](" not in md and "\x1b" not in md
     term = report.table([o])
     assert "\x1b" not in term and "\x07" not in term and "\x00" not in term
+
+
+@pytest.mark.parametrize("text", ["\u00b2", "\u0661\u0662", "9" * 5000, "1.5", "", None])
+def test_a_status_that_is_no_ascii_number_is_no_status(text: str | None) -> None:
+    """`²` passed str.isdigit() and int() raised; Arabic-Indic digits were read; 5000 digits
+    gave a traceback."""
+    from hpcprov.core.text import status_number
+    from hpcprov.schedulers.pbs import exit_status
+    from hpcprov.schedulers.slurm import exit_code
+
+    assert status_number(text) is None
+    assert exit_status(text) == (None, "")
+    assert exit_code(f"{text}:0") is None
+    assert (status_number("-3"), status_number(" 42 ")) == (-3, 42)
+
+
+def test_a_walltime_in_other_digits_or_of_5000_digits_is_refused_in_one_line(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    for bad in ("\u0661\u0662:\u0660\u0660:\u0660\u0660", "9" * 5000):
+        res = cli(capsys, "jobscript", "--site", "testbed", "-t", bad, "--", "python", "x.py")
+        assert res.rc == 2 and "cannot read --time" in res.err
+        assert len(res.err.strip().splitlines()) == 1 and "#SBATCH" not in res.out

@@ -40,3 +40,15 @@ def for_terminal(text: object, lines: bool = False) -> str:
     newlines kept with ``lines``, else escaped too (one line stays one line)."""
     out = TEXT_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
     return out if lines else out.replace("\n", "\\n")
+
+
+_STATUS = re.compile(r"-?[0-9]{1,9}")
+
+
+def status_number(text: str | None) -> int | None:
+    """An exit status or code as a scheduler or a job's trap writes it: ASCII digits, an
+    optional minus, at most 9 digits; anything else (``²``, which ``str.isdigit`` takes
+    and ``int`` refuses; Arabic-Indic digits, which ``int`` takes; 5000 digits, which
+    ``int`` refuses) is no status: None."""
+    text = (text or "").strip()
+    return int(text) if _STATUS.fullmatch(text) else None

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import re
 
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+# ASCII digits only (\d would take Arabic-Indic and other digits, which int() reads but no
+# scheduler does), each field of bounded length (a 5000-digit field is no time, and int()
+# refuses more than 4300 digits)
+_TIME = re.compile(r"^(?:([0-9]{1,6})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?$")
 
 
 def walltime_seconds(text: str) -> int | None:

@@ -407,8 +407,10 @@ class Executor:
 
 def read_exit(path: Path) -> int | None:
     """The exit status the job script's EXIT trap wrote (first field), or None."""
+    from hpcprov.core.text import status_number
+
     try:
-        return int(path.read_text().split()[0])
+        return status_number(path.read_text(errors="replace").split()[0])
     except (OSError, ValueError, IndexError):
         return None
 

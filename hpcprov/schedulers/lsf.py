@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 from hpcprov.core.errors import HpcprovError, UsageError
 from hpcprov.core.findings import Finding
 from hpcprov.core.shell import Raw, Template
+from hpcprov.core.text import status_number
 from hpcprov.request.job import JobRequest
 from hpcprov.request.options import Option
 from hpcprov.schedulers.base import (
@@ -240,8 +241,8 @@ class LsfExecutor(Executor):
         code: int | None = None
         if info.get("stat") == "DONE":
             code = 0
-        elif info.get("exit_code", "-").isdigit():
-            code = int(info["exit_code"])
+        elif (status := status_number(info.get("exit_code"))) is not None and status >= 0:
+            code = status
         self._finished(h, code, "", "LSF no longer knows the job and it left no status file")
 
     def cancel(self, handle: Handle) -> None:

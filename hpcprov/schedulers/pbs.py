@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from hpcprov.core.errors import UsageError
 from hpcprov.core.findings import Finding
 from hpcprov.core.shell import Raw, Template
+from hpcprov.core.text import status_number
 from hpcprov.request.job import JobRequest
 from hpcprov.request.options import Option, required_options, short_name_findings
 from hpcprov.schedulers.base import (
@@ -185,9 +186,8 @@ def exit_status(value: str | None) -> tuple[int | None, str]:
     """A PBS `Exit_status` as a shell-style status, and why when PBS itself failed it:
     >= 0 the script's status, > 256 killed by signal (value - 256), < 0 PBS could not run
     the job (JOB_EXEC_* codes)."""
-    try:
-        code = int(value or "")
-    except ValueError:
+    code = status_number(value)
+    if code is None:
         return None, ""
     if code < 0:
         return code, f"PBS could not run the job (Exit_status {code})"

@@ -361,7 +361,7 @@ class SlurmExecutor(Executor):
 
 def exit_code(text: str) -> int | None:
     """Slurm's ``RC:SIGNAL`` as a shell-style status (128 + signal when killed)."""
-    m = re.match(r"(\d+):(\d+)", text or "")
+    m = re.match(r"([0-9]{1,9}):([0-9]{1,9})", text or "")
     if not m:
         return None
     rc, sig = int(m.group(1)), int(m.group(2))
