@@ -81,3 +81,23 @@ def test_a_fifo_as_the_journal_does_not_hang_setup(tmp_path: Path) -> None:
     os.mkfifo(journal)
     res = setup(prefix)  # timeout=300 in setup(): a hang fails the test
     assert res.returncode in (0, 1, 2), res.stderr
+
+
+def test_a_group_writable_folder_above_a_link_on_the_way_is_refused(tmp_path: Path) -> None:
+    """The reason-giving check followed a symlink on the way to its target and stopped
+    there: the folders above the link (where the link itself could be replaced) went
+    unchecked, unlike safe_above's. One walker now serves both."""
+    from hpcprov.core.fsutil import safe_above, why_untrusted
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (shared / "link").symlink_to(mine)
+    shared.chmod(0o2775)
+    state = shared / "link" / "env" / ".hpcprov"
+    why = why_untrusted(state)
+    assert why is not None and f"{shared} may be written by its group" in why
+    assert not safe_above(shared / "link" / "x")
+    shared.chmod(0o755)
+    assert why_untrusted(state) is None and safe_above(shared / "link" / "x")

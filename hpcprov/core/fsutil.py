@@ -61,52 +61,56 @@ def safe_above(path: Path) -> bool:
     it). A symlink on the way must be this user's or root's, and its target passes the same
     test. Checked on every use, so no folder can be swapped for another between the check
     and a write: nobody else may write any folder on the way. Never raises."""
-    me, todo, links = os.geteuid(), [Path(os.path.abspath(path)).parent], 0
-    try:
-        while todo:
-            below = todo.pop()
-            for folder in (below, *below.parents):
+    return _unsafe_way(Path(os.path.abspath(path)).parent, missing_ok=False) is None
+
+
+def _unsafe_way(start: Path, missing_ok: bool) -> str | None:
+    """Why another user could rename, remove or replace ``start`` or a folder above it
+    (the rule of :func:`safe_above`), None when nobody can. A symlink on the way is checked
+    itself, then its target's way, and the folders above the link go on being checked.
+    ``missing_ok``: a folder not made yet is passed over (the folder above it decides)."""
+    me, todo, links = os.geteuid(), [start], 0
+    while todo:
+        below = todo.pop()
+        for folder in (below, *below.parents):
+            try:
                 st = os.lstat(folder)
-                if st.st_uid not in (me, 0):
-                    return False
-                if stat.S_ISLNK(st.st_mode):
-                    links += 1
-                    if links > 40:  # a loop, or a chain no system would follow
-                        return False
-                    todo.append(Path(os.path.realpath(folder)))
-                elif st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
-                    return False
-        return True
-    except OSError:
-        return False
+            except FileNotFoundError:
+                if missing_ok:
+                    continue
+                return f"{folder} does not exist"
+            except OSError as exc:
+                return f"{folder} cannot be checked ({exc.strerror})"
+            link = stat.S_ISLNK(st.st_mode)
+            if st.st_uid not in (me, 0):
+                return (f"{folder} is a symbolic link of user {st.st_uid}" if link
+                        else f"{folder} belongs to user {st.st_uid}")
+            if link:
+                links += 1
+                if links > 40:  # a loop, or a chain no system would follow
+                    return f"{folder}: more than 40 symbolic links on the way"
+                todo.append(Path(os.path.realpath(folder)))
+            elif st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
+                who = "its group" if st.st_mode & stat.S_IWGRP else "everyone"
+                if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH:
+                    who = "its group and everyone"
+                return f"{folder} may be written by {who}"
+    return None
 
 
 def why_untrusted(path: Path) -> str | None:
-    """Why another user could write or swap ``path`` (a folder): the first folder on the
-    way (``path`` itself, then those above) that is not this user's or root's, or that its
-    group or others may write without the sticky bit; None when there is none."""
-    me, here = os.geteuid(), Path(os.path.abspath(path))
-    for folder in (here, *here.parents):
-        try:
-            st = os.lstat(folder)
-        except FileNotFoundError:  # not made yet: the folder above it decides
-            continue
-        except OSError as exc:
-            return f"{folder} cannot be checked ({exc.strerror})"
-        if stat.S_ISLNK(st.st_mode):
-            if st.st_uid not in (me, 0):
-                return f"{folder} is a symbolic link of user {st.st_uid}"
-            return why_untrusted(Path(os.path.realpath(folder)))
-        if folder == here and st.st_uid != me:
-            return f"{folder} belongs to user {st.st_uid}, not to you"
-        if st.st_uid not in (me, 0):
-            return f"{folder} belongs to user {st.st_uid}"
-        if st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
-            who = "its group" if st.st_mode & stat.S_IWGRP else "everyone"
-            if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH:
-                who = "its group and everyone"
-            return f"{folder} may be written by {who}"
-    return None
+    """Why another user could write or swap ``path`` (a folder): ``path`` is not this
+    user's, or a folder on its way (``path`` itself, then those above, as
+    :func:`safe_above` checks them) is not this user's or root's, or its group or others
+    may write it without the sticky bit; None when there is none."""
+    here = Path(os.path.abspath(path))
+    try:
+        st = os.lstat(here)
+    except OSError:
+        st = None  # not made yet, or unreadable: the way decides (and names it)
+    if st is not None and not stat.S_ISLNK(st.st_mode) and st.st_uid != os.geteuid():
+        return f"{here} belongs to user {st.st_uid}, not to you"
+    return _unsafe_way(here, missing_ok=True)
 
 
 def shared_safe_mkdir(path: Path) -> None:
