@@ -8,7 +8,6 @@ must mean what they seem to (:func:`profile_findings`).
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -53,36 +52,13 @@ def _memory(req: JobRequest) -> list[Finding]:
                     f"ask for {have:g}G or less")]
 
 
-_GPU_COUNT = re.compile(r"(?:^|,)gpu(?::[^:,]+)?:(\d+)(?:,|$)")
-
-
-def _int_max(text: str) -> int | None:
-    """``8`` or ``2-8`` (Slurm's min-max node count) as its largest number."""
-    m = re.fullmatch(r"(\d+)(?:-(\d+))?", text.strip())
-    return int(m.group(2) or m.group(1)) if m else None
-
-
-def effective(req: JobRequest) -> JobRequest:
-    """The request as the scheduler will read it: a user option that sets the geometry
-    (``-o nodes=``, ``time=``/``walltime=``, ``gres=gpu:N``, ``gpus-per-node=``) counts as
-    the flag would, so lint cannot be bypassed by spelling a flag as an option."""
-    opts, changes = req.options, {}
-    nodes = _int_max(opts.get("nodes") or "")
-    if nodes is not None:
-        changes["nodes"] = nodes
-    for name in ("time", "walltime"):
-        if opts.get(name):
-            changes["time"] = opts[name]
-    gres = _GPU_COUNT.search(opts.get("gres") or "")
-    per_node = (opts.get("gpus-per-node") or "").rpartition(":")[2]
-    if gres or per_node.isdigit():
-        changes["gpus_per_node"] = int(gres.group(1) if gres else per_node)
-    return replace(req, **changes) if changes else req
-
-
 def lint(req: JobRequest) -> list[Finding]:
-    """Every problem with a request (as the scheduler will read it); errors first."""
-    req = effective(req)
+    """Every problem with a request; errors first. A job option (-o) that would set the
+    job's geometry (nodes, tasks, GPUs, time, queue, in any spelling its scheduler takes) is
+    refused alone: only hpcprov's flags set it, so lint judges the job the script describes."""
+    refused = schedulers.of(req.site).geometry_findings(req)
+    if refused:
+        return refused
     found: list[Finding] = []
     found += _geometry(req)
     found += _memory(req)
@@ -149,7 +125,6 @@ def cpus_exceeded(req: JobRequest) -> list[Finding]:
 def _geometry(req: JobRequest) -> list[Finding]:
     out: list[Finding] = []
     part, pname, site = req.part, req.partition_name, req.site
-    kind = req.launch.kind
     out += _nodes(req)
     least = part.limits.min_nodes_per_job
     if least and req.nodes < least:
@@ -189,13 +164,6 @@ def _geometry(req: JobRequest) -> list[Finding]:
         out.append(Finding("warning", "tasks-gpus",
                            f"{gpus} GPUs per node allocated but only {ranks} rank(s) use them",
                            f"use --tasks-per-node {gpus}"))
-    user_tpn = req.options.get("ntasks-per-node")
-    if user_tpn is not None and user_tpn != str(req.scheduler_tasks_per_node):
-        want = req.scheduler_tasks_per_node
-        why = "torchrun starts one task per node" if req.per_node_launch else "one task per rank"
-        out.append(Finding("error", "tasks-per-node",
-                           f"--ntasks-per-node={user_tpn} but {kind.value} needs {want} ({why})",
-                           "drop --option ntasks-per-node; hpcprov sets it"))
     out += cpus_exceeded(req)
     out += schedulers.of(site).lint(req)
     if req.walltime and part.limits.max_walltime:

@@ -18,13 +18,24 @@ from hpcprov.request.job import JobRequest
 Option = tuple[str, str | None]  # (long option name, value or None for a flag)
 
 
+# ``name=value``, ``--name=value``, ``name``, and a value as a word of its own as schedulers
+# take it too (``--name value``, ``-N 4``, ``-l select=2``); else a one-letter option with its
+# value attached (``-t10:00``)
+_OPTION = re.compile(r"-*([A-Za-z][A-Za-z0-9-]*)(?:(=)(.*)|\s+(\S.*))?", re.S)
+_ATTACHED = re.compile(r"-([A-Za-z])(\S.*)", re.S)
+
+
 def parse_option(text: str) -> tuple[str, str | None]:
-    """Parse ``name=value`` / ``--name=value`` / ``name`` from the command line."""
-    name, sep, value = text.lstrip("-").partition("=")
-    if not re.fullmatch(r"[A-Za-z][A-Za-z0-9-]*", name):
+    """Parse ``name=value`` / ``--name=value`` / ``--name value`` / ``name`` from the
+    command line (``-t10:00``: the one-letter name ``t``, value ``10:00``)."""
+    if m := _OPTION.fullmatch(text):
+        name, value = m.group(1), m.group(3) if m.group(2) else m.group(4)
+    elif m := _ATTACHED.fullmatch(text):
+        name, value = m.group(1), m.group(2)
+    else:
         raise UsageError(f"--option {text!r}: expected NAME=VALUE, e.g. --option comment=pytorch")
-    check_value(name, value if sep else None)
-    return name, (value if sep else None)
+    check_value(name, value)
+    return name, value
 
 
 def check_value(name: str, value: str | None) -> None:
@@ -62,6 +73,40 @@ def short_name_findings(req: JobRequest, long_names: Mapping[str, str],
                            f"{where} {name!r} is a one-letter name, but job options are "
                            f"written with long names: it would become {render(name, value)}",
                            fix))
+    return out
+
+
+# What of a job its own flags set, and those flags: lint judges the job they describe, so no
+# job option (-o) may set it. Each backend names the options of its scheduler that would
+# (``Backend.geometry_options``), as keys of this table.
+GEOMETRY: dict[str, tuple[str, str]] = {
+    "nodes": ("node count", "-N/--nodes"),
+    "tasks": ("tasks", "--tasks-per-node (ranks per node) with -N/--nodes"),
+    "gpus": ("GPUs", "-G/--gpus-per-node"),
+    "cpus": ("CPUs", "--cpus-per-task with --tasks-per-node"),
+    "time": ("time limit", "-t/--time"),
+    "queue": ("queue (partition)", "-p/--partition"),
+    "chunks": ("chunks (nodes, CPUs, GPUs, tasks)",
+               "-N/--nodes, -G/--gpus-per-node, --tasks-per-node, --cpus-per-task"),
+    "placement": ("placement of its chunks on nodes", "-N/--nodes with --tasks-per-node"),
+}
+
+
+def geometry_findings(req: JobRequest,
+                      geometry: Callable[[str, str | None], str | None]) -> list[Finding]:
+    """The user's options that would set the job's geometry: ``geometry(name, value)`` (the
+    backend's) says which part of it (a key of :data:`GEOMETRY`), None for any other."""
+    out: list[Finding] = []
+    for name, value in req.options.items():
+        kind = geometry(name, value)
+        if kind is None:
+            continue
+        what, flags = GEOMETRY[kind]
+        given = name if value is None else f"{name}={value}"
+        out.append(Finding("error", "geometry-option",
+                           f"-o {given} would set the job's {what}, which only hpcprov's own "
+                           "flags may set (lint checks the job they describe)",
+                           f"use {flags} instead of -o"))
     return out
 
 

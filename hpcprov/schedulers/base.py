@@ -109,14 +109,6 @@ def head_options(req: JobRequest, *, batch: bool, queue: str) -> list[Option]:
     return [*opts, *routed]
 
 
-def with_overrides(req: JobRequest, opts: list[Option]) -> list[Option]:
-    """How a job's options end: the backend's (``opts``), then the partition's own ones;
-    the user's (``req.options``) replace those of the same name, the others go last."""
-    from hpcprov.request.options import override
-
-    return override([*opts, *req.part.options.items()], req.options)
-
-
 class Backend:
     """Base of the scheduler backends; each module exports one instance as ``BACKEND``."""
 
@@ -134,6 +126,38 @@ class Backend:
     marker: str | None = None
     # the module whose ``discover(run)`` asks the scheduler (hpcprov.schedulers.discovery)
     discovery: str | None = None
+
+    # the job options of this scheduler that set the job's geometry, by name as -o gives
+    # them (no dashes, the value apart), each with what they set: a key of
+    # hpcprov.request.options.GEOMETRY (nodes, tasks, gpus, time, queue...)
+    geometry_options: dict[str, str] = {}
+
+    def geometry_of(self, req: JobRequest, name: str, value: str | None) -> str | None:
+        """What of the geometry of ``req`` the job option ``name`` (``-o name=value``) would
+        set (a key of ``GEOMETRY``), or None: a declared name, or a declared one-letter name
+        with its number attached (``-o -N4``)."""
+        kind = self.geometry_options.get(name)
+        if kind is None and len(name) > 1 and name[1].isdigit():
+            kind = self.geometry_options.get(name[0])
+        return kind
+
+    def geometry_findings(self, req: JobRequest) -> list[Finding]:
+        """The user's options that would set the job's geometry, which only hpcprov's flags
+        set: lint and the job's options refuse them."""
+        from hpcprov.request.options import geometry_findings
+
+        return geometry_findings(req, lambda name, value: self.geometry_of(req, name, value))
+
+    def with_overrides(self, req: JobRequest, opts: list[Option]) -> list[Option]:
+        """How a job's options end: the backend's (``opts``), then the partition's own ones;
+        the user's (``req.options``) replace those of the same name, the others go last. A
+        user's option that would set the job's geometry is refused (LintFailed)."""
+        from hpcprov.core.findings import LintFailed
+        from hpcprov.request.options import override
+
+        if refused := self.geometry_findings(req):
+            raise LintFailed(refused)
+        return override([*opts, *req.part.options.items()], req.options)
 
     def option_name(self, name: str) -> str:
         """How this scheduler's users write the job option ``name`` (``--account`` for
@@ -354,6 +378,20 @@ class Executor:
 
     def close(self) -> None:
         """Release what the executor holds beyond its jobs (an allocation): nothing here."""
+
+    def abort(self, handles: list[Handle]) -> list[str]:
+        """Cancel at once every job of ``handles`` that has not ended, and whatever the
+        executor holds (an allocation): the run was interrupted. What was cancelled, in
+        words (``job 12``), for the one line that says so."""
+        gone = []
+        for h in handles:
+            if not h.done:
+                self.cancel(h)
+                h.state, h.ended, h.exit_code = "CANCELLED", time.monotonic(), None
+                h.reason = "cancelled: the run was interrupted"
+                self._event(h, h.reason)
+                gone.append(f"job {h.job_id}")
+        return gone
 
     def refresh(self, handles: list[Handle]) -> None:
         raise NotImplementedError

@@ -36,7 +36,6 @@ from hpcprov.schedulers.base import (
     Placement,
     head_options,
     slots_list,
-    with_overrides,
 )
 from hpcprov.site.launcher_kinds import horovod_controller, kind_of
 from hpcprov.site.sections import settings_of
@@ -51,6 +50,16 @@ FLAGS = {
     "output": "-o", "error": "-e", "time": "-W", "ntasks": "-n", "nodes": "-nnodes",
     "resource": "-R", "gpu": "-gpu", "exclusive": "-x", "mail-user": "-u",
 }
+# bsub's options that set the job's geometry (what hpcprov's own flags set), and the
+# generic names hpcprov writes them from
+GEOMETRY_OPTIONS = {
+    "n": "tasks", "ntasks": "tasks", "nnodes": "nodes", "nodes": "nodes",
+    "W": "time", "time": "time", "gpu": "gpus",
+    "q": "queue", "queue": "queue", "partition": "queue",
+}
+# a resource requirement (-R) that places tasks on nodes or asks for GPUs
+_TASKS_RESOURCE = re.compile(r"span\[|ptile")
+_GPU_RESOURCE = re.compile(r"ngpus|rusage\[[^]]*gpu", re.I)
 _SAFE = re.compile(r"^[A-Za-z0-9_.,:=%+@/*-]+$")
 _FINISHED = {"DONE", "EXIT"}
 _RUNNING = {"RUN", "USUSP", "SSUSP"}
@@ -103,6 +112,21 @@ class Lsf(Backend):
     variable_example = "$LSB_DJOB_HOSTFILE"
     monitor = "bjobs"
 
+    geometry_options = GEOMETRY_OPTIONS
+
+    def geometry_of(self, req: JobRequest, name: str, value: str | None) -> str | None:
+        """As the base, and a resource requirement (-R) that places the tasks on nodes or
+        asks for GPUs (``-o R=span[ptile=1]``), or would replace the ``resource`` the job's
+        tasks are placed with (``task_request: slots``; ``-o R=...`` is written beside it)."""
+        kind = super().geometry_of(req, name, value)
+        if kind is not None or name not in ("R", "resource"):
+            return kind
+        if _TASKS_RESOURCE.search(value or ""):
+            return "tasks"
+        if _GPU_RESOURCE.search(value or ""):
+            return "gpus"
+        return "tasks" if any(n == name for n, _ in self._tasks(req)) else None
+
     def _tasks(self, req: JobRequest) -> list[Option]:
         if self.section(req.site).task_request == "nnodes":
             return [("nodes", str(req.nodes))]
@@ -119,7 +143,7 @@ class Lsf(Backend):
             opts.append(("output", conf.output))
             if conf.error:
                 opts.append(("error", conf.error))
-        return with_overrides(req, opts)
+        return self.with_overrides(req, opts)
 
     def directives(self, req: JobRequest) -> list[str]:
         return ["#BSUB " + directive(n, v) for n, v in self.options(req, batch=True)]

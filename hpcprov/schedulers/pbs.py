@@ -23,7 +23,6 @@ from hpcprov.schedulers.base import (
     Placement,
     slots_list,
     unique_hosts,
-    with_overrides,
 )
 from hpcprov.site.sections import SELECT_FIELD, check_select, settings_of
 
@@ -45,6 +44,14 @@ FLAGS = {
 }
 # qsub's letters and the generic long names hpcprov writes them from
 SHORT_NAMES = {flag.lstrip("-"): name for name, flag in FLAGS.items() if name != "partition"}
+# qsub's options that set the job's geometry (what hpcprov's own flags set)
+GEOMETRY_OPTIONS = {"q": "queue", "queue": "queue", "partition": "queue"}
+# -l resources that do: hpcprov writes select (and walltime) itself, and PBS Pro refuses
+# the old-style job-wide ones (nodes, ncpus...) beside select
+GEOMETRY_RESOURCES = {
+    "select": "chunks", "place": "placement", "nodes": "nodes", "nodect": "nodes",
+    "ncpus": "cpus", "mpiprocs": "tasks", "ngpus": "gpus", "walltime": "time",
+}
 _DONE = {"F", "X"}          # finished; a finished subjob
 _RUNNING = {"R", "E", "B"}  # running; exiting; an array job with subjobs running
 
@@ -76,6 +83,22 @@ class Pbs(Backend):
     variable_example = "$PBS_NODEFILE"
     monitor = "qstat -u $USER"
 
+    geometry_options = GEOMETRY_OPTIONS
+
+    def geometry_of(self, req: JobRequest, name: str, value: str | None) -> str | None:
+        """As the base, and a -l resource that sets the geometry, however given: as the
+        option's name (``-o select=2:ncpus=8``, written ``-l select=...``), in a -l list
+        (``-o "-l nodes=2,walltime=1:00:00"``), attached to -l (``-o -lselect=2``)."""
+        kind = super().geometry_of(req, name, value)
+        if kind is not None:
+            return kind
+        low = name.lower()  # PBS resource names are case-insensitive
+        if low == "l":
+            listed = [item.partition("=")[0].strip().lower() for item in (value or "").split(",")]
+            return next((GEOMETRY_RESOURCES[r] for r in listed if r in GEOMETRY_RESOURCES), None)
+        return GEOMETRY_RESOURCES.get(low) or (
+            GEOMETRY_RESOURCES.get(low[1:]) if low.startswith("l") else None)
+
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
         opts: list[Option] = []
@@ -101,7 +124,7 @@ class Pbs(Backend):
         written = {name for name, _ in opts}  # a mandatory option hpcprov writes: once
         head = [("job-name", req.job_name or "hpcprov"),
                 *((n, v) for n, v in required_options(req) if n not in written)]
-        return with_overrides(req, [*head, *opts])
+        return self.with_overrides(req, [*head, *opts])
 
     def directives(self, req: JobRequest) -> list[str]:
         return ["#PBS " + directive(n, v) for n, v in self.options(req, batch=True)]

@@ -30,7 +30,6 @@ from hpcprov.schedulers.base import (
     head_options,
     read_exit,
     slots_list,
-    with_overrides,
 )
 from hpcprov.site.sections import SLURM_VERSION, settings_of
 
@@ -58,6 +57,21 @@ SHORT_NAMES = {
     "Q": "quiet", "S": "core-spec", "s": "oversubscribe", "t": "time", "W": "wait",
     "w": "nodelist", "x": "exclude",
 }
+# sbatch's options that set the job's geometry (what hpcprov's own flags set), long and
+# short; sbatch also takes any unambiguous start of a long name (--node=4 is --nodes=4)
+GEOMETRY_OPTIONS = {
+    "nodes": "nodes", "N": "nodes",
+    "ntasks": "tasks", "n": "tasks", "ntasks-per-node": "tasks", "tasks-per-node": "tasks",
+    "ntasks-per-gpu": "tasks",
+    "gpus": "gpus", "G": "gpus", "gpus-per-node": "gpus", "gpus-per-task": "gpus",
+    "gpus-per-socket": "gpus",
+    "time": "time", "t": "time",
+    "partition": "queue", "p": "queue",
+}
+# generic resources, which set the job's GPUs where they ask for gpu (--gres=gpu:4,
+# --tres-per-task=gres/gpu:1)
+GENERIC_RESOURCES = ("gres", "tres-per-task")
+_GPU_RESOURCE = re.compile(r"(?:^|[,/:])gpu(?:[:,]|$)")
 # job options that srun steps must be given again to bind their tasks as the job does
 STEP_OPTIONS = ("cpu-bind", "gpu-bind")
 # options only srun takes: sbatch and salloc refuse them ("unrecognized option"), so a
@@ -88,6 +102,27 @@ class Slurm(Backend):
     monitor = "squeue -u $USER"
     starts_tasks = True
 
+    geometry_options = GEOMETRY_OPTIONS
+
+    def geometry_of(self, req: JobRequest, name: str, value: str | None) -> str | None:
+        """As the base, and an unambiguous start of a long name, as sbatch reads it (a start
+        that sbatch finds ambiguous fails there anyway); a generic resource that asks for
+        GPUs, or would replace the --gres the job's GPUs are asked for with."""
+        kind = super().geometry_of(req, name, value)
+        if kind is not None or len(name) < 2:
+            return kind
+        longs = [n for n in (*GEOMETRY_OPTIONS, *GENERIC_RESOURCES) if len(n) > 1]
+        for long in longs:
+            if not long.startswith(name):
+                continue
+            if long not in GENERIC_RESOURCES:
+                return GEOMETRY_OPTIONS[long]
+            if value is not None and _GPU_RESOURCE.search(value):
+                return "gpus"
+            if any(n == long for n, _ in self.gpu_request(req)):
+                return "gpus"
+        return None
+
     def gpu_request(self, req: JobRequest) -> list[Option]:
         """The GPU request in the site's preferred form."""
         gpus = req.gpus
@@ -111,7 +146,7 @@ class Slurm(Backend):
         if self.section(req.site).task_request == "per_node":
             return [("nodes", str(req.nodes)),
                     ("ntasks-per-node", str(req.scheduler_tasks_per_node))]
-        opts = [("nodes", str(req.nodes))] if req.nodes > 1 or "nodes" in req.options else []
+        opts = [("nodes", str(req.nodes))] if req.nodes > 1 else []
         return [*opts, ("ntasks", str(req.scheduler_tasks_per_node * req.nodes))]
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
@@ -131,7 +166,7 @@ class Slurm(Backend):
                 opts.append(("error", conf.error))
         opts += self.gpu_request(req)
         opts += self.stack_options(req) or []
-        return with_overrides(req, opts)
+        return self.with_overrides(req, opts)
 
     def stack_options(self, req: JobRequest) -> list[Option] | None:
         """--uenv (and --view) of Slurm's uenv plugin: every step of the job runs in it."""
