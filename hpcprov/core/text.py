@@ -52,3 +52,23 @@ def status_number(text: str | None) -> int | None:
     ``int`` refuses) is no status: None."""
     text = (text or "").strip()
     return int(text) if _STATUS.fullmatch(text) else None
+
+
+_DIGITS = re.compile(r"[0-9]+")
+_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+
+
+def ascii_int(text: str | None, digits: int = 15) -> int | None:
+    """A count or size as a scheduler writes it (CPUs, MB, nodes, GPUs): ASCII digits only,
+    at most ``digits`` of them, blanks around ignored; anything else (``²``, Arabic-Indic
+    digits, a sign, ``1_000``, 5000 digits, ``UNLIMITED``) is no number: None."""
+    text = (text or "").strip()
+    return int(text) if len(text) <= digits and _DIGITS.fullmatch(text) else None
+
+
+def ascii_decimal(text: str | None, digits: int = 15) -> float | None:
+    """A decimal number as a scheduler writes it (``15.8``, ``720.0``): ASCII digits with at
+    most one point, at most ``digits`` characters; anything else (``1.2.3``, ``²``, 5000
+    digits, which float() would make infinite) is no number: None."""
+    text = (text or "").strip()
+    return float(text) if len(text) <= digits and _DECIMAL.fullmatch(text) else None

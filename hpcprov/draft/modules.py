@@ -54,7 +54,9 @@ class Module:
     def version(self) -> tuple[int, ...]:
         """The numbers after the family, for ordering (``openmpi-4.1.1`` -> 4, 1, 1)."""
         rest = self.name.split("/", 1)[1] if "/" in self.name else ""
-        return tuple(int(n) for n in re.findall(r"\d+", rest)[:6])
+        # ASCII digits in runs of at most 15 (\d takes other scripts' digits; int()
+        # refuses more than 4300 of them)
+        return tuple(int(n) for n in re.findall(r"[0-9]{1,15}", rest)[:6])
 
 
 @dataclass(frozen=True)
@@ -144,7 +146,7 @@ def _cuda_match(module: Module, cuda: Module | None) -> bool:
     """The module's name mentions the chosen CUDA's major.minor (nccl/2.9-cuda11-3)."""
     if cuda is None or len(cuda.version) < 2:
         return False
-    m = re.search(r"cuda[-_]?(\d+)[.-](\d+)", module.name.lower())
+    m = re.search(r"cuda[-_]?([0-9]{1,9})[.-]([0-9]{1,9})", module.name.lower())
     return bool(m) and (int(m.group(1)), int(m.group(2))) == cuda.version[:2]
 
 

@@ -1,7 +1,7 @@
 """What `hpcprov site draft` learns from a cluster, as plain data.
 
 The scheduler backends (:mod:`hpcprov.schedulers`) fill these from their commands' text with
-pure parsers; :mod:`hpcprov.draft.run` runs the commands (through ``run_command``) and
+pure parsers; :mod:`hpcprov.draft.run` runs the commands (bounded in time and output) and
 records each one as a :class:`Ran`; :mod:`hpcprov.draft.plan` turns the facts into a
 profile. Nothing here runs a process or imports pydantic.
 """
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from hpcprov.core.errors import HpcprovError
+from hpcprov.core.text import ascii_decimal, ascii_int
 from hpcprov.core.walltime import walltime_seconds
 
 if TYPE_CHECKING:
@@ -137,11 +138,9 @@ def optional(run: Run, argv: Sequence[str], notes: list[str]) -> str | None:
 
 
 def as_int(text: str | None) -> int | None:
-    """An integer field, None for n/a, UNLIMITED and the like."""
-    try:
-        return int(str(text).strip())
-    except (TypeError, ValueError):
-        return None
+    """An integer field, None for n/a, UNLIMITED and the like, and for anything but a
+    bounded run of ASCII digits (:func:`hpcprov.core.text.ascii_int`)."""
+    return ascii_int(text)
 
 
 def walltime_text(text: str | None) -> str | None:
@@ -162,15 +161,13 @@ def memory_mb(text: str | None) -> int | None:
     """PBS/LSF memory sizes (``263597568kb``, ``192gb``, ``15.8G``) in MiB."""
     import re
 
-    m = re.fullmatch(r"\s*([\d.]+)\s*([kmgtp]?)(?:i?b)?\s*", (text or "").lower())
-    if not m:
+    m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgtp]?)(?:i?b)?\s*", (text or "").lower())
+    value = ascii_decimal(m.group(1)) if m else None
+    if value is None:
         return None
     scale = {"": 1 / 1024 / 1024, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2,
              "p": 1024**3}[m.group(2)]
-    try:
-        return int(float(m.group(1)) * scale)
-    except ValueError:
-        return None
+    return int(value * scale)
 
 
 def text_blocks(text: str, header: re.Pattern[str]) -> list[tuple[str, list[str]]]:

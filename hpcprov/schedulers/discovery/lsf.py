@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+from hpcprov.core.text import ascii_decimal, ascii_int
 from hpcprov.schedulers.facts import (
     Cluster,
     Node,
@@ -29,10 +30,25 @@ _BLOCK_QUEUE = re.compile(r"^QUEUE:\s*(\S+)")
 _BLOCK_HOST = re.compile(r"^HOST:?\s+(\S+)\s*$")
 
 
+_MINUTES = re.compile(r"\s*(\S+?)\s*min.*", re.DOTALL)
+
+
+class _Unreadable(ValueError):
+    """A RUNLIMIT value that is not ``N min`` (``1.2.3 min``)."""
+
+
 def _minutes(text: str) -> str | None:
-    """``720.0 min`` (``of HOST_MODEL`` after it or not) as [D-]HH:MM:SS."""
-    m = re.search(r"([\d.]+)\s*min", text)
-    return walltime_text(str(round(float(m.group(1))))) if m else None
+    """``720.0 min`` (``of HOST_MODEL`` after it or not) as [D-]HH:MM:SS; None where there
+    is no limit; :class:`_Unreadable` where the number is not one (``1.2.3 min``)."""
+    m = _MINUTES.fullmatch(text)
+    if not m:
+        if text.strip():
+            raise _Unreadable(text.strip())
+        return None
+    minutes = ascii_decimal(m.group(1))
+    if minutes is None:
+        raise _Unreadable(text.strip())
+    return walltime_text(str(round(minutes)))
 
 
 def _limit_below(lines: list[str], i: int, name: str) -> str | None:
@@ -44,9 +60,11 @@ def _limit_below(lines: list[str], i: int, name: str) -> str | None:
     return None
 
 
-def _run_limits(lines: list[str]) -> tuple[str | None, str | None]:
+def _run_limits(lines: list[str],
+                notes: list[str] | None = None) -> tuple[str | None, str | None]:
     """(maximum, default) RUNLIMIT of one queue: the default under ``DEFAULT LIMITS:``,
-    the maximum under ``MAXIMUM LIMITS:`` or on its own (older LSF)."""
+    the maximum under ``MAXIMUM LIMITS:`` or on its own (older LSF); one that cannot be
+    read is a note (in ``notes``), no limit."""
     limits: dict[str, str | None] = {"max": None, "default": None}
     section = "max"
     for i, line in enumerate(lines):
@@ -54,9 +72,16 @@ def _run_limits(lines: list[str]) -> tuple[str | None, str | None]:
             section = "default"
         elif line.strip().startswith("MAXIMUM LIMITS"):
             section = "max"
-        elif re.search(r"\bRUNLIMIT\b", line) and not re.search(r"\d", line):
+        elif re.search(r"\bRUNLIMIT\b", line) and not re.search(r"[0-9]", line):
             value = _limit_below(lines, i, "RUNLIMIT")
-            limits[section] = _minutes(value or "") or limits[section]
+            try:
+                limits[section] = _minutes(value or "") or limits[section]
+            except _Unreadable as exc:
+                shown = str(exc) if len(str(exc)) <= 40 else str(exc)[:37] + "..."
+                word = "maximum" if section == "max" else "default"
+                (notes if notes is not None else []).append(
+                    f"its {word} RUNLIMIT {shown!r} is not a time in minutes: no {word} "
+                    f"time limit drafted ({' '.join(QUEUES_CMD)})")
     return limits["max"], limits["default"]
 
 
@@ -78,12 +103,14 @@ def parse_queues(text: str) -> list[Queue]:
                         if ln.strip().startswith("--"))
         status = next((lines[i + 1].split()[2] for i, ln in enumerate(lines[:-1])
                        if ln.startswith("PRIO") and len(lines[i + 1].split()) > 2), "")
-        max_time, default_time = _run_limits(lines)
+        problems: list[str] = []
+        max_time, default_time = _run_limits(lines, problems)
         q = Queue(name=name, state=status, max_time=max_time, default_time=default_time,
                   default="default queue" in desc.lower(),
                   sources={"max_time": cmd, "default_time": cmd,
                            "default": f"{cmd} (its description)"})
         q.notes.append("HOSTS: " + " ".join(_hosts_line(lines)))
+        q.notes += problems
         out.append(q)
     return out
 
@@ -116,9 +143,10 @@ def parse_gpus(text: str) -> dict[str, tuple[int, str | None]]:
         for i, line in enumerate(lines):
             if line.split()[:2] == ["GPU_ID", "MODEL"]:
                 for row in lines[i + 1:]:
-                    if not row.strip() or not row.split()[0].isdigit():
+                    words = row.split()
+                    if len(words) < 2 or ascii_int(words[0]) is None:
                         break
-                    models.add(row.split()[1])
+                    models.add(words[1])
         out[name] = (count, models.pop() if len(models) == 1 else None)
     return out
 

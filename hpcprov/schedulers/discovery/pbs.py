@@ -42,11 +42,12 @@ _QUEUE = re.compile(r"^Queue: (.+?)\s*$")
 _SERVER = re.compile(r"^Server: (.+?)\s*$")
 
 
-def parse_nodes(text: str) -> dict[str, Node]:
-    """``pbsnodes -av``: each vnode's CPUs, memory, GPUs, state and queue (the node's
-    ``queue`` attribute, else a site's ``resources_available.Qlist``)."""
+def parse_nodes(text: str | list[tuple[str, dict[str, str]]]) -> dict[str, Node]:
+    """``pbsnodes -av`` (its text, or its :func:`blocks`): each vnode's CPUs, memory, GPUs,
+    state and queue (the node's ``queue`` attribute, else a site's
+    ``resources_available.Qlist``)."""
     out = {}
-    for name, attrs in blocks(text, _NODE):
+    for name, attrs in blocks(text, _NODE) if isinstance(text, str) else text:
         ra = {k.removeprefix("resources_available."): v for k, v in attrs.items()
               if k.startswith("resources_available.")}
         queues = attrs.get("queue") or ra.get("Qlist", "")
@@ -62,8 +63,8 @@ def parse_nodes(text: str) -> dict[str, Node]:
 
 def _per_user(value: str | None) -> int | None:
     """``[u:PBS_GENERIC=4]`` (max_run, max_run_res.ngpus): the limit for any one user."""
-    m = re.search(r"u:PBS_GENERIC=(\d+)", value or "")
-    return int(m.group(1)) if m else None
+    m = re.search(r"u:PBS_GENERIC=([^],]*)", value or "")
+    return as_int(m.group(1)) if m else None
 
 
 def parse_queues(text: str) -> list[Queue]:
@@ -103,33 +104,42 @@ def parse_server(text: str) -> dict[str, str]:
     return {}
 
 
-def _chunk_nodes(q: Queue, nodes: dict[str, Node], text: str) -> list[str]:
+def _chunk_nodes(q: Queue, resources: dict[str, dict[str, str]]) -> list[str]:
     """The nodes a queue's ``default_chunk.RES=VALUE`` selects (RES a node resource)."""
     picked: list[str] = []
     for note in q.notes:
         res, _, value = note.removeprefix("default_chunk.").partition("=")
-        picked += _nodes_with(text, res, value)
+        picked += _nodes_with(resources, res, value)
     return list(dict.fromkeys(picked))
 
 
-def _nodes_with(text: str, res: str, value: str) -> list[str]:
+def _nodes_with(resources: dict[str, dict[str, str]], res: str, value: str) -> list[str]:
     """Nodes whose ``resources_available.RES`` lists VALUE (comma-separated)."""
-    return [name for name, attrs in blocks(text, _NODE)
-            if value in attrs.get(f"resources_available.{res}", "").split(",")]
+    key = f"resources_available.{res}"
+    return [name for name, attrs in resources.items()
+            if value in attrs.get(key, "").split(",")]
 
 
-def assign_nodes(queues: list[Queue], nodes: dict[str, Node], text: str) -> None:
+def assign_nodes(queues: list[Queue], nodes: dict[str, Node],
+                 text: str | list[tuple[str, dict[str, str]]]) -> None:
     """Which nodes serve each queue: the nodes' own queue (or Qlist), else the queue's
-    default_chunk, else (PBS ties no nodes to queues) every node without a queue, noted."""
+    default_chunk, else (PBS ties no nodes to queues) every node without a queue, noted.
+    ``text`` is ``pbsnodes -av`` or its :func:`blocks` (parsed once, not once a queue)."""
+    resources = dict(blocks(text, _NODE) if isinstance(text, str) else text)
+    by_queue: dict[str, list[str]] = {}
+    for n, node in nodes.items():
+        for name in dict.fromkeys(node.queues):
+            by_queue.setdefault(name, []).append(n)
+    untied = [n for n, node in nodes.items() if not node.queues]
     for q in queues:
         if q.routes_to:  # a routing queue's nodes are its destinations' (route_queues)
             continue
-        mine = [n for n, node in nodes.items() if q.name in node.queues]
+        mine = list(by_queue.get(q.name, []))
         how = "the nodes' queue/Qlist (pbsnodes -av)"
         if not mine:
-            mine, how = _chunk_nodes(q, nodes, text), "the queue's default_chunk (qstat -Qf)"
+            mine, how = _chunk_nodes(q, resources), "the queue's default_chunk (qstat -Qf)"
         if not mine:
-            mine = [n for n, node in nodes.items() if not node.queues]
+            mine = list(untied)
             how = ("every node not tied to a queue: PBS does not say which nodes this "
                    "queue's jobs get")
         q.nodes, q.total_nodes = mine, len(mine)
@@ -161,7 +171,7 @@ def route_queues(queues: list[Queue], notes: list[str]) -> list[Queue]:
             q.sources["max_nodes"] = f"the largest of its destinations ({cmd})"
         q.notes.append(f"a routing queue: PBS sends each job to one of {', '.join(q.routes_to)} "
                        "by its size")
-    hidden = [q.name for q in queues if "from_route_only" in q.notes]
+    hidden = {q.name: None for q in queues if "from_route_only" in q.notes}
     if hidden:
         notes.append(f"queue(s) {', '.join(hidden)} take jobs from routing queues only "
                      "(from_route_only): left out, their nodes reached through the routing "
@@ -172,11 +182,11 @@ def route_queues(queues: list[Queue], notes: list[str]) -> list[Queue]:
 def discover(run: Run) -> Cluster:
     """Queues, nodes, default queue and version of the PBS server ``run`` reaches."""
     notes: list[str] = []
-    node_text = required(run, NODES_CMD)
-    nodes = parse_nodes(node_text)
+    node_blocks = blocks(required(run, NODES_CMD), _NODE)  # parsed once
+    nodes = parse_nodes(node_blocks)
     queues = parse_queues(required(run, QUEUES_CMD))
     server = parse_server(optional(run, SERVER_CMD, notes) or "")
-    assign_nodes(queues, nodes, node_text)
+    assign_nodes(queues, nodes, node_blocks)
     queues = route_queues(queues, notes)
     for q in queues:
         q.default = q.name == server.get("default_queue")

@@ -8,6 +8,7 @@ import re
 
 import hostlist
 
+from hpcprov.core.text import ascii_int
 from hpcprov.schedulers.facts import (
     Cluster,
     Node,
@@ -31,6 +32,12 @@ VERSION = ["scontrol", "--version"]
 QOS = ["sacctmgr", "-n", "-P", "show", "qos", "format=Name,MaxWall,MaxJobsPU,MaxTRESPU"]
 MPI_LIST = ["srun", "--mpi=list"]
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z0-9_:/.]*)=")
+# the most node names one partition's host list may expand to (python-hostlist's own bound
+# on one range); a larger list is noted on the partition, not expanded
+MAX_HOSTS = 100_000
+# a host list's pieces: a bracket group, a run of name characters, a comma, a stray bracket
+_HOST_TOKEN = re.compile(r"\[[^\[\]]*\]|[^,\[\]]+|[,\[\]]")
+_HOST_RANGE = re.compile(r"([0-9]{1,15})(?:-([0-9]{1,15}))?")
 
 
 def parse_record(line: str) -> dict[str, str]:
@@ -47,24 +54,26 @@ def parse_record(line: str) -> dict[str, str]:
 def parse_records(text: str, first: str) -> list[dict[str, str]]:
     """The records of ``scontrol show node|partition -o``: one per line that starts with
     ``first=``; a line that does not (a name holding a newline) continues the last one."""
-    lines: list[str] = []
+    records: list[list[str]] = []
     for line in text.splitlines():
-        if line.startswith(f"{first}=") or not lines:
-            lines.append(line)
+        if line.startswith(f"{first}=") or not records:
+            records.append([line])
         else:
-            lines[-1] += "\n" + line
-    return [rec for rec in map(parse_record, lines) if rec.get(first)]
+            records[-1].append(line)
+    return [rec for rec in map(parse_record, map("\n".join, records)) if rec.get(first)]
 
 
 def parse_gres(text: str) -> tuple[int, str | None]:
     """GPUs in a node's ``Gres=`` (``gpu:a100:8(S:0-1),mps:100``): the count and the type
     label (None when untyped or when several types are mixed)."""
     count, types = 0, set()
-    for item in re.split(r",(?![^()]*\))", text or ""):
+    # the items between commas outside parentheses (gpu:a100:8(S:0-1),mps:100)
+    for item in re.findall(r"(?:[^,()]|\([^()]*\))+", text or ""):
         parts = re.sub(r"\(.*\)$", "", item.strip()).split(":")
-        if parts[0] != "gpu" or len(parts) < 2 or not parts[-1].isdigit():
+        number = ascii_int(parts[-1])
+        if parts[0] != "gpu" or len(parts) < 2 or number is None:
             continue
-        count += int(parts[-1])
+        count += number
         types.add(":".join(parts[1:-1]) or None)
     label = types.pop() if len(types) == 1 else None
     return count, label
@@ -90,15 +99,73 @@ def parse_nodes(text: str) -> dict[str, Node]:
     return out
 
 
+def _ranges(text: str, limit: int) -> int | None:
+    """How many numbers a bracket's ranges (``01-04,7``) name (more than ``limit``: some
+    number past it); None where one is not a range of ASCII numbers."""
+    count = 0
+    for item in text.split(","):
+        m = _HOST_RANGE.fullmatch(item)
+        if not m:
+            return None
+        low, high = int(m.group(1)), int(m.group(2) or m.group(1))
+        if high < low:
+            return None
+        count += high - low + 1
+        if count > limit:
+            break
+    return count
+
+
+def hostlist_size(text: str, limit: int = MAX_HOSTS) -> int | None:
+    """How many names the host list ``text`` (``gpu[01-04,7],cpu1``) names, counted without
+    expanding it (more than ``limit``: some number past it); None where it is not a host
+    list (an unclosed or nested bracket, a bad range)."""
+    total, size, named = 0, 1, False
+    for token in [*_HOST_TOKEN.findall(text), ","]:
+        if token == ",":
+            total, size, named = total + (size if named else 0), 1, False
+        elif token in ("[", "]"):
+            return None
+        elif token.startswith("["):
+            count = _ranges(token[1:-1], limit)
+            if count is None:
+                return None
+            size, named = size * count, True
+        else:
+            named = True
+        if total > limit or size > limit:
+            return limit + 1
+    return total
+
+
+def expand_nodes(text: str, limit: int = MAX_HOSTS) -> tuple[list[str], str | None]:
+    """A partition's ``Nodes=`` as names, or no names and why (a list that is not one, or
+    that names more than ``limit`` nodes)."""
+    if not text or text == "(null)":
+        return [], None
+    shown = text if len(text) <= 60 else text[:57] + "..."
+    size = hostlist_size(text, limit)
+    if size is not None and size > limit:
+        return [], (f"its node list {shown} names more than {limit} nodes: not expanded, "
+                    f"no node facts ({' '.join(PARTITIONS)})")
+    try:
+        if size is not None:
+            return hostlist.expand_hostlist(text), None
+    except (hostlist.BadHostlist, ValueError):
+        pass
+    return [], (f"its node list {shown} is not a host list (an unclosed bracket or a bad "
+                f"range?): no node facts ({' '.join(PARTITIONS)})")
+
+
 def parse_partitions(text: str) -> list[Queue]:
-    """``scontrol show partition -o``: name, nodes, default, limits, QOS, state."""
+    """``scontrol show partition -o``: name, nodes, default, limits, QOS, state; a node
+    list that cannot be read or is too large is a note on its partition."""
     out = []
     for rec in parse_records(text, "PartitionName"):
-        nodes = rec.get("Nodes", "")
+        nodes, problem = expand_nodes(rec.get("Nodes", ""))
         qos = rec.get("QoS", "N/A")
         out.append(Queue(
-            name=rec["PartitionName"],
-            nodes=hostlist.expand_hostlist(nodes) if nodes and nodes != "(null)" else [],
+            name=rec["PartitionName"], nodes=nodes, notes=[problem] if problem else [],
             total_nodes=as_int(rec.get("TotalNodes")), default=rec.get("Default") == "YES",
             state=rec.get("State", ""), max_time=walltime_text(rec.get("MaxTime")),
             default_time=walltime_text(rec.get("DefaultTime")),
@@ -113,11 +180,12 @@ def parse_sinfo(text: str) -> dict[str, tuple[bool, dict[str, int]]]:
     out: dict[str, tuple[bool, dict[str, int]]] = {}
     for line in text.splitlines():
         parts = line.rsplit("|", 3)
-        if len(parts) != 4 or not parts[2].isdigit():
+        count = ascii_int(parts[2]) if len(parts) == 4 else None
+        if count is None:
             continue
         name, default = parts[0].removesuffix("*"), parts[0].endswith("*")
         was_default, states = out.get(name, (False, {}))
-        states[parts[3]] = states.get(parts[3], 0) + int(parts[2])
+        states[parts[3]] = states.get(parts[3], 0) + count
         out[name] = (was_default or default, states)
     return out
 
@@ -130,10 +198,10 @@ def parse_qos(text: str) -> dict[str, dict[str, int | str | None]]:
         parts = line.split("|")
         if len(parts) < 4 or not parts[0]:
             continue
-        gpus = re.search(r"gres/gpu(?::[^=,]+)?=(\d+)", parts[3])
+        gpus = re.search(r"gres/gpu(?::[^=,]+)?=([^,]*)", parts[3])
         out[parts[0]] = {"max_time": walltime_text(parts[1]) if parts[1] else None,
                          "max_jobs_per_user": as_int(parts[2]),
-                         "max_gpus_per_user": int(gpus.group(1)) if gpus else None}
+                         "max_gpus_per_user": as_int(gpus.group(1)) if gpus else None}
     return out
 
 
