@@ -358,3 +358,44 @@ def test_jobs_run_as_steps_of_one_allocation(sched: Sched, tmp_path: Path) -> No
     ex.close()
     (alloc,) = ex.allocations  # one allocation for both jobs, ended when told
     assert alloc.done and alloc.exit_code == 0
+
+
+# ---- an interrupted run (validate/run.py: Executor.abort) ------------------------------
+
+def test_abort_cancels_every_live_job_at_once_and_names_them(sched: Sched) -> None:
+    ex = sched.executor()
+    handles = sched.submit(ex, sched.scripts({"long": "sleep 600", "short": "true"}))
+    ex.wait([handles[1]], timeout_s=60)
+    gone = ex.abort(handles)
+    assert gone == [f"job {handles[0].job_id}"]  # the ended one is left as it ended
+    assert handles[0].state == "CANCELLED" and handles[1].state == "COMPLETED"
+    fresh = Handle(handles[0].job_id, handles[0].script, handles[0].output,
+                   handles[0].exit_file, handles[0].submitted, proc=handles[0].proc)
+    ex.wait([fresh], timeout_s=60)  # the scheduler says it ended: cancelled, not running
+    assert fresh.done and fresh.exit_code != 0
+
+
+def test_abort_cancels_the_allocation_with_its_steps_at_once(sched: Sched,
+                                                             tmp_path: Path) -> None:
+    from hpcprov.schedulers.allocation import OneAllocation
+    from hpcprov.site.profiles import load_site
+    from hpcprov.validate.plan import Options, allocation_script
+
+    if sched.backend.allocation_nodes() is None:
+        pytest.skip(f"{sched.name}: no allocation of steps")
+    o = Options(load_site(sched.spec.site), sched.spec.partition, 1, ("env",))
+    ex = OneAllocation(sched.executor(), sched.backend, tmp_path / "alloc",
+                       lambda queue: allocation_script(o, None, queue))
+    (path,) = sched.scripts({"long": "sleep 600"}).values()
+    h = ex.submit(path, sched.work / "long.out", sched.work / "long.exit", Placement(1, 1))
+    while h.started is None:  # the step starts (the wait's own deadline guards a hang)
+        ex.wait([h], timeout_s=0.2)
+        assert not h.done, h.reason
+    (alloc,) = ex.allocations
+    gone = ex.abort([h])
+    assert gone == [f"allocation {alloc.job_id} (steps {h.job_id})"]
+    assert h.state == "CANCELLED" and alloc.state == "CANCELLED"
+    fresh = Handle(alloc.job_id, alloc.script, alloc.output, alloc.exit_file, alloc.submitted,
+                   proc=alloc.proc)
+    ex.inner.wait([fresh], timeout_s=60)
+    assert fresh.done and fresh.exit_code != 0

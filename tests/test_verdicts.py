@@ -137,3 +137,48 @@ def test_a_walltime_in_other_digits_or_of_5000_digits_is_refused_in_one_line(
         res = cli(capsys, "jobscript", "--site", "testbed", "-t", bad, "--", "python", "x.py")
         assert res.rc == 2 and "cannot read --time" in res.err
         assert len(res.err.strip().splitlines()) == 1 and "#SBATCH" not in res.out
+
+
+GOOD_ENV = {"check": "env", "host": "n1", "imports": {"torch": "2.13.0"},
+            "import_ok": {"torch": True}, "gpus_visible": 0}
+GOOD_ALLREDUCE = {"check": "allreduce", "size_bytes": 8, "busbw_GBps": 1.5, "correct": True,
+                  "ranks": 1}
+
+
+@pytest.mark.parametrize(("record", "where"), [
+    ({**GOOD_ENV, "imports": ["torch"]}, "imports"),
+    ({**GOOD_ENV, "gpus_visible": "many"}, "gpus_visible"),
+    ({**GOOD_ENV, "gpus_visible": -1}, "gpus_visible"),
+    ({**GOOD_ALLREDUCE, "size_bytes": "8"}, "size_bytes"),
+    ({**GOOD_ALLREDUCE, "correct": "yes"}, "correct"),
+    ({k: v for k, v in GOOD_ALLREDUCE.items() if k != "busbw_GBps"}, "busbw_GBps"),
+    ({"check": "train", "in_sync": True, "samples_per_s_total": [1]}, "samples_per_s_total"),
+])
+def test_a_result_record_of_the_wrong_shape_is_that_jobs_error(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, prefix: Path, record: dict,
+        where: str) -> None:
+    """A job that prints a record the judge cannot read (a program of another version, a
+    corrupted line) is that job's error, naming the field; the run ends with its table, the
+    other jobs judged, never a traceback."""
+    good = GOOD_ENV if record["check"] != "env" else GOOD_ALLREDUCE
+    program = {"env": "envcheck.py", "allreduce": "allreduce.py", "train": "train.py"}
+    bin_ = prefix / "venvs" / "horovod" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
+    stub = bin_ / "python"  # every program prints its record; one prints the bad one
+    stub.write_text("#!/bin/bash\ncase \"$*\" in\n"
+                    f"  *{program[record['check']]}*) echo 'HPCPROV_RESULT "
+                    f"{json.dumps(record)}' ;;\n"
+                    f"  *{program[good['check']]}*) echo 'HPCPROV_RESULT {json.dumps(good)}' ;;\n"
+                    "esac\n")
+    stub.chmod(0o755)
+    checks = ",".join(sorted({record["check"], good["check"]}))
+    res = validate(capsys, prefix, tmp_path / "run", "--json", "--checks", checks,
+                   "--nodes", "1", "--no-history", "--iters", "1", "--steps", "1")
+    assert res.rc == 1 and "Traceback" not in res.err, res.err
+    outcomes = json.loads(res.out)["outcomes"]
+    bad = [o for o in outcomes if o["status"] == "error"]
+    assert len(bad) >= 1 and all(o["check"] == record["check"] for o in bad), outcomes
+    assert f"a result record of the wrong shape ({record['check']}: {where}" in bad[0]["detail"]
+    assert any(o["check"] == good["check"] and o["status"] in ("pass", "info")
+               for o in outcomes), outcomes

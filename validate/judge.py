@@ -12,7 +12,9 @@ import re
 import statistics
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hpcprov.validate.programs.runtime import CHECK_BUILD, RESULT, parse_output
 
@@ -57,6 +59,7 @@ class JobResult:
     bad_nodes: str = ""  # nodes the scheduler found dead while the job ran
     run_s: float | None = None  # the job's own run time (its script's start to end)
     shared: bool = False  # ran beside other jobs (a smoke run): its figures are not judged
+    malformed: str = ""  # why a result record the job printed has not its check's shape
 
 
 SHARED = "not judged: ran beside other jobs (--quick)"
@@ -92,6 +95,62 @@ def parse_records(output: str) -> list[dict]:
     return [record for tag, record in parse_output(output) if tag == RESULT]
 
 
+class _Record(BaseModel):
+    """The fields of a result record that the judges read (the programs print more)."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+
+class _EnvRecord(_Record):
+    check: Literal["env"]
+    host: str = "?"
+    imports: dict[str, str | None] = {}
+    import_ok: dict[str, bool] | None = None
+    gpus_visible: int = Field(0, ge=0)
+
+
+class _AllreduceRecord(_Record):
+    check: Literal["allreduce"]
+    size_bytes: int = Field(ge=1)
+    busbw_GBps: float
+    correct: bool
+    ranks: int | None = None
+    time_s: float | None = None
+    time_median_s: float | None = None
+
+
+class _TrainRecord(_Record):
+    check: Literal["train"]
+    in_sync: bool
+    max_param_spread: float | None = None
+    samples_per_s_total: float
+
+
+RECORD_SHAPES: dict[str, type[_Record]] = {
+    "env": _EnvRecord, "allreduce": _AllreduceRecord, "train": _TrainRecord}
+
+
+def shaped_records(output: str) -> tuple[list[dict], str]:
+    """A job's result records that have their check's shape, and why the first one that
+    has not fails (a job printing it is that job's error, never the judge's crash); "" when
+    all have it. Records of no known check pass as they are."""
+    good, why = [], ""
+    for record in parse_records(output):
+        shape = RECORD_SHAPES.get(str(record.get("check")))
+        if shape is not None:
+            try:
+                shape.model_validate(record)
+            except ValidationError as exc:
+                if not why:
+                    err = exc.errors()[0]
+                    where = ".".join(str(x) for x in err["loc"]) or "record"
+                    why = (f"a result record of the wrong shape ({record.get('check')}: "
+                           f"{where}: {err['msg']})")
+                continue
+        good.append(record)
+    return good, why
+
+
 def size_label(n: int) -> str:
     for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= size and n % size == 0:
@@ -114,6 +173,8 @@ def band(ref: Reference) -> str:
 def _job_error(j: JobResult) -> Outcome:
     where = j.bad_nodes or j.pinned or j.node_list or "?"
     why = j.reason or f"state {j.state}, exit {j.exit_code}"
+    if j.malformed:
+        why = f"{why}; {j.malformed}" if j.reason else j.malformed
     last = " | ".join(ln.strip() for ln in j.tail[-3:] if ln.strip())
     return Outcome(j.check, j.id, "error", nodes=where,
                    detail=f"job {why}" + (f"; last output: {last}" if last else ""))
@@ -142,7 +203,7 @@ def _each(results: list[JobResult], judge_one: Callable[[JobResult], list[Outcom
     with records is judged, and an error too unless its outcomes explain the failure."""
     out: list[Outcome] = []
     for j in results:
-        if j.exit_code != 0 and not j.records:
+        if j.malformed or (j.exit_code != 0 and not j.records):
             out.append(_job_error(j))
             continue
         mine = judge_one(j)
@@ -288,7 +349,7 @@ def _pernode(jobs: list[JobResult], refs: dict[str, Reference]) -> list[Outcome]
     for j in jobs:
         node = j.pinned or j.node_list
         rows = [r for r in j.records if r.get("check") == "allreduce"]
-        if j.exit_code != 0 or not rows:
+        if j.exit_code != 0 or not rows or j.malformed:
             out.append(_job_error(j))
             continue
         if not all(r.get("correct") for r in rows):

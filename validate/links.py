@@ -186,7 +186,8 @@ def pair_busbw(result: JobResult) -> float | None:
     median call, not the mean, so a few calls that waited for a CPU (a busy node, or pair
     jobs sharing one machine) do not make a healthy link read slow."""
     rows = [r for r in result.records if r.get("check") == "allreduce"]
-    if result.exit_code != 0 or not rows or not all(r.get("correct") for r in rows):
+    if (result.exit_code != 0 or result.malformed or not rows
+            or not all(r.get("correct") for r in rows)):
         return None
     row = max(rows, key=lambda r: r["size_bytes"])
     if row.get("time_median_s"):

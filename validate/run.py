@@ -15,9 +15,10 @@ from importlib import resources
 from pathlib import Path
 
 from hpcprov.core.errors import HpcprovError
+from hpcprov.core.interrupts import Guard, Interrupted, cancelling
 from hpcprov.jobs.checkbuild import expected_check_build
 from hpcprov.schedulers.base import Executor, Handle, read_run_seconds
-from hpcprov.validate.judge import JobResult, Outcome, judge, parse_records
+from hpcprov.validate.judge import JobResult, Outcome, judge, shaped_records
 from hpcprov.validate.links import LinkSearch, Pair, judge_pairs, link_outcomes, pair_busbw
 from hpcprov.validate.plan import (
     REGISTRY,
@@ -60,10 +61,11 @@ def _result(job: Job, h: Handle) -> JobResult:
     except OSError:
         text = ""
     seconds = (h.ended or time.monotonic()) - h.submitted
+    records, malformed = shaped_records(text)
     return JobResult(job.id, job.check, job.impl, job.nodes, h.state, h.exit_code,
-                     h.nodes, parse_records(text), text.splitlines()[-40:], seconds,
+                     h.nodes, records, text.splitlines()[-40:], seconds,
                      job.baseline, job.node, h.reason, h.bad_nodes,
-                     read_run_seconds(h.exit_file), job.shared)
+                     read_run_seconds(h.exit_file), job.shared, malformed)
 
 
 def _not_run(job: Job, why: str) -> JobResult:
@@ -77,8 +79,10 @@ class _Rounds:
 
     def __init__(self, o: Options, prefix: str | None, rundir: Path, executor: Executor,
                  timeout_s: float, pending_timeout_s: float | None,
-                 progress: Callable[[str], None]) -> None:
+                 progress: Callable[[str], None], guard: Guard | None = None) -> None:
         self.o, self.prefix, self.rundir, self.executor = o, prefix, rundir, executor
+        self.guard = guard or Guard()
+        self.handles: list[Handle] = []  # every job submitted: what an interrupt cancels
         self.timeout_s, self.pending_timeout_s, self.progress = (timeout_s, pending_timeout_s,
                                                                  progress)
         self.t0 = time.monotonic()
@@ -119,9 +123,12 @@ class _Rounds:
                                          command_for(job, self.o, self.rundir)))
             (self.rundir / f"{job.id}.exit").unlink(missing_ok=True)
             try:
-                handles.append(self.executor.submit(script, self.rundir / f"{job.id}.out",
-                                                    self.rundir / f"{job.id}.exit",
-                                                    placement(job, self.o)))
+                with self.guard.held():  # a job submitted is a job known, to cancel it
+                    h = self.executor.submit(script, self.rundir / f"{job.id}.out",
+                                             self.rundir / f"{job.id}.exit",
+                                             placement(job, self.o))
+                    handles.append(h)
+                    self.handles.append(h)
                 submitted.append(job)
             except HpcprovError as exc:  # the scheduler refused it: an error, not the end
                 results.append(_not_run(job, f"refused by the scheduler: {exc}"))
@@ -212,8 +219,9 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
     rundir.mkdir(parents=True, exist_ok=True)
     lock = _lock_rundir(rundir)
     try:
-        return _run_validation(o, prefix, rundir, executor, timeout_s, pending_timeout_s,
-                               progress, started)
+        with cancelling() as guard:
+            return _run_validation(o, prefix, rundir, executor, timeout_s, pending_timeout_s,
+                                   progress, started, guard)
     finally:
         os.close(lock)
 
@@ -241,9 +249,10 @@ def _lock_rundir(rundir: Path) -> int:
 
 def _run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,
                     timeout_s: float, pending_timeout_s: float | None,
-                    progress: Callable[[str], None], started: str) -> dict:
+                    progress: Callable[[str], None], started: str, guard: Guard) -> dict:
     copy_programs(rundir)
-    rounds = _Rounds(o, prefix, rundir, executor, timeout_s, pending_timeout_s, progress)
+    rounds = _Rounds(o, prefix, rundir, executor, timeout_s, pending_timeout_s, progress,
+                     guard)
     results: list[JobResult] = []
     links: dict | None = None
     stopped: str | None = None
@@ -257,8 +266,12 @@ def _run_validation(o: Options, prefix: str | None, rundir: Path, executor: Exec
         if "links" in o.checks and not stopped:  # the one search check
             found, links = _search_links(o, rounds)
             results += found
-    finally:
         executor.close()
+    except BaseException as exc:  # interrupted, or failed: nothing it started runs on
+        gone = executor.abort(rounds.handles)
+        if isinstance(exc, Interrupted):
+            raise Interrupted(exc.signum, _cancelled(gone, rundir)) from None
+        raise
     outcomes = _judge(o, [r for r in results if REGISTRY[r.check].judge is not None])
     if links is not None:
         outcomes += link_outcomes(links["search"], links["busbw"],
@@ -285,6 +298,12 @@ def _run_validation(o: Options, prefix: str | None, rundir: Path, executor: Exec
     if links is not None:
         data["links"] = _links_data(links)
     return data
+
+
+def _cancelled(gone: list[str], rundir: Path) -> str:
+    """What an interrupt cancelled, in words (one line)."""
+    what = f"cancelled {', '.join(gone)}" if gone else "no job was running"
+    return f"{what}; the run's files are in {rundir}"
 
 
 def default_rundir(o: Options) -> str:

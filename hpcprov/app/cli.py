@@ -594,8 +594,9 @@ def _run(argv: list[str] | None) -> int:
         rc = cli.main(args=argv, prog_name="hpcprov", standalone_mode=False)
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    except click.exceptions.Abort:
+    except click.exceptions.Abort:  # Ctrl-C outside a run that cancels its jobs
         _print_error("aborted")
+        _json_error(argv, "aborted", 130)
         return 130
     except click.exceptions.NoArgsIsHelpError as exc:
         click.echo(exc.ctx.get_help() if exc.ctx else "")

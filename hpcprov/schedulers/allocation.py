@@ -180,3 +180,21 @@ class OneAllocation(Executor):
             return
         atomic_write(self.queue / "END", "")
         self.inner.wait([alloc], grace_s)
+
+    def abort(self, handles: list[Handle]) -> list[str]:
+        """Cancel the allocation at once (its running steps end with it), not after its
+        steps: the run was interrupted."""
+        self._waiting = []
+        steps = [h.job_id for h in handles if not h.done]
+        for h in handles:
+            if not h.done:
+                h.state, h.ended, h.exit_code = "CANCELLED", time.monotonic(), None
+                h.reason = "cancelled: the run was interrupted"
+        alloc = self.current
+        if alloc is None or alloc.done:
+            return []
+        self.inner.cancel(alloc)
+        alloc.state, alloc.ended = "CANCELLED", time.monotonic()
+        self._event(alloc, "cancelled: the run was interrupted")
+        return [f"allocation {alloc.job_id}"
+                + (f" (steps {', '.join(steps)})" if steps else "")]

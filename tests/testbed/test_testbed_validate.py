@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import time
 import xml.etree.ElementTree as ET
@@ -316,3 +317,48 @@ def test_a_job_the_controller_forgot_gets_its_status_from_the_file_or_is_an_erro
                      1.0, reason=by["lost"].reason)
     (outcome,) = judge([lost], {})
     assert outcome.status == "error" and "accounting is unavailable" in outcome.detail
+
+
+def _queue(testbed) -> list[str]:
+    out = subprocess.run(["squeue", "-h", "-o", "%i %T"], capture_output=True, text=True,
+                         env=testbed.environ(), timeout=60, check=True).stdout
+    return out.split("\n")[:-1]
+
+
+def _until(what, within_s: float) -> bool:
+    """Poll ``what()`` until true or ``within_s`` seconds passed (a deadline, not a timing)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if what():
+            return True
+        time.sleep(0.2)
+    return bool(what())
+
+
+@pytest.mark.parametrize(("sig", "how"), [(signal.SIGINT, "one"), (signal.SIGTERM, "per-job")])
+def test_an_interrupted_validation_leaves_the_queue_empty(testbed, prefix: Path, tmp_path: Path,
+                                                          sig: signal.Signals, how: str) -> None:
+    """Ctrl-C while the allocation runs a long allreduce step (cancelled at once: no wait for
+    its steps), and SIGTERM while a job of its own runs; squeue is empty within seconds."""
+    assert not _queue(testbed)
+    rundir = testbed.scratch / "pytest-validate" / tmp_path.name
+    env = {**testbed.environ(), "HPCPROV_HISTORY": str(tmp_path / "history")}
+    proc = subprocess.Popen(
+        [*hpcprov_argv(), "validate", "--site", "testbed", "--device", "cpu", "--env",
+         str(prefix), "--workdir", str(rundir), "--nodes", "2", "--checks", "allreduce",
+         "--allocation", how, "--max-bytes", "4194304", "--iters", "1000000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        # a job runs, and (one allocation) its first step has started
+        assert _until(lambda: any(line.endswith("RUNNING") for line in _queue(testbed))
+                      and (how == "per-job" or any(rundir.glob("allocation/*/*.step"))),
+                      120), proc.stderr
+        proc.send_signal(sig)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + sig, err
+    last = err.strip().splitlines()[-1]
+    word = "allocation " if how == "one" else "job "
+    assert last.startswith(f"hpcprov: error: interrupted by {sig.name}: cancelled {word}"), err
+    assert _until(lambda: not _queue(testbed), 10), _queue(testbed)

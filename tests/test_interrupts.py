@@ -1,0 +1,137 @@
+"""An interrupted validation cancels what it started (issue 27, class 2): real signals sent
+to a real `hpcprov validate`, whose job (a stand-in for a hung training run) must be gone
+when hpcprov exits. The Slurm allocation's case runs on the testbed
+(tests/testbed/test_testbed_validate.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from hpcprov_tests import hpcprov_argv
+
+from hpcprov.core.interrupts import Interrupted, cancelling
+
+
+def _gone(pid: int, within_s: float = 30) -> bool:
+    """Whether process ``pid`` is gone (polled: its parent may take a moment to reap it)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        try:  # a zombie is gone too: it runs nothing
+            if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
+                return True
+        except (OSError, IndexError):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def hung_prefix(tmp_path: Path) -> Path:
+    """A prefix that reads as provisioned, whose python writes its pid and hangs."""
+    prefix = tmp_path / "env"
+    (prefix / ".hpcprov").mkdir(parents=True)
+    (prefix / ".hpcprov" / "manifest.json").write_text("{}")
+    bin_ = prefix / "venvs" / "horovod" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
+    stub = bin_ / "python"
+    stub.write_text(f'#!/bin/bash\necho $$ > "{tmp_path}/job.pid"\nexec sleep 600\n')
+    stub.chmod(0o755)
+    return prefix
+
+
+def _start_validation(prefix: Path, tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+    env = {**os.environ, "HPCPROV_HISTORY": str(tmp_path / "history")}
+    proc = subprocess.Popen(
+        [*hpcprov_argv(), "validate", "--site", "local", "--env", str(prefix), "--checks",
+         "env", "--nodes", "1", "--workdir", str(tmp_path / "run"), "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    pidfile = tmp_path / "job.pid"
+    deadline = time.monotonic() + 60
+    while not pidfile.is_file() or not pidfile.read_text().strip():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            pytest.fail(f"the job never started: {out} {err}")
+        time.sleep(0.05)
+    return proc, int(pidfile.read_text())
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
+                         ids=lambda s: s.name)
+def test_a_signal_cancels_the_running_job_and_says_so_in_one_line(
+        hung_prefix: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    proc, job = _start_validation(hung_prefix, tmp_path)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)  # a hang guard, not a timing
+    assert proc.returncode == 128 + sig, (out, err)
+    lines = err.strip().splitlines()
+    last = lines[-1]
+    assert last.startswith(f"hpcprov: error: interrupted by {sig.name}: cancelled job "), err
+    assert "Traceback" not in err
+    # --json: the error is JSON too, with the same words and status
+    data = json.loads(out)
+    assert data["ok"] is False and data["exit_code"] == 128 + sig
+    assert data["error"] == last.removeprefix("hpcprov: error: ")
+    assert _gone(job), f"the job's process {job} still runs after hpcprov exited"
+
+
+def test_the_second_signal_does_not_cut_the_cancelling_short() -> None:
+    """Inside the block the first signal raises; one that comes while the run cancels its
+    jobs (the except clause) is ignored, so the cancelling runs to its end."""
+    finished = False
+    with pytest.raises(Interrupted) as caught, cancelling():
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(5)  # the signal interrupts this at once
+        except Interrupted:
+            os.kill(os.getpid(), signal.SIGINT)  # a second Ctrl-C while cancelling
+            os.kill(os.getpid(), signal.SIGTERM)
+            finished = True
+            raise
+    assert finished and caught.value.exit_code == 130
+
+
+def test_a_signal_inside_a_held_block_comes_after_it() -> None:
+    """A submission and the record of its job id are not cut in two: the signal waits."""
+    done = []
+    with pytest.raises(Interrupted) as caught, cancelling() as guard:
+        with guard.held():
+            os.kill(os.getpid(), signal.SIGTERM)
+            done.append("submitted")
+            done.append("recorded")
+        done.append("after")  # not reached: raised as the held block ended
+    assert done == ["submitted", "recorded"] and caught.value.exit_code == 143
+
+
+def test_the_handlers_before_come_back_after() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    with cancelling():
+        assert signal.getsignal(signal.SIGTERM) is not before
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_ctrl_c_in_any_command_is_json_with_json(monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    """A Ctrl-C in a command without jobs to cancel: one line, 130, and JSON with --json."""
+    import hpcprov.site.catalog as catalog
+    from hpcprov.app.cli import main
+
+    def interrupted() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(catalog, "catalog", interrupted)
+    assert main(["sites", "--json"]) == 130
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {"ok": False, "error": "aborted", "exit_code": 130}
+    assert err.strip().splitlines()[-1] == "hpcprov: error: aborted"
