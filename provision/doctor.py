@@ -9,11 +9,13 @@ facts into checks, each with a fix. Only `probe` has effects.
 from __future__ import annotations
 
 import json
-import subprocess
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hpcprov.core.commands import run_in_session
+from hpcprov.core.errors import HpcprovError
 from hpcprov.core.shell import join
 from hpcprov.jobs.modules import init_lines
 from hpcprov.provision.library import definitions, file_function
@@ -72,15 +74,69 @@ def _wheel_args(manifest: Manifest, prefix: Path) -> list[str]:
     return ["--wheel", str(wheel)] if wheel is not None else []
 
 
-def probe(manifest: Manifest, prefix: Path, timeout: float = 300) -> dict[str, list[str]]:
-    """Run the probe; facts as key -> values (a key may repeat)."""
-    proc = subprocess.run(["bash", "-c", probe_script(manifest, prefix)], capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+PROBE_TIMEOUT = 300.0  # seconds; HPCPROV_PROBE_TIMEOUT overrides it
+
+
+def probe_timeout() -> float:
+    """How long the probe may run: ``$HPCPROV_PROBE_TIMEOUT`` seconds, else 300."""
+    value = os.environ.get("HPCPROV_PROBE_TIMEOUT", "").strip()
+    if not value:
+        return PROBE_TIMEOUT
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < 1e6:
+        raise HpcprovError(f"HPCPROV_PROBE_TIMEOUT={value!r} is not a number of seconds: set "
+                           "it to one (e.g. 600), or unset it for the default of "
+                           f"{PROBE_TIMEOUT:g} s")
+    return seconds
+
+
+def _facts(stdout: str) -> dict[str, list[str]]:
     facts: dict[str, list[str]] = {}
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         if "=" in line:
             key, value = line.split("=", 1)
             facts.setdefault(key, []).append(value)
+    return facts
+
+
+def _hung(manifest: Manifest, prefix: Path, facts: dict[str, list[str]], timeout: float,
+          ) -> str:
+    """The one line for a probe that did not finish: where it waited, from the facts it
+    printed until then (its calls print in order: the host, then activate, then python)."""
+    activate = prefix / "activate"
+    redo = join(["hpcprov", "setup", "--site", manifest.profile or manifest.site, "--prefix",
+                 str(prefix), "--redo"])
+    fix = (f"fix it, or set up again ({redo}); HPCPROV_PROBE_TIMEOUT=SECONDS gives a slow "
+           "one longer")
+    if "activate_rc" in facts:
+        source = join(["source", str(activate)])
+        where = (f"the environment's python did not answer after `{source}`: run `{source}; "
+                 "python -c 'import horovod'` by hand to see where it waits")
+    elif "mpi" in facts:
+        where = (f"the activate script {activate} did not return: run "
+                 f"`{join(['bash', '-x', str(activate)])}` by hand to see what it waits for")
+    else:
+        where = (f"the module system, `{join(manifest.gpu_vendor.count.argv)}` or `mpirun "
+                 f"--version` did not answer (before sourcing {activate}): run them by hand "
+                 "to see which waits")
+    return (f"doctor's probe did not finish within {timeout:g} s and was stopped with all it "
+            f"started: {where}; {fix}")
+
+
+def probe(manifest: Manifest, prefix: Path, timeout: float | None = None
+          ) -> dict[str, list[str]]:
+    """Run the probe (in a session of its own: when it ends or hangs, all it started is
+    killed); facts as key -> values (a key may repeat). A probe that does not finish within
+    ``timeout`` seconds (default :func:`probe_timeout`) is one HpcprovError line naming where
+    it waited (the activate script, mostly) and the fix."""
+    limit = probe_timeout() if timeout is None else timeout
+    ran = run_in_session(["bash", "-c", probe_script(manifest, prefix)], limit)
+    facts = _facts(ran.stdout)
+    if ran.returncode is None:
+        raise HpcprovError(_hung(manifest, prefix, facts, limit))
     return facts
 
 

@@ -1,7 +1,10 @@
 """Execute a setup plan step by step: the thin effect layer behind `hpcprov setup`.
 
-It writes the plan's script to PREFIX/.hpcprov/setup.sh and runs `bash setup.sh STEP` for
-each pending step, so a run executes exactly the text that `--dry-run` prints. Around that:
+It writes the plan's script to PREFIX/.hpcprov/setup.sh (for the user to read and rerun by
+hand) and runs each pending step as `bash /dev/fd/N STEP`, N a sealed copy of those very
+bytes that hpcprov holds open (:func:`script_fd`): the script is never read back by path, so
+nobody who could swap or edit setup.sh between steps changes what runs. A run executes
+exactly the text that `--dry-run` prints. Around that:
 a lock on the prefix, a journal of finished steps (resume after a failure or Ctrl-C, nothing
 to do after success), one log per step, and the manifest, written only when every step is
 done: without a manifest a prefix is not ready.
@@ -11,11 +14,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import errno
 import fcntl
 import os
 import re
 import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -74,6 +79,40 @@ def trust_state(state: Path) -> None:
             "setup run it as you. Set up in a folder only you can write (e.g. a folder of "
             "your own in the project space, chmod 755), or make the shared folder sticky "
             "(chmod +t): hpcprov's state must be writable by you alone")
+
+
+_SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
+
+
+@contextlib.contextmanager
+def script_fd(text: str, folder: Path) -> Iterator[int]:
+    """A file descriptor holding ``text`` that no path leads to, so nobody can swap it: an
+    anonymous memory file (memfd) sealed against any change, else a temporary file in
+    ``folder`` (this user's alone: :func:`trust_state`) unlinked at once. Each step runs it
+    as ``bash /dev/fd/N`` (on Linux, opened afresh at offset 0 for every step). Closed
+    after the last step."""
+    data = text.encode("utf-8")
+    try:
+        fd = os.memfd_create("hpcprov-setup.sh", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        sealed = True
+    except (AttributeError, OSError):  # no memfd here (not Linux, an old kernel)
+        import tempfile
+
+        fd, name = tempfile.mkstemp(prefix=".setup.", suffix=".sh", dir=folder)
+        os.unlink(name)
+        sealed = False
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sealed and hasattr(fcntl, "F_ADD_SEALS"):
+            seals = 0
+            for seal in _SEALS:
+                seals |= getattr(fcntl, seal, 0)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 @contextlib.contextmanager
@@ -241,17 +280,20 @@ class Runner:
                     self.reporter.note(f"resuming at step {pending[0]} "
                                        f"({len(done)} step(s) already done)")
             script = self.state / "setup.sh"
+            text = render_script(self.plan)
             try:  # a new file renamed over it: a link planted there is replaced, not followed
-                fsutil.atomic_write(script, render_script(self.plan), private=False)
+                fsutil.atomic_write(script, text, private=False)
             except OSError as exc:
                 raise HpcprovError(f"cannot write {script}: {exc.strerror}; free space under "
                                    f"{self.prefix} or choose another --prefix") from None
             total = len(prints)
             ids = list(prints)
-            for step_id in pending:
-                step = self.plan.step(step_id)
-                self._run_step(step, ids.index(step_id) + 1, total, prints[step_id], journal,
-                               script, lock_fd)
+            with script_fd(text, self.state) as code_fd:  # what runs: never setup.sh re-read
+                for step_id in pending:
+                    step = self.plan.step(step_id)
+                    trust_state(self.state)  # still nobody else's, as each step begins
+                    self._run_step(step, ids.index(step_id) + 1, total, prints[step_id],
+                                   journal, code_fd, lock_fd)
             result = SetupResult("stopped", self.prefix, pending, done, None,
                                  time.monotonic() - start)
             if until is None and not journal.pending(prints):
@@ -271,7 +313,7 @@ class Runner:
                                "the next run repeats this step")
 
     def _run_step(self, step, index: int, total: int, fingerprint: str,
-                  journal: Journal, script: Path, lock_fd: int) -> None:
+                  journal: Journal, code_fd: int, lock_fd: int) -> None:
         logs = self.state / "logs"
         log_path = logs / f"{index:02d}-{step.id}.log"
         rec = StepRecord("running", fingerprint, time.time(), log=str(log_path))
@@ -289,10 +331,11 @@ class Runner:
             log, log_error = None, exc
         try:
             with _signals_raise():
+                os.lseek(code_fd, 0, os.SEEK_SET)  # where /dev/fd/N shares the offset (BSD)
                 proc = subprocess.Popen(
-                    ["bash", str(script), step.id], stdout=subprocess.PIPE,
+                    ["bash", f"/dev/fd/{code_fd}", step.id], stdout=subprocess.PIPE,
                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                    start_new_session=True, pass_fds=(lock_fd,), env=self.env)
+                    start_new_session=True, pass_fds=(lock_fd, code_fd), env=self.env)
                 _note_step(lock_fd, step.id, proc.pid)
                 assert proc.stdout is not None
                 for raw in proc.stdout:
@@ -342,12 +385,26 @@ class Runner:
 
 
 def _open_log(folder: Path, path: Path):  # a binary file
-    """The step's log, new: never through a link planted at its name or its folder's."""
+    """The step's log, new: never through a link planted at its name or its folder's, and
+    never a FIFO or device there (opened without blocking, then removed: a new file is
+    made in its place)."""
     if not folder.is_dir() or folder.is_symlink():
         if folder.is_symlink():
             folder.unlink()
         folder.mkdir(mode=0o755, exist_ok=True)
-    fd = fsutil.open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:  # O_NONBLOCK: a FIFO there with no reader is ENXIO, not a wait for one
+        fd = fsutil.open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o644)
+    except OSError as exc:
+        if exc.errno != errno.ENXIO:
+            raise
+        fd = -1
+    if fd < 0 or not stat.S_ISREG(os.fstat(fd).st_mode):
+        if fd >= 0:
+            os.close(fd)
+        path.unlink()
+        fd = fsutil.open_nofollow(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    os.ftruncate(fd, 0)
+    os.set_blocking(fd, True)
     return os.fdopen(fd, "wb")  # closed by _close
 
 

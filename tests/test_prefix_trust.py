@@ -9,7 +9,10 @@ import stat
 import subprocess
 from pathlib import Path
 
+import pytest
 from hpcprov_tests import hpcprov_argv
+
+from hpcprov.core.errors import HpcprovError
 
 
 def setup(prefix: Path, *more: str) -> subprocess.CompletedProcess[str]:
@@ -101,3 +104,69 @@ def test_a_group_writable_folder_above_a_link_on_the_way_is_refused(tmp_path: Pa
     assert not safe_above(shared / "link" / "x")
     shared.chmod(0o755)
     assert why_untrusted(state) is None and safe_above(shared / "link" / "x")
+
+
+def _two_step_plan(prefix: Path, first: tuple[str, ...]):  # a Plan
+    """The local profile's plan with two steps of the test's own: FIRST, then one that
+    says it ran."""
+    from dataclasses import replace
+
+    from hpcprov.provision.plan import Step, build_plan
+    from hpcprov.site.profiles import load_site
+
+    plan = build_plan(load_site("local"), str(prefix))
+    return replace(plan, steps=(Step("prepare", "swap the script", first),
+                                Step("second", "the second step", ("echo SECOND-RAN",))))
+
+
+@pytest.mark.parametrize("how", ["renamed-over", "written-in-place", "symlinked"])
+def test_setup_sh_swapped_between_steps_by_the_same_user_is_not_run(tmp_path: Path,
+                                                                    how: str) -> None:
+    """The issue's "the setup script is executed from bytes hpcprov wrote and no one else
+    can swap (not re-opened by path each step)": the first step replaces setup.sh (as
+    anyone who could write the state folder might, between two steps); the second step
+    still runs hpcprov's own bytes, never the swapped file."""
+    from hpcprov.provision.progress import make_reporter
+    from hpcprov.provision.runner import Runner
+
+    prefix, marker = tmp_path / "env", tmp_path / "PWNED"
+    evil = tmp_path / "evil.sh"
+    evil.write_text(f"touch {marker}\necho EVIL-RAN\n")
+    swap = {"renamed-over": f'cp {evil} "$STATE/new" && mv -f "$STATE/new" "$STATE/setup.sh"',
+            "written-in-place": f'cat {evil} > "$STATE/setup.sh"',
+            "symlinked": f'ln -sf {evil} "$STATE/setup.sh"'}[how]
+    plan = _two_step_plan(prefix, ('mkdir -p "$STATE"', swap))
+    result = Runner(plan, make_reporter(quiet=True), prefix_path=prefix).run()
+    assert result.status == "ready" and result.ran == ["prepare", "second"]
+    assert not marker.exists(), "the swapped setup.sh ran"
+    log = (prefix / ".hpcprov" / "logs" / "02-second.log").read_text()
+    assert "SECOND-RAN" in log and "EVIL-RAN" not in log
+    assert "EVIL-RAN" in (prefix / ".hpcprov" / "setup.sh").read_text()  # it was swapped
+
+
+def test_the_state_folder_is_checked_again_before_each_step(tmp_path: Path) -> None:
+    """A step that leaves the state folder writable by its group (a `chmod -R g+w` in a
+    profile's commands, say) stops the setup before the next step runs."""
+    from hpcprov.provision.progress import make_reporter
+    from hpcprov.provision.runner import Runner
+
+    prefix = tmp_path / "env"
+    plan = _two_step_plan(prefix, ('mkdir -p "$STATE"', 'chmod g+w "$STATE"'))
+    with pytest.raises(HpcprovError, match="may be written by its group"):
+        Runner(plan, make_reporter(quiet=True), prefix_path=prefix).run()
+    assert not (prefix / ".hpcprov" / "logs" / "02-second.log").exists()
+
+
+def test_a_fifo_as_a_step_log_does_not_hang_setup(tmp_path: Path) -> None:
+    """A FIFO at a log's name (no reader): opening it to write waited for a reader forever.
+    It is replaced by a new log now."""
+    prefix = tmp_path / "env"
+    assert setup(prefix).returncode == 0
+    log = prefix / ".hpcprov" / "logs" / "01-prepare.log"
+    log.unlink()
+    os.mkfifo(log)
+    res = subprocess.run([*hpcprov_argv(), "setup", "--site", "local", "--prefix", str(prefix),
+                          "--until", "preflight", "--redo"],
+                         capture_output=True, text=True, timeout=60)  # the hang guard
+    assert res.returncode == 0, res.stderr
+    assert stat.S_ISREG(os.lstat(log).st_mode) and "==> [hpcprov] prepare" in log.read_text()

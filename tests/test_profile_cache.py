@@ -685,3 +685,45 @@ def test_a_cached_parent_replaced_by_a_fifo_is_a_miss_not_a_hang(tmp_path: Path)
     os.mkfifo(sites / "parent.yaml")
     proc = subprocess.run(show, env=env, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2 and "FIFO" in proc.stderr.upper(), proc.stderr
+
+
+def test_a_fifo_planted_as_a_cache_entry_does_not_hang_jobscript(tmp_path: Path) -> None:
+    """A FIFO at the very name of the profile's cache entry (the user's own, mode 0600: it
+    passes every owner check) was opened to be read and waited for a writer forever. It is
+    a miss now: the profile is validated again, the same script printed, and the FIFO
+    replaced by a real entry."""
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    env.pop("HPCPROV_NO_CACHE", None)
+    jobscript = [sys.executable, "-m", "hpcprov", "jobscript", "--site", "neuron", "-N", "2",
+                 "--", "python", "train.py"]
+    first = subprocess.run(jobscript, env=env, capture_output=True, text=True, timeout=60)
+    assert first.returncode == 0, first.stderr
+    (entry,) = (tmp_path / "cache" / "hpcprov" / "profiles").glob("*.json")
+    entry.unlink()
+    os.mkfifo(entry, 0o600)
+    again = subprocess.run(jobscript, env=env, capture_output=True, text=True,
+                           timeout=60)  # before: TimeoutExpired, the test's hang guard
+    assert again.returncode == 0 and again.stdout == first.stdout, again.stderr
+    assert entry.is_file() and json.loads(entry.read_bytes().split(b"\n", 1)[0])
+
+
+@pytest.mark.parametrize("planted", ["fifo", "too-large"])
+def test_read_owned_refuses_a_fifo_or_a_huge_file_without_blocking(tmp_path: Path,
+                                                                   planted: str) -> None:
+    """Every reader of an entry of the caches (profiles, "ready", stored runs) goes through
+    read_owned, which reads through read_regular: never waits on a FIFO, reads at most its
+    limit. Run in a child with a timeout: the old reader blocked in open()."""
+    path = tmp_path / "entry.json"
+    if planted == "fifo":
+        os.mkfifo(path, 0o600)
+    else:
+        path.write_bytes(b"x" * 101)
+        path.chmod(0o600)
+    limit = "" if planted == "fifo" else ", 100"
+    code = ("import sys; from pathlib import Path; from hpcprov.core import fsutil; "
+            f"print(fsutil.read_owned(Path(sys.argv[1]){limit}))")
+    proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,
+                          text=True, timeout=30)
+    assert proc.returncode == 0 and proc.stdout == "None\n", proc.stderr
+    with pytest.raises(fsutil.NotRegularFile if planted == "fifo" else fsutil.TooLarge):
+        fsutil.read_regular(path, 100, follow=False, owned_only=True)

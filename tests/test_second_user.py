@@ -16,6 +16,11 @@ is protected, not that root is.
   between the check and the write, in a loop, must not redirect the write or the pruning
   into another folder of the victim's: hpcprov uses no folder that a folder of another
   user's lies above.
+* The prefix (issue 27): the victim sets up in a folder of the shared group's project space
+  (setgid, umask 002) while nobody, in a loop, renames a script of theirs over
+  PREFIX/.hpcprov/setup.sh, plants symlinks at its lock and logs and swaps the whole prefix
+  for one of theirs: nobody's script never runs, nothing is written through their links;
+  setup refuses the group-writable folder in one line, and completes in a sticky one.
 
 The victim of the wheelhouse runs under `setpriv` (a user id with no account: its files are
 its own, nobody else's); the victim of the caches is a Python process that imports hpcprov as
@@ -620,3 +625,135 @@ def test_nobody_swapping_the_cache_folder_in_a_loop_cannot_redirect_its_writes(
         pytest.skip("no renameat2 in this C library")
     assert nobody.returncode == 0 and int(out) > 0, err
     assert sorted(p.name for p in precious.iterdir()) == ["thesis.entry"], seen
+
+
+# ------------------------------------------------------------------ the prefix
+
+SETUP_AS_VICTIM = r"""
+import contextlib, io, os, sys
+from hpcprov.app.cli import main
+uid, gid, group, warm, *argv = sys.argv[1:]
+# as root: a setup of a prefix of root's imports what setup needs (the interpreter's files
+# are root's alone), then the victim's own setup runs under the victim's ids
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    assert main(["setup", "--site", "local", "--prefix", warm, "--until", "preflight"]) == 0
+os.setgroups([int(group)])
+os.setresgid(int(gid), int(gid), int(gid))
+os.setresuid(int(uid), int(uid), int(uid))
+os.umask(0o002)
+sys.exit(main(argv))
+"""
+
+PREFIX_RACER = r"""
+import json, os, sys, time
+env, theirs, precious, stop, seconds = sys.argv[1:6]
+state = os.path.join(env, ".hpcprov")
+evil, their_env = os.path.join(theirs, "evil.sh"), os.path.join(theirs, "env")
+links = [os.path.join(state, "lock"), os.path.join(state, "logs"),
+         os.path.join(state, "logs", "01-prepare.log"),
+         os.path.join(state, "logs", "02-preflight.log")]
+tries, won, end = 0, [], time.monotonic() + float(seconds)
+while not os.path.exists(stop) and time.monotonic() < end:
+    tries += 1
+    mine = os.path.join(theirs, "evil-%d.sh" % tries)
+    os.link(evil, mine)
+    try:  # a script of theirs renamed over the victim's, as a group member would
+        os.rename(mine, os.path.join(state, "setup.sh"))
+        won.append("setup.sh")
+    except OSError:
+        os.unlink(mine)
+    for link in links:
+        try:
+            os.symlink(precious, link)
+            won.append(link)
+        except OSError:
+            pass
+    try:  # the whole prefix: the victim's moved away, theirs in its place
+        if os.path.isdir(their_env) and os.lstat(env).st_uid != os.getuid():
+            os.rename(env, "%s.moved-%d" % (env, tries))
+            os.rename(their_env, env)
+            won.append("prefix")
+    except OSError:
+        pass
+print(json.dumps({"tries": tries, "won": won}))
+"""
+
+
+@pytest.mark.parametrize("mode", [0o2775, 0o3775], ids=["setgid-2775", "sticky-3775"])
+def test_nobody_swapping_setup_sh_in_a_loop_during_setup_runs_nothing(
+        area: Path, python_for_others: str, mode: int) -> None:
+    """The issue's "a member of the prefix's group swapping setup.sh in a loop during setup
+    runs nothing". A project folder of the shared group (setgid, umask 002), the victim's
+    prefix in it; nobody, a member of the group, renames a script of theirs over
+    PREFIX/.hpcprov/setup.sh, plants symlinks at the lock and the logs and swaps the whole
+    prefix for one of theirs, in a loop bounded in time, while the victim runs
+    `hpcprov setup`. Without the sticky bit setup refuses up front, in one line naming the
+    folder and the fix; with it nobody can do any of that and setup completes. Either way
+    the planted script never runs and nothing is written through a planted link."""
+    project = area / "project"
+    project.mkdir()
+    os.chown(project, 0, SHARED_GID)
+    project.chmod(mode)  # install -d -g GROUP -m 2775 (or 3775)
+    home = area / "victim-home"
+    home.mkdir()
+    precious = home / "precious"
+    precious.write_text("years of work\n")
+    chown_tree(home, VICTIM, VICTIM)
+    markers = area / "markers"
+    markers.mkdir()
+    markers.chmod(0o1777)
+    prefix = project / "env"
+    prefix.mkdir()  # the victim's own folder in the project space
+    os.chown(prefix, VICTIM, SHARED_GID)
+    prefix.chmod(0o755)
+    theirs = area / "nobody"
+    (theirs / "env" / ".hpcprov" / "logs").mkdir(parents=True)
+    evil = f"touch {markers}/PWNED-by-nobody\n"
+    (theirs / "evil.sh").write_text(evil)
+    (theirs / "env" / ".hpcprov" / "setup.sh").write_text(evil)
+    (theirs / "env" / ".hpcprov" / "lock").symlink_to(precious)
+    (theirs / "env" / ".hpcprov" / "logs" / "01-prepare.log").symlink_to(precious)
+    chown_tree(theirs, NOBODY_UID, NOBODY_GID)
+    for path in (theirs, *theirs.rglob("*")):
+        if not path.is_symlink():
+            path.chmod(0o755)
+    racer, program = area / "racer.py", area / "setup-as-victim.py"
+    racer.write_text(PREFIX_RACER)
+    program.write_text(SETUP_AS_VICTIM)
+    for path in (racer, program):
+        path.chmod(0o644)
+    stop = area / "stop"
+    nobody = subprocess.Popen(
+        [str(RUNUSER), "-u", ATTACKER, "-G", GROUP, "--", python_for_others, str(racer),
+         str(prefix), str(theirs), str(precious), str(stop), "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=BASE_ENV)
+    code = str(Path(hpcprov.__file__).parent.parent)  # the hpcprov tested here
+    env = {**BASE_ENV, "HOME": str(home), "USER": "victim", "HPCPROV_NO_CACHE": "1",
+           "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), code]))}
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(program), str(VICTIM), str(VICTIM), str(SHARED_GID),
+             str(area / "warm"), "setup", "--site", "local", "--prefix", str(prefix),
+             "--until", "preflight"],
+            capture_output=True, text=True, timeout=300, env=env, cwd="/")
+    finally:
+        stop.touch()
+        out, err = nobody.communicate(timeout=60)
+    assert nobody.returncode == 0, err
+    raced = json.loads(out)
+    assert raced["tries"] > 0
+    assert list(markers.iterdir()) == [], "nobody's script ran"
+    assert precious.read_text() == "years of work\n"
+    if mode & 0o1000:  # sticky: nobody can rename or plant anything there; setup completes
+        assert raced["won"] == [], raced
+        assert proc.returncode == 0, proc.stderr
+        state = prefix / ".hpcprov"
+        assert (state / "setup.sh").stat().st_uid == VICTIM
+        assert "hpcprov: preflight ok" in (state / "logs" / "02-preflight.log").read_text()
+        assert owners(prefix) == {VICTIM}
+    else:  # refused before any step ran, in one line naming the folder and the fix
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert str(project) in line and "chmod +t" in line, line
+        assert "Traceback" not in proc.stderr

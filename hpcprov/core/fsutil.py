@@ -6,7 +6,8 @@
   (not a symlink), owned by this user and writable by nobody else, below folders nobody
   else can write (or sticky ones, :func:`safe_above`); one somebody else created, or could
   swap, is not used (it could hold planted entries or symlinks, or be replaced by one).
-* :func:`read_owned`: the bytes of a file of this user's that nobody else can write.
+* :func:`read_owned`: the bytes of a file of this user's that nobody else can write
+  (through :func:`read_regular`: bounded, and a FIFO there is never waited on).
 * :func:`read_regular`: the bytes of a regular file, at most a given size; a FIFO, a device,
   a socket or a directory is refused without blocking or reading from it.
 * :func:`atomic_write`: write to a new temporary file beside the target (``O_EXCL`` and
@@ -159,21 +160,18 @@ def trusted_dir(path: Path, create: bool = False) -> bool:
         return False
 
 
-def read_owned(path: Path) -> bytes | None:
+OWNED_LIMIT = 64 << 20  # what read_owned reads at most unless told (a stored run: far less)
+
+
+def read_owned(path: Path, limit: int = OWNED_LIMIT) -> bytes | None:
     """The content of ``path`` when it is a regular file (not a symlink) of this user's
-    that nobody else may write, else None. Never raises."""
+    that nobody else may write, and holds at most ``limit`` bytes; else None. Read through
+    :func:`read_regular` (a FIFO or a device planted there is refused, never waited on).
+    Never raises."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        return read_regular(path, limit, follow=False, owned_only=True)
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as fh:
-        try:
-            st = os.fstat(fh.fileno())
-            if not stat.S_ISREG(st.st_mode) or not owned(st):
-                return None
-            return fh.read()
-        except OSError:
-            return None
 
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
@@ -226,20 +224,27 @@ def regular_file(path: Path) -> str | None:
     return None if stat.S_ISREG(mode) else kind_of(mode)
 
 
-def read_regular(path: Path, limit: int) -> bytes:
+def read_regular(path: Path, limit: int, *, follow: bool = True,
+                 owned_only: bool = False) -> bytes:
     """The bytes of the regular file ``path`` (symlinks followed), at most ``limit``.
 
     Opened without blocking (``O_NONBLOCK``: opening a FIFO would wait for a writer) and
     without becoming the controlling terminal; anything but a regular file is refused
     before a byte is read (:class:`NotRegularFile`), and no more than ``limit + 1`` bytes
-    are ever read (:class:`TooLarge`: /dev/zero, or a file that grew). Other problems are
-    the OSError ``open`` or ``read`` raised."""
+    are ever read (:class:`TooLarge`: /dev/zero, or a file that grew). ``follow=False``: a
+    symlink at ``path`` is refused (ELOOP), not followed; ``owned_only``: a file that is not
+    this user's, or that others may write, is refused (:class:`NotOwned`). Other problems
+    are the OSError ``open`` or ``read`` raised."""
     flags = os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0)
+    if not follow:
+        flags |= os.O_NOFOLLOW
     fd = os.open(path, flags)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise NotRegularFile(path, kind_of(st.st_mode))
+        if owned_only and not owned(st):
+            raise NotOwned(path)
         if st.st_size > limit:
             raise TooLarge(path, st.st_size, limit)
     except BaseException:
@@ -256,6 +261,17 @@ def read_regular(path: Path, limit: int) -> bytes:
     if total > limit:
         raise TooLarge(path, total, limit)
     return b"".join(chunks)
+
+
+class NotOwned(OSError):
+    """The file is not this user's, or others may write it (:func:`owned`)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"{path} is not a file of yours that only you may write")
+        self.path = str(path)
+
+    def __str__(self) -> str:
+        return f"{self.path} is not a file of yours that only you may write"
 
 
 def _umask() -> int:
