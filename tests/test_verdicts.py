@@ -137,6 +137,16 @@ def test_a_walltime_in_other_digits_or_of_5000_digits_is_refused_in_one_line(
         res = cli(capsys, "jobscript", "--site", "testbed", "-t", bad, "--", "python", "x.py")
         assert res.rc == 2 and "cannot read --time" in res.err
         assert len(res.err.strip().splitlines()) == 1 and "#SBATCH" not in res.out
+        assert len(res.err) < 300  # the value is shown short, not echoed whole
+
+
+@pytest.mark.parametrize("argv", [
+    ["-o", "5" * 5000], ["-l", "y" * 5000], ["-o", "z" * 5000 + "=1\n"]])
+def test_a_long_value_is_shown_short_in_its_error(capsys: pytest.CaptureFixture[str],
+                                                 argv: list[str]) -> None:
+    res = cli(capsys, "jobscript", "--site", "testbed", *argv, "--", "python", "x.py")
+    assert res.rc == 2 and len(res.err.strip().splitlines()) == 1
+    assert len(res.err) < 300 and re.search(r"\.\.\. \(500[0-9] characters\)", res.err), res.err
 
 
 GOOD_ENV = {"check": "env", "host": "n1", "imports": {"torch": "2.13.0"},

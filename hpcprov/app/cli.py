@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 import click
 
-from hpcprov.core.text import for_terminal
+from hpcprov.core.text import for_terminal, shown
 from hpcprov.site.gpu_vendors import VENDORS
 
 CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
@@ -230,7 +230,8 @@ def detect_cmd(hostname: str | None, as_json: bool) -> None:
         click.echo(safe(found[0]))
     if not found:
         if not as_json:
-            _print_error(f"no site profile matches host {host!r}; use --site NAME (e.g. local)")
+            _print_error(f"no site profile matches host {shown(host)}; use --site NAME "
+                         "(e.g. local)")
         raise click.exceptions.Exit(1)
 
 

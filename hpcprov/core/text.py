@@ -42,16 +42,14 @@ def for_terminal(text: object, lines: bool = False) -> str:
     return out if lines else out.replace("\n", "\\n")
 
 
-_STATUS = re.compile(r"-?[0-9]{1,9}")
-
-
 def status_number(text: str | None) -> int | None:
     """An exit status or code as a scheduler or a job's trap writes it: ASCII digits, an
     optional minus, at most 9 digits; anything else (``²``, which ``str.isdigit`` takes
     and ``int`` refuses; Arabic-Indic digits, which ``int`` takes; 5000 digits, which
     ``int`` refuses) is no status: None."""
     text = (text or "").strip()
-    return int(text) if _STATUS.fullmatch(text) else None
+    number = ascii_int(text.removeprefix("-"), 9)
+    return None if number is None else (-number if text.startswith("-") else number)
 
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -72,3 +70,15 @@ def ascii_decimal(text: str | None, digits: int = 15) -> float | None:
     digits, which float() would make infinite) is no number: None."""
     text = (text or "").strip()
     return float(text) if len(text) <= digits and _DECIMAL.fullmatch(text) else None
+
+
+SHOWN = 60  # characters of a value a message echoes
+
+
+def shown(value: object, limit: int = SHOWN) -> str:
+    """A value as a message echoes it: quoted (repr), and when long, its start and how long
+    it is, so a 5000-character value is still one short line."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(str(value))} characters)"

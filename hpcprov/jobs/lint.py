@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hpcprov import schedulers
 from hpcprov.core.errors import HpcprovError, ProfileError
 from hpcprov.core.findings import Finding, LintFailed
+from hpcprov.core.text import shown
 from hpcprov.core.walltime import walltime_seconds
 from hpcprov.request.job import JobRequest
 
@@ -169,7 +170,7 @@ def _geometry(req: JobRequest) -> list[Finding]:
     if req.walltime and part.limits.max_walltime:
         asked, cap_s = walltime_seconds(req.walltime), walltime_seconds(part.limits.max_walltime)
         if asked is None:
-            out.append(Finding("error", "time", f"cannot read --time {req.walltime!r}",
+            out.append(Finding("error", "time", f"cannot read --time {shown(req.walltime)}",
                                "use HH:MM:SS or D-HH:MM:SS"))
         elif cap_s is not None and asked > cap_s:
             out.append(Finding("error", "time-limit",

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from hpcprov.core.errors import UsageError
+from hpcprov.core.text import shown
 from hpcprov.site.launcher_kinds import kind_of
 
 if TYPE_CHECKING:
@@ -51,7 +52,7 @@ class JobRequest:
         name = self.launcher or self.site.default_launcher
         if name not in self.site.launchers:
             raise UsageError(
-                f"site {self.site.name} has no launcher {name!r} "
+                f"site {self.site.name} has no launcher {shown(name)} "
                 f"(launchers: {', '.join(self.site.launchers)}); pick one with --launcher"
             )
         return name

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 from hpcprov.core.errors import UsageError
 from hpcprov.core.findings import Finding
-from hpcprov.core.text import has_control
+from hpcprov.core.text import has_control, shown
 from hpcprov.request.job import JobRequest
 
 Option = tuple[str, str | None]  # (long option name, value or None for a flag)
@@ -33,7 +33,8 @@ def parse_option(text: str) -> tuple[str, str | None]:
     elif m := _ATTACHED.fullmatch(text):
         name, value = m.group(1), m.group(2)
     else:
-        raise UsageError(f"--option {text!r}: expected NAME=VALUE, e.g. --option comment=pytorch")
+        raise UsageError(f"--option {shown(text)}: expected NAME=VALUE, e.g. --option "
+                         "comment=pytorch")
     check_value(name, value)
     return name, value
 
@@ -41,7 +42,8 @@ def parse_option(text: str) -> tuple[str, str | None]:
 def check_value(name: str, value: str | None) -> None:
     """Refuse control characters (a newline would end a #SBATCH comment line)."""
     if value is not None and has_control(value):
-        raise UsageError(f"option {name!r}: control characters (newlines, tabs) are not allowed")
+        raise UsageError(f"option {shown(name)}: control characters (newlines, tabs) are not "
+                         "allowed")
 
 
 def required_options(req: JobRequest) -> list[Option]:
@@ -70,7 +72,7 @@ def short_name_findings(req: JobRequest, long_names: Mapping[str, str],
         else:
             fix = "use the option's long name"
         out.append(Finding("error", "short-option",
-                           f"{where} {name!r} is a one-letter name, but job options are "
+                           f"{where} {shown(name)} is a one-letter name, but job options are "
                            f"written with long names: it would become {render(name, value)}",
                            fix))
     return out
