@@ -48,6 +48,15 @@ SECOND = "A real second user (runuser): wheelhouse and caches"
 OUTPUT = "Output errors: unwritable, read-only, full disk, closed pipe"
 FAULTS = "Provisioner faults: dead runner's lock, read-only prefix, full disk, bad journal"
 REAL = "Provisioner for real: Ctrl-C, kill -9 and resume, full disk, bad download (slow)"
+# round three (issue 27)
+PREFIX = "The prefix itself: group-writable folders, swapped setup.sh, planted links, FIFOs"
+PREFIX_RACE = "A real second user (runuser) swapping setup.sh in a loop during setup"
+SIGNALS = "Interrupted validations: SIGINT, SIGTERM, SIGHUP cancel what was started"
+VERDICT = "Verdicts: compare files, history, report paths, run folders, result records"
+NUMBERS = "Numbers and long values: statuses, walltimes, 5000 digits, other digits"
+DRAFT = "site draft on hostile scheduler output: numbers, host lists, sizes, hangs"
+GEOMETRY = "Geometry by -o: nodes, tasks, GPUs, time, queue, select/place spellings"
+PROBES = "Probes: an activate that hangs or leaves children, its timeout"
 
 
 @dataclass(frozen=True)
@@ -77,13 +86,24 @@ RULES = [
          "newline_injected|pickle|symlink|atomic_write|another_user|others_can_change|"
          "private|ready_entry|other_code|prefix_state_files|shadowed|broken_profile", CACHE),
     Rule("tests/test_provision_wheelhouse.py", "", WHEEL),
+    Rule("tests/test_second_user.py", "setup_sh", PREFIX_RACE),
     Rule("tests/test_second_user.py", "", SECOND),
     Rule("tests/test_provision_unit.py", "malformed_journal|without_writing|dead_runner|"
          "full_disk", FAULTS),
     Rule("tests/test_provision_real.py", "interrupt_crash|full_disk|checksum", REAL,
          slow=True),
+    Rule("tests/test_prefix_trust.py", "", PREFIX),
+    Rule("tests/test_interrupts.py", "", SIGNALS),
+    Rule("tests/test_verdicts.py", "status|walltime|long_value", NUMBERS),
+    Rule("tests/test_verdicts.py", "raw", ESC),
+    Rule("tests/test_verdicts.py", "", VERDICT),
+    Rule("tests/test_validate_unit.py", "never_share_a_run_folder", VERDICT),
+    Rule("tests/test_draft_hostile.py", "", DRAFT),
+    Rule("tests/test_geometry_flags.py", "refuse|judged", GEOMETRY),
+    Rule("tests/test_probe_session.py", "", PROBES),
 ]
-ORDER = [BAD, ESC, SEARCH, SPECIAL, SHELL, OUTPUT, CACHE, WHEEL, SECOND, FAULTS, REAL]
+ORDER = [BAD, ESC, SEARCH, SPECIAL, SHELL, OUTPUT, CACHE, WHEEL, SECOND, FAULTS, REAL,
+         PREFIX, PREFIX_RACE, SIGNALS, VERDICT, NUMBERS, DRAFT, GEOMETRY, PROBES]
 
 
 def function_name(name: str) -> str:
