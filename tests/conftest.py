@@ -19,6 +19,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +64,20 @@ class Result:
     @property
     def err_lines(self) -> list[str]:
         return [line for line in self.err.splitlines() if line.strip()]
+
+
+def process_gone(pid: int, within_s: float = 10) -> bool:
+    """Whether process ``pid`` runs nothing any more (gone, or a zombie its new parent
+    reaps), polled for a moment: a killed process closes its files before it is a zombie."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(") ", 1)[1][:1]
+        except (OSError, IndexError):
+            return True
+        if state in ("Z", "X") or time.monotonic() > deadline:
+            return state in ("Z", "X")
+        time.sleep(0.02)
 
 
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> Result:

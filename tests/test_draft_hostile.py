@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import assert_one_line_error, cli, cli_subprocess, hpcprov_argv
 
+from hpcprov.core import commands
 from hpcprov.core.commands import Completed
 from hpcprov.core.text import ascii_decimal, ascii_int
 from hpcprov.draft import run as draft_run
@@ -314,11 +315,11 @@ def test_output_over_the_cap_with_json_is_a_json_error(
 
 def test_stderr_is_kept_only_in_part(tmp_path: Path) -> None:
     env = {**os.environ}
-    got = draft_run.run_bounded(
+    got = commands.run_command(
         ["bash", "-c", "head -c 5000000 /dev/zero | tr '\\0' e >&2; echo ok; exit 3"],
         env, 60)
     assert (got.returncode, got.stdout) == (3, "ok\n")
-    assert len(got.stderr) == draft_run.ERRORS_KEPT
+    assert len(got.stderr) == commands.ERRORS_KEPT
 
 
 # ------------------------------------------------------------------ 5. PBS, many queues
@@ -365,8 +366,8 @@ def test_ctrl_c_kills_the_hung_command_at_once_and_exits_130(tmp_path: Path) -> 
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)  # a hang guard: the timeout is 60 s
         assert proc.returncode == 130, (out, err)
-        assert err.splitlines() == ["hpcprov: error: interrupted: scontrol show partition "
-                                    "-o was stopped; nothing was drafted"]
+        assert err.splitlines() == ["hpcprov: error: interrupted by SIGINT: scontrol show "
+                                    "partition -o was stopped; nothing was drafted"]
         assert out == ""
         assert _until(lambda: not any(map(_alive, _pids(stub_dir))), 10), _pids(stub_dir)
     finally:

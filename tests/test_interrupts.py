@@ -13,26 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import hpcprov_argv
+from hpcprov_tests import hpcprov_argv, process_gone
 
 from hpcprov.core.interrupts import Interrupted, cancelling
-
-
-def _gone(pid: int, within_s: float = 30) -> bool:
-    """Whether process ``pid`` is gone (polled: its parent may take a moment to reap it)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return True
-        try:  # a zombie is gone too: it runs nothing
-            if Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z"):
-                return True
-        except (OSError, IndexError):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 @pytest.fixture
@@ -83,7 +66,7 @@ def test_a_signal_cancels_the_running_job_and_says_so_in_one_line(
     data = json.loads(out)
     assert data["ok"] is False and data["exit_code"] == 128 + sig
     assert data["error"] == last.removeprefix("hpcprov: error: ")
-    assert _gone(job), f"the job's process {job} still runs after hpcprov exited"
+    assert process_gone(job), f"the job's process {job} still runs after hpcprov exited"
 
 
 def test_the_second_signal_does_not_cut_the_cancelling_short() -> None:

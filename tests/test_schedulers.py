@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from hpcprov_tests import process_gone
 
 from hpcprov import schedulers
 from hpcprov.core.commands import run_command
@@ -63,6 +64,19 @@ def test_a_hung_command_is_stopped_and_named() -> None:
     got = run_command([sys.executable, "-c", "import time; time.sleep(30)"], None, 1)
     assert got.returncode == 124 and "did not answer within 1 s" in got.stderr
     assert time.monotonic() - start < 20
+
+
+def test_a_hung_scheduler_command_is_killed_with_what_it_started() -> None:
+    """sh signalled only the command on a timeout, and waited for its pipes, which the
+    command's children held: now its whole session's group is killed."""
+    got = run_command(["bash", "-c", 'sleep 600 & echo "$!"; sleep 600'], None, 1)
+    assert got.returncode == 124 and "did not answer within 1 s" in got.stderr
+    assert process_gone(int(got.stdout))
+
+
+def test_a_command_that_leaves_a_child_holding_its_output_is_not_waited_for() -> None:
+    got = run_command(["bash", "-c", 'sleep 600 & echo "$!"; exit 3'], None, 600)
+    assert got.returncode == 3 and process_gone(int(got.stdout))
 
 
 def test_output_status_and_stdin_come_back(tmp_path: Path) -> None:

@@ -1,15 +1,32 @@
-"""Running one external command (a scheduler's, a module system's): its status and output, or
-why it did not run; never an exception for a command that failed, hung or is missing.
+"""Running one external command (a scheduler's, a module system's, doctor's probe): its status
+and output, or why it did not run; never an exception for a command that failed, hung or is
+missing.
 
-:func:`run_in_session` runs a probe (a shell that sources a prefix's ``activate``, say) in a
-session of its own: when it ends, hangs past its timeout or hpcprov is interrupted, its whole
-process group is killed, so nothing it started (``sleep 600 &`` in an activate script)
-outlives hpcprov."""
+One runner, :func:`run_in_session`, serves every caller: the executors' scheduler commands
+(through :func:`run_command`), `site draft`'s discovery commands and doctor's probe. A
+command runs in a session of its own, stdin from a file or /dev/null, its output through
+pipes (no terminal: a tool that sees one may start a pager and wait; Lmod did), so
+
+* the terminal's Ctrl-C reaches hpcprov alone, which then ends what it started (a second
+  Ctrl-C cannot kill the ``scancel`` that cancels a validation's jobs);
+* when the command ends, hangs past its timeout, or hpcprov is interrupted (the exception
+  goes on), its whole process group is killed: nothing it started (``sleep 600 &`` in an
+  activate script, a hung daemon's helper) outlives it, and a child that keeps its output
+  open does not keep hpcprov waiting;
+* its output is read up to a bound (:class:`OutputTooLarge` past it, never a MemoryError),
+  its stderr kept only in part.
+
+``sh`` ran these commands before: it signals only the command itself on a timeout and waits
+for its pipes to close, which a hung command's children can hold forever, and it reads any
+amount of output; what is needed here is a bounded read on one selector loop, so the
+standard library does it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import shutil
 import signal
 import subprocess
@@ -17,39 +34,23 @@ import time
 from pathlib import Path
 from typing import NamedTuple
 
+# the most a command's stdout may hold unless told (bytes); more is OutputTooLarge, never a
+# result that lacks what did not fit (1.5 GB of `scontrol show node` once ended in a
+# MemoryError)
+OUTPUT_CAP = 64 * 1024 * 1024
+ERRORS_KEPT = 64 * 1024  # the most of a command's stderr that is kept (the rest is dropped)
+_CHUNK = 1 << 16
+_DRAIN_S = 2.0  # after the group is killed: how long its pipes may stay open (held by a
+#                 process that left the session, beyond reach)
+
 
 class Completed(NamedTuple):
-    """What a scheduler command answered."""
+    """What a command answered: its status (124 when it hung: then it was killed with all it
+    started; 127 not found; 126 not runnable; 128 + N killed by signal N) and output."""
 
     returncode: int
     stdout: str
     stderr: str
-
-
-def run_command(argv: list[str], env: dict[str, str] | None, timeout: float,
-                stdin: Path | None = None) -> Completed:
-    """Run a command found on ``env``'s PATH; its status and output, or why it did not run."""
-    import sh  # ~0.1 s to import: only where jobs are submitted
-
-    env = dict(os.environ) if env is None else env
-    exe = shutil.which(argv[0], path=env.get("PATH", os.defpath))
-    if exe is None:
-        return Completed(127, "", f"{argv[0]}: command not found on PATH")
-    # no terminal on stdout: a tool that sees one may start a pager and wait (Lmod did); a
-    # session of its own: a Ctrl-C at the terminal reaches hpcprov alone, which then cancels
-    # what it started (a second Ctrl-C cannot kill the scancel doing that)
-    try:
-        with open(stdin, "rb") if stdin is not None else contextlib.nullcontext() as fh:
-            proc = sh.Command(exe)(*argv[1:], _env=env, _timeout=timeout, _in=fh,
-                                   _tty_out=False, _ok_code=range(256), _return_cmd=True,
-                                   _new_session=True)
-    except sh.TimeoutException:
-        return Completed(124, "", f"{argv[0]} did not answer within {timeout:.0f} s "
-                                  f"(command: {' '.join(argv)})")
-    except sh.SignalException as exc:
-        return Completed(128 + abs(exc.exit_code), "", f"{argv[0]} was killed by a signal")
-    out, err = proc.stdout, proc.stderr
-    return Completed(proc.exit_code, out.decode(errors="replace"), err.decode(errors="replace"))
 
 
 class SessionResult(NamedTuple):
@@ -61,8 +62,18 @@ class SessionResult(NamedTuple):
     stderr: str
 
 
-_SLICE = 0.25  # how often a wait looks whether the command itself has ended (seconds)
-_DRAIN = 5.0  # after the kill: how long its pipes may stay open (held outside its session)
+class OutputTooLarge(Exception):
+    """A command printed more than its cap on stdout (``cap``: that bound, in bytes); it
+    and all it started were killed."""
+
+    def __init__(self, cap: int) -> None:
+        super().__init__(f"output too large (over {size_words(cap)})")
+        self.cap = cap
+
+
+def size_words(count: int) -> str:
+    """A byte count in words (``64 MiB``, ``1000 bytes``)."""
+    return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count} bytes"
 
 
 def _kill_group(pid: int) -> None:
@@ -71,51 +82,99 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _drain(proc: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
-    """The rest of the output once the group is killed, reaping the command; nothing more
-    when something outside the session still holds its pipes."""
-    try:
-        out, err = proc.communicate(timeout=_DRAIN)
-    except subprocess.TimeoutExpired:
-        for pipe in (proc.stdout, proc.stderr):
+class _Reader:
+    """stdout (bounded by ``cap``: OutputTooLarge past it) and the start of stderr."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], cap: int) -> None:
+        assert proc.stdout is not None and proc.stderr is not None
+        self.proc, self.cap = proc, cap
+        self.out, self.err = bytearray(), bytearray()
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(proc.stdout, selectors.EVENT_READ, self.out)
+        self.sel.register(proc.stderr, selectors.EVENT_READ, self.err)
+
+    @property
+    def open(self) -> bool:
+        return bool(self.sel.get_map())
+
+    def read(self, wait_s: float) -> None:
+        """Take what the pipes have within ``wait_s`` seconds."""
+        for key, _ in self.sel.select(max(wait_s, 0.0)):
+            chunk = os.read(key.fd, _CHUNK)
+            if not chunk:
+                self.sel.unregister(key.fileobj)
+            elif key.data is self.out:
+                if len(self.out) + len(chunk) > self.cap:
+                    raise OutputTooLarge(self.cap)
+                self.out += chunk
+            elif len(self.err) < ERRORS_KEPT:
+                self.err += chunk[:ERRORS_KEPT - len(self.err)]
+
+    def drain(self, within_s: float) -> None:
+        """What is left in the pipes, for at most ``within_s`` seconds."""
+        deadline = time.monotonic() + within_s
+        while self.open and time.monotonic() < deadline:
+            self.read(deadline - time.monotonic())
+
+    def close(self) -> None:
+        self.sel.close()
+        for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()
-        proc.wait()
-        return b"", b""
-    return out or b"", err or b""
 
 
-def run_in_session(argv: list[str], timeout: float, env: dict[str, str] | None = None
-                   ) -> SessionResult:
-    """Run ARGV in a session of its own (``start_new_session``), stdin from /dev/null, stdout
-    and stderr captured (no terminal: nothing waits in a pager or for a password).
+def run_in_session(argv: list[str], timeout: float, env: dict[str, str] | None = None, *,
+                   stdin: Path | None = None, cap: int = OUTPUT_CAP) -> SessionResult:
+    """Run ARGV (a path or a name on ``env``'s PATH) in a session of its own; see the module.
 
-    When the command ends, when ``timeout`` seconds pass (then ``returncode`` is None and the
-    output is what it printed until then), and when hpcprov is interrupted (the exception
-    goes on), its whole process group is killed: what it started in the background, however
-    deep, dies with it (a child that left the session itself is beyond reach). A command
-    that ended while a child of its own still holds its output open is not waited for."""
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    ``returncode`` is None when the command did not end within ``timeout`` seconds (the
+    output is then what it printed until then). :class:`OutputTooLarge` when stdout passes
+    ``cap`` bytes; any exception (an interrupt) goes on after the group is killed. OSError
+    when it cannot be started."""
+    with open(stdin, "rb") if stdin is not None else contextlib.nullcontext() as fh:
+        proc = subprocess.Popen(argv, stdin=fh if fh is not None else subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                start_new_session=True)
+    reader = _Reader(proc, cap)
     deadline = time.monotonic() + timeout
     code: int | None = None
     try:
         while True:
-            try:
-                out, err = proc.communicate(timeout=max(0.0, min(_SLICE,
-                                                                 deadline - time.monotonic())))
-                code = proc.returncode
+            code = proc.poll()
+            if code is not None or time.monotonic() >= deadline:
+                break  # ended (a child may still hold its output), or hung
+            if not reader.open:  # both pipes closed: only the exit is left to wait for
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    code = proc.wait(max(deadline - time.monotonic(), 0.0))
                 break
-            except subprocess.TimeoutExpired:
-                code = proc.poll()
-                if code is not None or time.monotonic() >= deadline:
-                    # ended, leaving children that hold its output; or hung: end them all
-                    _kill_group(proc.pid)
-                    out, err = _drain(proc)
-                    break
-    except BaseException:  # Ctrl-C, SIGTERM turned into an exception: nothing left behind
+            reader.read(min(0.25, deadline - time.monotonic()))
+        _kill_group(proc.pid)  # whatever it left running, or all of it when hung
+        reader.drain(_DRAIN_S)
+    except BaseException:  # too much output, Ctrl-C, SIGTERM as an exception
         _kill_group(proc.pid)
-        _drain(proc)
         raise
-    _kill_group(proc.pid)  # whatever it left running in the background
-    return SessionResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
+    finally:
+        reader.close()
+        proc.wait()
+    if code is not None and code < 0:
+        code = 128 - code  # killed by signal N: 128 + N, as shells say
+    return SessionResult(code, reader.out.decode(errors="replace"),
+                         reader.err.decode(errors="replace"))
+
+
+def run_command(argv: list[str], env: dict[str, str] | None, timeout: float,
+                stdin: Path | None = None, cap: int = OUTPUT_CAP) -> Completed:
+    """Run a command found on ``env``'s PATH (:func:`run_in_session`): its status and
+    output, or why it did not run (a result, never an exception, but OutputTooLarge)."""
+    env = dict(os.environ) if env is None else env
+    exe = shutil.which(argv[0], path=env.get("PATH", os.defpath))
+    if exe is None:
+        return Completed(127, "", f"{argv[0]}: command not found on PATH")
+    try:
+        ran = run_in_session([exe, *argv[1:]], timeout, env, stdin=stdin, cap=cap)
+    except OSError as exc:
+        return Completed(126, "", f"{argv[0]}: cannot run it: {exc.strerror or exc}")
+    if ran.returncode is None:
+        return Completed(124, ran.stdout, f"{argv[0]} did not answer within {timeout:g} s "
+                                          f"(command: {' '.join(argv)})")
+    return Completed(ran.returncode, ran.stdout, ran.stderr)
