@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from hpcprov.app.cli import main
+from hpcprov.core.commands import Completed
 
 # The test modules import these helpers as ``hpcprov_tests`` (tests/ is not a package, and
 # tests/testbed/ has a conftest.py of its own, so the plain name ``conftest`` is ambiguous).
@@ -110,6 +111,39 @@ def assert_one_line_error(res: Result, rc: int = 2, *needles: str) -> str:
     for needle in needles:
         assert needle in line, (needle, line)
     return line
+
+
+# ------------------------------------------------------------------ site draft
+
+
+DRAFT_DATA = Path(__file__).parent / "data" / "draft"
+
+
+def recorded(name: str) -> str:
+    """A recorded scheduler output (tests/data/draft) without its header (the comment
+    lines naming its source)."""
+    lines = DRAFT_DATA.joinpath(name).read_text(encoding="utf-8").splitlines()
+    while lines and lines[0].startswith("#"):
+        lines.pop(0)
+    return "\n".join(lines) + "\n"
+
+
+class FakeRunner:
+    """A draft's runner answering from text (or a Completed); anything else is not found.
+    ``ran``: every command asked, in order."""
+
+    def __init__(self, answers: dict[str, str] | dict[str, str | Completed]) -> None:
+        self.answers: dict[str, str | Completed] = dict(answers)
+        self.ran: list[str] = []
+
+    def __call__(self, argv: Sequence[str], label: str | None = None,
+                 extra_env: dict[str, str] | None = None) -> Completed:
+        key = " ".join(argv)
+        self.ran.append(key)
+        answer = self.answers.get(key)
+        if answer is None:
+            return Completed(127, "", f"{argv[0]}: command not found on PATH")
+        return answer if isinstance(answer, Completed) else Completed(0, answer, "")
 
 
 # ------------------------------------------------------------------ profiles

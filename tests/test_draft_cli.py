@@ -11,16 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from hpcprov_tests import assert_one_line_error, cli_subprocess, unshimmed
+from hpcprov_tests import assert_one_line_error, cli_subprocess, recorded, unshimmed
 
 DATA = Path(__file__).parent / "data" / "draft"
 
 
-def recorded(name: str) -> str:
-    lines = DATA.joinpath(name).read_text(encoding="utf-8").splitlines()
-    while lines and lines[0].startswith("#"):
-        lines.pop(0)
-    return "\n".join(lines) + "\n"
 
 
 STUB = """#!/bin/bash

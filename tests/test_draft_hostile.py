@@ -11,14 +11,20 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import assert_one_line_error, cli, cli_subprocess, hpcprov_argv
+from hpcprov_tests import (
+    FakeRunner,
+    assert_one_line_error,
+    cli,
+    cli_subprocess,
+    hpcprov_argv,
+    recorded,
+)
 
 from hpcprov.core import commands
-from hpcprov.core.commands import Completed
 from hpcprov.core.text import ascii_decimal, ascii_int
 from hpcprov.draft import run as draft_run
 from hpcprov.draft.modules import Module
@@ -34,23 +40,8 @@ NOT_ASCII_IDS = ["superscript", "arabic-indic", "fullwidth", "5000-digits", "und
                  "plus", "minus", "empty", "unlimited"]
 
 
-def recorded(name: str) -> str:
-    lines = DATA.joinpath(name).read_text(encoding="utf-8").splitlines()
-    while lines and lines[0].startswith("#"):
-        lines.pop(0)
-    return "\n".join(lines) + "\n"
 
 
-class Fake:
-    """A recording runner answering from text; unknown commands are not found."""
-
-    def __init__(self, answers: dict[str, str]) -> None:
-        self.answers = answers
-
-    def __call__(self, argv: Sequence[str], label: str | None = None,
-                 extra_env: dict[str, str] | None = None) -> Completed:
-        text = self.answers.get(" ".join(argv))
-        return Completed(0, text, "") if text is not None else Completed(127, "", "missing")
 
 
 # ------------------------------------------------------------------ 1. numbers
@@ -105,7 +96,7 @@ def test_a_module_version_with_thousands_of_digits_orders_and_does_not_raise() -
 
 
 def test_a_draft_from_hostile_numbers_completes() -> None:
-    run = Fake({"scontrol show partition -o": "PartitionName=p Nodes=n1 TotalNodes=²\n",
+    run = FakeRunner({"scontrol show partition -o": "PartitionName=p Nodes=n1 TotalNodes=²\n",
                 "scontrol show node -o": f"NodeName=n1 CPUTot=² RealMemory={HUGE} "
                                          "Gres=gpu:²,gpu:a100:١ Partitions=p\n",
                 "sinfo -h -o %P|%a|%D|%t": "p*|up|²|idle\n"})
@@ -151,7 +142,7 @@ def test_a_bad_or_huge_host_list_is_a_note_on_its_partition(nodes: str) -> None:
 def test_the_draft_completes_for_the_partitions_whose_host_lists_read() -> None:
     parts = "".join(f"PartitionName={name.replace('-', '_')} Nodes={nodes} TotalNodes=2\n"
                     for name, nodes in HOSTILE_LISTS.items())
-    run = Fake({"scontrol show partition -o": parts + "PartitionName=ok Nodes=n[1-2]\n",
+    run = FakeRunner({"scontrol show partition -o": parts + "PartitionName=ok Nodes=n[1-2]\n",
                 "scontrol show node -o": "NodeName=n1 CPUTot=8 Sockets=1 CoresPerSocket=8"
                                          " Partitions=ok\nNodeName=n2 CPUTot=8 Sockets=1 "
                                          "CoresPerSocket=8 Partitions=ok\n"})
@@ -343,7 +334,7 @@ def test_pbsnodes_is_parsed_once_however_many_queues(
         return real(text)
 
     monkeypatch.setattr(pbs, "fields", counting)
-    cluster = pbs.discover(Fake({"pbsnodes -av": node_text, "qstat -Qf": queue_text,
+    cluster = pbs.discover(FakeRunner({"pbsnodes -av": node_text, "qstat -Qf": queue_text,
                                  "qstat -Bf": "Server: s\n    default_queue = q0\n"}))
     assert len(calls) == nodes + queues + 1  # each block once
     by_name = {q.name: q for q in cluster.queues}

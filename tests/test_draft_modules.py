@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hpcprov_tests import recorded
 
 from hpcprov.draft.modules import (
     Module,
@@ -21,11 +22,6 @@ from hpcprov.draft.modules import (
 DATA = Path(__file__).parent / "data" / "draft"
 
 
-def recorded(name: str) -> str:
-    lines = DATA.joinpath(name).read_text(encoding="utf-8").splitlines()
-    while lines and lines[0].startswith("#"):
-        lines.pop(0)
-    return "\n".join(lines) + "\n"
 
 
 def names(mods: list[Module]) -> list[str]:

@@ -6,14 +6,12 @@ which answer pbsnodes/qstat -Qf/-Bf and bqueues/bhosts as the real commands do."
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import yaml
-from hpcprov_tests import cli_subprocess
+from hpcprov_tests import FakeRunner, cli_subprocess, recorded
 
-from hpcprov.core.commands import Completed
 from hpcprov.draft.plan import Findings, summarize
 from hpcprov.draft.profile import draft_text
 from hpcprov.schedulers.discovery import lsf, pbs
@@ -23,28 +21,14 @@ HERE = Path(__file__).parent
 DATA = HERE / "data" / "draft"
 
 
-def recorded(name: str) -> str:
-    lines = DATA.joinpath(name).read_text(encoding="utf-8").splitlines()
-    while lines and lines[0].startswith("#"):
-        lines.pop(0)
-    return "\n".join(lines) + "\n"
 
 
-class Fake:
-    """A runner answering from recorded text; anything else is not found."""
-
-    def __init__(self, answers: dict[str, str]) -> None:
-        self.answers = answers
-
-    def __call__(self, argv: Sequence[str], label: str | None = None) -> Completed:
-        text = self.answers.get(" ".join(argv))
-        return Completed(0, text, "") if text is not None else Completed(127, "", "missing")
 
 
-PBS = Fake({"pbsnodes -av": recorded("pbs-pbsnodes-av.txt"),
+PBS = FakeRunner({"pbsnodes -av": recorded("pbs-pbsnodes-av.txt"),
             "qstat -Qf": recorded("pbs-qstat-Qf.txt"),
             "qstat -Bf": recorded("pbs-qstat-Bf.txt")})
-LSF = Fake({"bqueues -l": recorded("lsf-bqueues-l.txt"),
+LSF = FakeRunner({"bqueues -l": recorded("lsf-bqueues-l.txt"),
             "bhosts -l": recorded("lsf-bhosts-l.txt"),
             "bhosts -l -gpu": recorded("lsf-bhosts-l-gpu.txt")})
 
@@ -123,7 +107,7 @@ def test_lsf_discovery_reads_the_hosts_lines() -> None:
 
 
 @pytest.mark.parametrize("run", [PBS, LSF], ids=["pbs", "lsf"])
-def test_the_pbs_and_lsf_drafts_pass_site_check(run: Fake, tmp_path: Path) -> None:
+def test_the_pbs_and_lsf_drafts_pass_site_check(run: FakeRunner, tmp_path: Path) -> None:
     module = pbs if run is PBS else lsf
     findings = Findings(cluster=module.discover(run), host="login1.cluster.example.org",
                         when="2024-01-09 10:00")
@@ -209,7 +193,7 @@ def test_queues_that_take_jobs_from_routing_queues_only_are_left_out() -> None:
     assert "from_route_only" in text
     runs = dict(PBS.answers)
     runs["qstat -Qf"] = text
-    cluster = pbs.discover(Fake(runs))
+    cluster = pbs.discover(FakeRunner(runs))
     queues = {q.name: q for q in cluster.queues}
     assert list(queues) == ["default", "workq"]  # a job cannot name gpu itself
     assert queues["default"].nodes == ["cpu01", "cpu02", "node01", "node02"]

@@ -4,11 +4,11 @@ partition summaries, and the drafted profile (hostile partition names included).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import yaml
+from hpcprov_tests import FakeRunner, recorded
 
 from hpcprov.core.commands import Completed
 from hpcprov.draft.modules import System, parse_listing, plan_modules
@@ -21,12 +21,6 @@ from hpcprov.site.profiles import check_file
 DATA = Path(__file__).parent / "data" / "draft"
 
 
-def recorded(name: str) -> str:
-    """A recorded output without its header (the comment lines naming its source)."""
-    lines = DATA.joinpath(name).read_text(encoding="utf-8").splitlines()
-    while lines and lines[0].startswith("#"):
-        lines.pop(0)
-    return "\n".join(lines) + "\n"
 
 
 ANSWERS = {
@@ -40,27 +34,12 @@ ANSWERS = {
 }
 
 
-class Fake:
-    """A recording runner answering from text; unknown commands are not found."""
-
-    def __init__(self, answers: dict[str, str | Completed]) -> None:
-        self.answers = answers
-        self.ran: list[str] = []
-
-    def __call__(self, argv: Sequence[str], label: str | None = None,
-                 extra_env: dict[str, str] | None = None) -> Completed:
-        key = " ".join(argv)
-        self.ran.append(key)
-        answer = self.answers.get(key)
-        if answer is None:
-            return Completed(127, "", f"{argv[0]}: command not found on PATH")
-        return answer if isinstance(answer, Completed) else Completed(0, answer, "")
 
 
-def recorded_run() -> Fake:
+def recorded_run() -> FakeRunner:
     answers: dict[str, str | Completed] = {k: recorded(v) for k, v in ANSWERS.items()}
     answers["scontrol --version"] = "slurm 22.05.8\n"
-    return Fake(answers)
+    return FakeRunner(answers)
 
 
 def test_a_record_value_may_hold_spaces_and_equals_signs() -> None:
@@ -289,7 +268,7 @@ def test_the_bundled_testbed_profile_matches_what_the_testbed_says() -> None:
     from hpcprov.draft.diff import compare
     from hpcprov.site.catalog import load
 
-    run = Fake({"scontrol show node -o": recorded("testbed-show-node.txt"),
+    run = FakeRunner({"scontrol show node -o": recorded("testbed-show-node.txt"),
                 "scontrol show partition -o": recorded("testbed-show-partition.txt")})
     findings = Findings(cluster=slurm.discover(run))
     assert compare(load("testbed"), findings) == []

@@ -249,7 +249,8 @@ def _job_options(func: Any) -> Any:
                      help="node list for mpirun/horovodrun -H, e.g. gpu[32-33]"),
         click.option("--image", help="container image name or path (container launcher)"),
         click.option("--option", "-o", "raw_options", multiple=True, metavar="NAME=VALUE",
-                     help="scheduler option, e.g. comment=pytorch, account=def-pi"),
+                     help="scheduler option, e.g. comment=pytorch, account=def-pi (not nodes, "
+                     "tasks, GPUs, time or queue: their flags set those)"),
         click.option("--time", "-t", "walltime", help="walltime, e.g. 24:00:00"),
         click.option("--job-name", "-J"),
         click.option("--cpus-per-task", type=click.IntRange(min=1)),
@@ -454,7 +455,8 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
               help="cancel a job still pending after this many seconds")
 @click.option("--workdir", help="run directory, visible to the nodes (default: under scratch)")
 @click.option("--option", "-o", "options", multiple=True, metavar="NAME=VALUE",
-              help="scheduler option for every job (e.g. -o account=def-pi)")
+              help="scheduler option for every job (e.g. -o account=def-pi; not nodes, tasks, "
+              "GPUs, time or queue)")
 @click.option("--junit", type=click.Path(dir_okay=False), help="write JUnit XML here")
 @click.option("--report", type=click.Path(dir_okay=False),
               help="write a Markdown report here (with busbw.png beside it)")
