@@ -32,9 +32,15 @@ FRAMEWORK_DISTS = {"torch": ("torch",),
                    "horovod": ("horovod",)}
 
 
+MAX_FACT_BYTES = 4 << 20  # a fact file (pip freeze of a large environment: far less)
+
+
 def _read(path: Path) -> str:
+    """A fact file the record step wrote; "" where there is none, as where it is not a
+    regular file (a FIFO there is never waited on) or holds more than MAX_FACT_BYTES
+    (/dev/zero): no fact hpcprov recorded."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
+        return fsutil.read_regular(path, MAX_FACT_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return ""
 

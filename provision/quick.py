@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hpcprov.core import fsutil
+from hpcprov.provision.journal import MAX_JOURNAL_BYTES
 from hpcprov.site.cache import fingerprint
 
 _VAR = re.compile(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)")
@@ -92,11 +93,12 @@ def ready_prefix(request: Request) -> Path | None:
     prefix = _recorded(request)
     if prefix is None:
         return None
-    try:
-        state = prefix / ".hpcprov"
-        if not (state / "manifest.json").is_file():
-            return None
-        steps = json.loads((state / "journal.json").read_text(encoding="utf-8"))["steps"]
+    state = prefix / ".hpcprov"
+    if fsutil.regular_file(state / "manifest.json") is not None:
+        return None
+    try:  # a regular file of a journal's size: a FIFO or /dev/zero there is not ready
+        raw = fsutil.read_regular(state / "journal.json", MAX_JOURNAL_BYTES)
+        steps = json.loads(raw.decode("utf-8"))["steps"]
         done = bool(steps) and all(rec.get("status") == "done" for rec in steps.values())
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None

@@ -192,3 +192,26 @@ def test_a_result_record_of_the_wrong_shape_is_that_jobs_error(
     assert f"a result record of the wrong shape ({record['check']}: {where}" in bad[0]["detail"]
     assert any(o["check"] == good["check"] and o["status"] in ("pass", "info")
                for o in outcomes), outcomes
+
+
+def test_a_job_that_prints_more_than_hpcprov_reads_is_that_jobs_error(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, prefix: Path) -> None:
+    """A job whose output grew past the bound (a program printing GBs; here a hole, no
+    disk): none of it is read, not its records either (a verdict is never judged from a
+    part of the output), and the job is an error saying how large its output was."""
+    from hpcprov.validate.run import MAX_OUTPUT_BYTES
+
+    bin_ = prefix / "venvs" / "horovod" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
+    stub = bin_ / "python"  # the record, then the job's output (its stdout) grows past it
+    stub.write_text(f"#!/bin/bash\necho 'HPCPROV_RESULT {json.dumps(GOOD_ENV)}'\n"
+                    f"truncate -s {MAX_OUTPUT_BYTES + 1} /proc/self/fd/1\n")
+    stub.chmod(0o755)
+    res = validate(capsys, prefix, tmp_path / "run", "--json", "--nodes", "1",
+                   "--no-history")
+    assert res.rc == 1 and "Traceback" not in res.err, res.err
+    (outcome,) = json.loads(res.out)["outcomes"]
+    assert outcome["status"] == "error", outcome
+    assert f"the limit is {MAX_OUTPUT_BYTES}" in outcome["detail"]
+    assert f"output not read: {tmp_path / 'run' / 'env.out'} is " in outcome["detail"]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
 
+from hpcprov.core import fsutil
 from hpcprov.core.errors import HpcprovError
 from hpcprov.core.interrupts import Guard, Interrupted, cancelling
 from hpcprov.jobs.checkbuild import expected_check_build
@@ -55,13 +56,20 @@ def command_for(job: Job, o: Options, rundir: Path) -> tuple[str, ...]:
     return ("python", str(rundir / job.program), *job.args, *cb)
 
 
+MAX_OUTPUT_BYTES = 64 << 20  # a job's output: its records and some thousand lines, far less
+
+
 def _result(job: Job, h: Handle) -> JobResult:
-    try:
-        text = h.output.read_text(errors="replace")
+    unread = ""
+    try:  # a regular file of bounded size: a FIFO is never waited on, GBs never read
+        text = fsutil.read_regular(h.output, MAX_OUTPUT_BYTES).decode("utf-8", "replace")
+    except (fsutil.NotRegularFile, fsutil.TooLarge) as exc:
+        text, unread = "", f"output not read: {exc}"  # that job's error, naming why
     except OSError:
         text = ""
     seconds = (h.ended or time.monotonic()) - h.submitted
     records, malformed = shaped_records(text)
+    malformed = unread or malformed
     return JobResult(job.id, job.check, job.impl, job.nodes, h.state, h.exit_code,
                      h.nodes, records, text.splitlines()[-40:], seconds,
                      job.baseline, job.node, h.reason, h.bad_nodes,

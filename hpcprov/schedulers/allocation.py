@@ -77,9 +77,14 @@ class OneAllocation(Executor):
         return self.allocations[-1] if self.allocations else None
 
     def _read_nodes(self) -> None:
+        """The nodes the pilot wrote (QUEUE/nodes), once it has: a regular file of at most
+        4 MiB (node names, one a line); a FIFO there is never waited on, /dev/zero never
+        read: either is nodes not known yet."""
+        from hpcprov.core.fsutil import read_regular
+
         if self.nodes is None:
             try:
-                text = (self.queue / "nodes").read_text()
+                text = read_regular(self.queue / "nodes", 4 << 20).decode(errors="replace")
             except OSError:
                 return
             self.nodes = [n for n in text.split() if n]

@@ -444,11 +444,14 @@ class Executor:
 
 
 def read_exit(path: Path) -> int | None:
-    """The exit status the job script's EXIT trap wrote (first field), or None."""
+    """The exit status the job script's EXIT trap wrote (first field), or None. Read as a
+    regular file of at most 4 KiB (a status and two times): a FIFO there is never waited
+    on, /dev/zero never read; either is no status."""
+    from hpcprov.core.fsutil import read_regular
     from hpcprov.core.text import status_number
 
     try:
-        return status_number(path.read_text(errors="replace").split()[0])
+        return status_number(read_regular(path, 4096).decode(errors="replace").split()[0])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -459,9 +462,12 @@ def final_state(code: int | None) -> str:
 
 
 def read_run_seconds(path: Path) -> float | None:
-    """The job's own run time, from the start and end the EXIT trap wrote, or None."""
+    """The job's own run time, from the start and end the EXIT trap wrote, or None (read
+    as :func:`read_exit` reads the file)."""
+    from hpcprov.core.fsutil import read_regular
+
     try:
-        _, start, end = path.read_text().split()[:3]
+        _, start, end = read_regular(path, 4096).decode(errors="replace").split()[:3]
         return max(0.0, float(end) - float(start))
     except (OSError, ValueError):
         return None
