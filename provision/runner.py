@@ -115,25 +115,11 @@ def script_fd(text: str, folder: Path) -> Iterator[int]:
         os.close(fd)
 
 
-@contextlib.contextmanager
-def prefix_lock(prefix: Path) -> Iterator[int]:
+def prefix_lock(prefix: Path) -> contextlib.AbstractContextManager[int]:
     """An exclusive lock on the prefix; the fd is passed to the steps, so an orphaned step
     keeps holding it after its runner died."""
     path = state_dir(prefix) / "lock"
-    fd = fsutil.open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 400, 0).decode(errors="replace")
-            raise HpcprovError(_held_by(prefix, path, holder)) from None
-        with contextlib.suppress(OSError):  # the holder's pid is only for the message
-            os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
-                      .encode(), 0)
-        yield fd
-    finally:
-        os.close(fd)
+    return fsutil.exclusive_lock(path, lambda holder: _held_by(prefix, path, holder))
 
 
 FULL_MIB = 64  # less free space than this under the prefix after a failure: a full disk

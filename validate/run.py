@@ -7,8 +7,7 @@ check's pair jobs run a round at a time, and its confirmations one at a time."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
-import os
+import re
 import time
 from collections.abc import Callable
 from importlib import resources
@@ -225,34 +224,23 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
     """Run every job of the plan; return the run's data (judged, not yet reported)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
     rundir.mkdir(parents=True, exist_ok=True)
-    lock = _lock_rundir(rundir)
-    try:
-        with cancelling() as guard:
-            return _run_validation(o, prefix, rundir, executor, timeout_s, pending_timeout_s,
-                                   progress, started, guard)
-    finally:
-        os.close(lock)
+    with _lock_rundir(rundir), cancelling() as guard:
+        return _run_validation(o, prefix, rundir, executor, timeout_s, pending_timeout_s,
+                               progress, started, guard)
 
 
 RUN_LOCK = ".hpcprov-validate.lock"
 
 
-def _lock_rundir(rundir: Path) -> int:
+def _lock_rundir(rundir: Path) -> contextlib.AbstractContextManager[int]:
     """An exclusive lock on the run folder for the run's life: the files in it are named by
     check, so a second validation writing there would mix its results with this one's."""
-    fd = os.open(rundir / RUN_LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
-                 | getattr(os, "O_CLOEXEC", 0), 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        holder = os.pread(fd, 100, 0).decode(errors="replace").strip()
-        os.close(fd)
-        raise HpcprovError(f"another validation is running in {rundir} ({holder or 'pid ?'})"
-                           ": wait for it, or pass another --workdir") from None
-    with contextlib.suppress(OSError):
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"pid {os.getpid()}\n".encode(), 0)
-    return fd
+    def held(holder: str) -> str:
+        pid = re.match(r"(?:pid )?([0-9]{1,9})", holder)
+        return (f"another validation is running in {rundir} (pid {pid.group(1) if pid else '?'})"
+                ": wait for it, or pass another --workdir")
+
+    return fsutil.exclusive_lock(rundir / RUN_LOCK, held)
 
 
 def _run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,

@@ -19,8 +19,12 @@ Imports nothing beyond the standard library: every command's start-up runs it.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import stat
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 _OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
@@ -118,13 +122,41 @@ def shared_safe_mkdir(path: Path) -> None:
     """Create ``path`` and the folders missing above it (each mode 0755 less the umask,
     never writable by group or others, whatever the umask); an existing folder is left as
     it is (:func:`why_untrusted` then says whether it can be trusted)."""
+    for folder in _missing(path):
+        folder.mkdir(mode=0o755, exist_ok=True)
+        os.chmod(folder, 0o755 & ~_umask() & ~_OTHERS_WRITE)
+
+
+def _missing(path: Path) -> list[Path]:
+    """The folders to create for ``path`` to exist, the highest first."""
     missing = []
     while not os.path.lexists(path) and path != path.parent:
         missing.append(path)
         path = path.parent
-    for folder in reversed(missing):
-        folder.mkdir(mode=0o755, exist_ok=True)
-        os.chmod(folder, 0o755 & ~_umask() & ~_OTHERS_WRITE)
+    return missing[::-1]
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, held: Callable[[str], str]) -> Iterator[int]:
+    """An exclusive lock (``flock``) on PATH for the block, its fd given: the file is opened
+    without following a link planted at its name (created 0644), and the holder writes
+    ``PID since TIME`` into it. When another holds it: HpcprovError with ``held(what the
+    holder wrote)``, one line that says who and what to do."""
+    from hpcprov.core.errors import HpcprovError
+
+    fd = open_nofollow(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HpcprovError(held(os.pread(fd, 400, 0).decode(errors="replace"))) from None
+        with contextlib.suppress(OSError):  # the holder's pid is only for the message
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} since {time.strftime('%Y-%m-%d %H:%M:%S')}\n"
+                      .encode(), 0)
+        yield fd
+    finally:
+        os.close(fd)
 
 
 def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
@@ -136,11 +168,7 @@ def open_nofollow(path: Path, flags: int, mode: int = 0o644) -> int:
 def _make_private(path: Path) -> None:
     """Create ``path`` and the folders missing above it, each mode 0700, each only where
     the folders above it pass :func:`safe_above`."""
-    missing = []
-    while not os.path.lexists(path) and path != path.parent:
-        missing.append(path)
-        path = path.parent
-    for folder in reversed(missing):
+    for folder in _missing(path):
         if not safe_above(folder):
             return
         folder.mkdir(mode=0o700, exist_ok=True)
