@@ -56,7 +56,7 @@ VERDICT = "Verdicts: compare files, history, report paths, run folders, result r
 NUMBERS = "Numbers and long values: statuses, walltimes, 5000 digits, other digits"
 DRAFT = "site draft on hostile scheduler output: numbers, host lists, sizes, hangs"
 GEOMETRY = "Geometry by -o: nodes, tasks, GPUs, time, queue, select/place spellings"
-PROBES = "Probes: an activate that hangs or leaves children, its timeout"
+PROBES = "Commands it runs: an activate or scheduler command that hangs or leaves children"
 
 
 @dataclass(frozen=True)
@@ -101,6 +101,9 @@ RULES = [
     Rule("tests/test_draft_hostile.py", "", DRAFT),
     Rule("tests/test_geometry_flags.py", "refuse|judged", GEOMETRY),
     Rule("tests/test_probe_session.py", "", PROBES),
+    Rule("tests/test_schedulers.py", "hung|leaves_a_child", PROBES),
+    Rule("tests/test_state_readers.py", "escapes", ESC),
+    Rule("tests/test_state_readers.py", "", SPECIAL),
 ]
 ORDER = [BAD, ESC, SEARCH, SPECIAL, SHELL, OUTPUT, CACHE, WHEEL, SECOND, FAULTS, REAL,
          PREFIX, PREFIX_RACE, SIGNALS, VERDICT, NUMBERS, DRAFT, GEOMETRY, PROBES]
