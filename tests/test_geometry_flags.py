@@ -125,7 +125,12 @@ def test_validate_refuses_them(capsys: pytest.CaptureFixture[str], tmp_path: Pat
     (prefix / ".hpcprov" / "manifest.json").write_text("{}")
     common = ["validate", "--site", "neuron", "--dry-run", "--checks", "env",
               "--env", str(prefix), "--workdir", str(tmp_path / "run"), "-o", "comment=python"]
-    refused(cli(capsys, *common, "-o", "ntasks=999"), TASKS)
+    res = cli(capsys, *common, "-o", "ntasks=999")
+    assert res.rc == 2 and res.err_lines == [
+        "hpcprov: error: -o 'ntasks=999' would set the jobs' tasks, which validate sets itself "
+        "(--ranks-per-node): drop it"]
+    res = cli(capsys, *common, "-o", "time=9:00:00")
+    assert res.rc == 2 and "validate sets itself (--timeout)" in res.err
     ok = cli(capsys, *common, "-o", "mail-type=END", "--json")
     assert ok.rc == 0, ok.err
     scripts = "\n".join(s["text"] for s in json.loads(ok.out)["scripts"])

@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from hpcprov import schedulers
 from hpcprov.core.errors import UsageError
+from hpcprov.core.text import shown
 from hpcprov.jobs.layout import expand_prefix, is_provisioned
 from hpcprov.jobs.lint import cpus_exceeded
-from hpcprov.request.options import parse_option
+from hpcprov.request.options import GEOMETRY, parse_option
 from hpcprov.schedulers.allocation import OneAllocation
 from hpcprov.schedulers.base import Executor
 from hpcprov.site.catalog import load
@@ -137,6 +138,26 @@ def _device(asked: str | None, site: SiteView, partition: str) -> str:
     return asked
 
 
+# what validate sets for its jobs instead of a -o that would set part of their geometry
+SETS_ITSELF = {"nodes": "-N/--nodes", "tasks": "--ranks-per-node",
+               "gpus": "the partition's GPUs, a rank each", "cpus": "the partition's CPUs",
+               "time": "--timeout", "queue": "-p/--partition",
+               "chunks": "-N/--nodes and --ranks-per-node",
+               "placement": "-N/--nodes and --ranks-per-node"}
+
+
+def _no_geometry(opts: Options, backend: Any) -> None:
+    """Refuse a -o that would set the jobs' geometry, naming what validate sets it with
+    (the scheduler's spellings: the backend's ``geometry_of``)."""
+    req = allocation_request(opts, None)
+    for name, value in opts.extra.items():
+        kind = backend.geometry_of(req, name, value)
+        if kind is not None:
+            given = name if value is None else f"{name}={value}"
+            raise UsageError(f"-o {shown(given)} would set the jobs' {GEOMETRY[kind][0]}, "
+                             f"which validate sets itself ({SETS_ITSELF[kind]}): drop it")
+
+
 def prepare(o: ValidateOptions) -> Prepared:
     """Resolve the options against the site; every mistake is a one-line UsageError."""
     o = _quick(o)
@@ -161,9 +182,11 @@ def prepare(o: ValidateOptions) -> Prepared:
                    device=device, max_bytes=o.max_bytes, iters=o.iters,
                    train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,
                    extra=extra, link_bytes=o.link_bytes, baselines=not o.quick)
+    _no_geometry(opts, backend)
     if o.quick and device == "cpu":
         opts = _side_by_side(opts)
-    rundir = Path(expand_prefix(o.workdir or default_rundir(opts)))
+    rundir = Path(expand_prefix(o.workdir or default_rundir(opts), "--workdir DIR",
+                                "the run folder"))
     allocation = _allocation(o, backend, s.name)
     if allocation == "one":  # steps go where they are told: baselines on nodes of their own
         opts = replace(opts, apart=True)

@@ -12,16 +12,17 @@ if TYPE_CHECKING:
     from hpcprov.site.view import SiteView
 
 
-def expand_prefix(template: str) -> str:
-    """The prefix as a path here: $VARS and ~ expanded; an unset variable is an error."""
+def expand_prefix(template: str, option: str = "--prefix DIR", what: str = "the prefix") -> str:
+    """A path (the prefix, a run folder) as a path here: $VARS and ~ expanded; an unset
+    variable is an error that names ``option``, the command's way to give another."""
     import os
 
     from hpcprov.core.errors import UsageError
 
     expanded = os.path.expandvars(os.path.expanduser(template))
     if "$" in expanded:
-        raise UsageError(f"the prefix {template} uses a variable that is not set here; set it "
-                         "or pass --prefix DIR")
+        raise UsageError(f"{what} {template} uses a variable that is not set here; set it or "
+                         f"pass {option}")
     return os.path.abspath(expanded)
 
 
