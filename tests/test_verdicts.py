@@ -215,3 +215,20 @@ def test_a_job_that_prints_more_than_hpcprov_reads_is_that_jobs_error(
     assert outcome["status"] == "error", outcome
     assert f"the limit is {MAX_OUTPUT_BYTES}" in outcome["detail"]
     assert f"output not read: {tmp_path / 'run' / 'env.out'} is " in outcome["detail"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["jobscript", "--site", "testbed", "--json", "--output", "/nonexistent/dir/job.sh", "--",
+     "python", "x.py"],
+    ["site", "draft", "--json", "--scheduler", "slurm"],
+    ["validate", "--site", "local", "--json", "--env", "/nonexistent/prefix"],
+    ["jobscript", "--site", "testbed", "--json", "-t", "9" * 5000, "--", "python", "x.py"],
+    ["setup", "--site", "no-such-site", "--json"],
+], ids=["jobscript-output", "draft", "validate", "walltime", "setup"])
+def test_with_json_every_error_is_json(capsys: pytest.CaptureFixture[str],
+                                       argv: list[str]) -> None:
+    res = cli(capsys, *argv)
+    assert res.rc == 2 and "Traceback" not in res.err
+    data = json.loads(res.out)
+    assert data["ok"] is False and data["exit_code"] == 2
+    assert data["error"] in res.err
