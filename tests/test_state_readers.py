@@ -237,3 +237,20 @@ def test_doctor_escapes_every_control_character_a_manifest_holds(
                     r"/env/activate\x1b]52;c;cGF5bG9hZA==\x07", r"local\x1b[2J",
                     r"2.1\x1b[8m"):
         assert escaped in res.out, (escaped, res.out)
+
+
+def test_the_record_step_writes_its_facts_anew_past_a_planted_fifo(tmp_path: Path) -> None:
+    """A FIFO left at a fact file's name blocked the record step's `> file` (and so a
+    `setup --redo`): the facts folder is made anew before the facts are written."""
+    import subprocess
+
+    library = Path(__file__).resolve().parent.parent / "provision" / "scripts" / "horovod.sh"
+    state = tmp_path / "state"
+    (state / "facts").mkdir(parents=True)
+    os.mkfifo(state / "facts" / "python.txt")
+    proc = subprocess.run(["bash", "-c", f'source "{library}"; STATE="{state}"; '
+                           "hpcprov_record_facts"], capture_output=True, text=True,
+                          timeout=120)  # a hang guard, never reached with the fix
+    assert proc.returncode == 0, proc.stderr
+    facts = state / "facts" / "python.txt"
+    assert facts.is_file() and re.fullmatch(r"3\.[0-9]+\.[0-9]+\n", facts.read_text())

@@ -104,3 +104,36 @@ def test_activate_refuses_outside_the_stack_naming_how_to_start_it(
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 1 and "after" not in proc.stdout
     assert "start it first (uenv start --view=default prgenv-gnu/24.11:v1)" in proc.stderr
+
+
+def test_a_step_run_from_hpcprovs_sealed_copy_reaches_the_stack_as_a_private_file(
+        alps: Path, tmp_path: Path) -> None:
+    """Setup runs each step as `bash /dev/fd/N STEP` (provision/runner.py): a uenv run that
+    passes no descriptor on (this stub closes every one above 2) still runs the step, from
+    a private copy of the same bytes that is gone afterwards."""
+    site = load_site(str(alps))
+    plan = build_plan(site, str(tmp_path / "prefix"))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    closing = UENV.replace('    HPCPROV_TEST_INSIDE=1 "$@" || rc=$?',
+                           '    for fd in /proc/$$/fd/*; do n=${fd##*/}\n'
+                           '      [ "$n" -gt 2 ] && eval "exec $n>&-"; done\n'
+                           '    HPCPROV_TEST_INSIDE=1 "$@" || rc=$?')
+    assert closing != UENV
+    (bindir / "uenv").write_text(closing)
+    (bindir / "uenv").chmod(0o755)
+    log, tmp = tmp_path / "uenv.log", tmp_path / "tmp"
+    tmp.mkdir()
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "UENV_LOG": str(log),
+           "HPCPROV_NEED_MB": "1", "TMPDIR": str(tmp)}
+    fd = os.memfd_create("setup.sh")
+    try:
+        os.write(fd, render_script(plan).encode())
+        proc = subprocess.run(["bash", f"/dev/fd/{fd}", "preflight"], capture_output=True,
+                              text=True, env=env, timeout=120, pass_fds=(fd,))
+    finally:
+        os.close(fd)
+    assert proc.returncode == 0, proc.stderr
+    (run,) = [line for line in log.read_text().splitlines() if " run " in line]
+    copy = run.split(" -- bash ")[1].split()[0]
+    assert copy.startswith(f"{tmp}/hpcprov-setup.") and not Path(copy).exists()

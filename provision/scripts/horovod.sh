@@ -235,7 +235,9 @@ hpcprov_expect_cb() {
 
 # hpcprov_record_facts: the facts the manifest keeps, gathered inside the environment: pip
 # freeze, Python's version, the host (and an empty module list; see hpcprov_record_modules).
+# The folder is made anew: nothing left in it (a FIFO, a link) is written through or waited on.
 hpcprov_record_facts() {
+  rm -rf -- "$STATE/facts"
   mkdir -p "$STATE/facts"
   python -m pip freeze > "$STATE/facts/pip-freeze.txt"
   python -c 'import platform; print(platform.python_version())' > "$STATE/facts/python.txt"

@@ -28,7 +28,20 @@ hpcprov_in_uenv() {
   fi
   echo "hpcprov: running step $1 inside uenv $HPCPROV_UENV" >&2
   HPCPROV_UENV_RC=0
+  local script=$0 copy=""
+  case $script in
+    /dev/fd/*)  # hpcprov's sealed copy: a private file of the same bytes for uenv run,
+      # which need not pass a descriptor on (mktemp: mode 0600, a name nobody else has)
+      if ! copy=$(mktemp "${TMPDIR:-/tmp}/hpcprov-setup.XXXXXX") \
+          || ! cat -- "$script" >"$copy"; then
+        HPCPROV_UENV_RC=1
+        [ -z "$copy" ] || rm -f -- "$copy"
+        return 1
+      fi
+      script=$copy ;;
+  esac
   uenv run ${HPCPROV_UENV_VIEW:+--view="$HPCPROV_UENV_VIEW"} "$HPCPROV_UENV" -- \
-    bash "$0" "$1" || HPCPROV_UENV_RC=$?
+    bash "$script" "$1" || HPCPROV_UENV_RC=$?
+  [ -z "$copy" ] || rm -f -- "$copy"
   return 1
 }
