@@ -129,7 +129,8 @@ def test_a_step_run_from_hpcprovs_sealed_copy_reaches_the_stack_as_a_private_fil
     fd = os.memfd_create("setup.sh")
     try:
         os.write(fd, render_script(plan).encode())
-        proc = subprocess.run(["bash", f"/dev/fd/{fd}", "preflight"], capture_output=True,
+        proc = subprocess.run(["bash", f"/dev/fd/{fd}", "prepare", "preflight"],
+                              capture_output=True,
                               text=True, env=env, timeout=120, pass_fds=(fd,))
     finally:
         os.close(fd)
