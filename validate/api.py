@@ -149,13 +149,11 @@ SETS_ITSELF = {"nodes": "-N/--nodes", "tasks": "--ranks-per-node",
 def _no_geometry(opts: Options, backend: Any) -> None:
     """Refuse a -o that would set the jobs' geometry, naming what validate sets it with
     (the scheduler's spellings: the backend's ``geometry_of``)."""
-    req = allocation_request(opts, None)
-    for name, value in opts.extra.items():
-        kind = backend.geometry_of(req, name, value)
-        if kind is not None:
-            given = name if value is None else f"{name}={value}"
-            raise UsageError(f"-o {shown(given)} would set the jobs' {GEOMETRY[kind][0]}, "
-                             f"which validate sets itself ({SETS_ITSELF[kind]}): drop it")
+    found = backend.geometry_set(allocation_request(opts, None))
+    if found:
+        given, kind = found[0]
+        raise UsageError(f"-o {shown(given)} would set the jobs' {GEOMETRY[kind][0]}, "
+                         f"which validate sets itself ({SETS_ITSELF[kind]}): drop it")
 
 
 def prepare(o: ValidateOptions) -> Prepared:

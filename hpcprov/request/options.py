@@ -94,22 +94,27 @@ GEOMETRY: dict[str, tuple[str, str]] = {
 }
 
 
-def geometry_findings(req: JobRequest,
-                      geometry: Callable[[str, str | None], str | None]) -> list[Finding]:
-    """The user's options that would set the job's geometry: ``geometry(name, value)`` (the
-    backend's) says which part of it (a key of :data:`GEOMETRY`), None for any other."""
-    out: list[Finding] = []
+def geometry_set(req: JobRequest, geometry: Callable[[str, str | None], str | None]
+                 ) -> list[tuple[str, str]]:
+    """The user's options that would set the job's geometry, each as given (``name=value``)
+    with what of it it sets: ``geometry(name, value)`` (the backend's) says which part (a
+    key of :data:`GEOMETRY`), None for any other."""
+    out = []
     for name, value in req.options.items():
         kind = geometry(name, value)
-        if kind is None:
-            continue
-        what, flags = GEOMETRY[kind]
-        given = name if value is None else f"{name}={value}"
-        out.append(Finding("error", "geometry-option",
-                           f"-o {given} would set the job's {what}, which only hpcprov's own "
-                           "flags may set (lint checks the job they describe)",
-                           f"use {flags} instead of -o"))
+        if kind is not None:
+            out.append((name if value is None else f"{name}={value}", kind))
     return out
+
+
+def geometry_findings(req: JobRequest,
+                      geometry: Callable[[str, str | None], str | None]) -> list[Finding]:
+    """The errors of :func:`geometry_set`, each naming the flag that sets that part."""
+    return [Finding("error", "geometry-option",
+                    f"-o {given} would set the job's {GEOMETRY[kind][0]}, which only "
+                    "hpcprov's own flags may set (lint checks the job they describe)",
+                    f"use {GEOMETRY[kind][1]} instead of -o")
+            for given, kind in geometry_set(req, geometry)]
 
 
 def override(opts: list[Option], user: dict[str, str | None]) -> list[Option]:

@@ -24,7 +24,15 @@ import hostlist
 
 from hpcprov.core.fsutil import atomic_write
 from hpcprov.core.shell import assign, fragment, join, quote
-from hpcprov.schedulers.base import Backend, Executor, Handle, Placement, final_state, read_exit
+from hpcprov.schedulers.base import (
+    Backend,
+    Executor,
+    Handle,
+    Placement,
+    final_state,
+    interrupted,
+    read_exit,
+)
 
 IDLE_S = 300  # a pilot with no step to run for this long ends (its harness is gone)
 PILOT = Path(__file__).with_name("allocation_pilot.sh")  # the pilot's bash, a file
@@ -193,8 +201,7 @@ class OneAllocation(Executor):
         steps = [h.job_id for h in handles if not h.done]
         for h in handles:
             if not h.done:
-                h.state, h.ended, h.exit_code = "CANCELLED", time.monotonic(), None
-                h.reason = "cancelled: the run was interrupted"
+                interrupted(h)
         alloc = self.current
         if alloc is None or alloc.done:
             return []

@@ -141,6 +141,13 @@ class Backend:
             kind = self.geometry_options.get(name[0])
         return kind
 
+    def geometry_set(self, req: JobRequest) -> list[tuple[str, str]]:
+        """The user's options that would set the job's geometry, each as given with what of
+        it it sets (hpcprov.request.options.geometry_set, by :meth:`geometry_of`)."""
+        from hpcprov.request.options import geometry_set
+
+        return geometry_set(req, lambda name, value: self.geometry_of(req, name, value))
+
     def geometry_findings(self, req: JobRequest) -> list[Finding]:
         """The user's options that would set the job's geometry, which only hpcprov's flags
         set: lint and the job's options refuse them."""
@@ -387,8 +394,7 @@ class Executor:
         for h in handles:
             if not h.done:
                 self.cancel(h)
-                h.state, h.ended, h.exit_code = "CANCELLED", time.monotonic(), None
-                h.reason = "cancelled: the run was interrupted"
+                interrupted(h)
                 self._event(h, h.reason)
                 gone.append(f"job {h.job_id}")
         return gone
@@ -441,6 +447,12 @@ class Executor:
                     else f"not finished after {timeout_s:.0f} s")
         h.exit_code, h.ended = None, now
         self._event(h, "cancelled: " + h.reason)
+
+
+def interrupted(h: Handle) -> None:
+    """Mark a job that was running or queued as cancelled because the run was interrupted."""
+    h.state, h.ended, h.exit_code = "CANCELLED", time.monotonic(), None
+    h.reason = "cancelled: the run was interrupted"
 
 
 def read_exit(path: Path) -> int | None:
