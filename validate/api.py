@@ -21,6 +21,7 @@ from hpcprov.core.errors import UsageError
 from hpcprov.core.text import shown
 from hpcprov.jobs.layout import expand_prefix, is_provisioned
 from hpcprov.jobs.lint import cpus_exceeded
+from hpcprov.request.job import pick_partition
 from hpcprov.request.options import GEOMETRY, parse_option
 from hpcprov.schedulers.allocation import OneAllocation
 from hpcprov.schedulers.base import Executor
@@ -32,9 +33,12 @@ from hpcprov.validate.plan import (
     CHECKS,
     DEFAULT_CHECKS,
     Options,
+    Skipped,
     allocation_request,
     allocation_script,
     node_picks,
+    plan_jobs,
+    plan_skipped,
 )
 from hpcprov.validate.run import default_rundir, run_validation
 
@@ -49,7 +53,10 @@ class ValidateOptions:
     site: str | None = None
     partition: str | None = None
     nodes: int | None = None           # default: 2, or the partition's 1 node
-    checks: tuple[str, ...] = DEFAULT_CHECKS
+    checks: tuple[str, ...] | None = None  # None: the default checks (DEFAULT_CHECKS)
+    # the launchers every check runs through: ("all",) for every one the profile defines;
+    # empty: the site's default torch launcher and Horovod's launchers
+    launchers: tuple[str, ...] = ()
     prefix: str | None = None
     ranks_per_node: int | None = None
     device: str | None = None          # default: cuda where the partition has GPUs
@@ -81,19 +88,51 @@ ALLOCATIONS = ("one", "per-job")
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validation resolved against its site: the plan's options, prefix and run folder."""
+    """A validation resolved against its site: the plan's options, prefix and run folder,
+    and what of its checks cannot run there (each a SKIPPED row of its reports)."""
 
     options: Options
     prefix: Path | None
     rundir: Path
     allocation: str = "per-job"           # "one" or "per-job", resolved for the scheduler
+    skipped: tuple[Skipped, ...] = ()
 
 
 def _checked(o: ValidateOptions) -> tuple[str, ...]:
+    if o.checks is None:
+        return DEFAULT_CHECKS
     bad = [c for c in o.checks if c not in CHECKS]
     if bad or not o.checks:
         raise UsageError(f"--checks {','.join(o.checks)!r}: choose from {', '.join(CHECKS)}")
     return o.checks
+
+
+def _launchers(o: ValidateOptions, site: SiteView) -> tuple[str, ...]:
+    """The launchers asked for (--launchers): ``all`` is every one the profile defines."""
+    if not o.launchers:
+        return ()
+    if tuple(o.launchers) == ("all",):
+        return tuple(site.launchers)
+    unknown = [n for n in o.launchers if n not in site.launchers]
+    if unknown:
+        raise UsageError(f"--launchers {shown(','.join(o.launchers))}: site {site.name} has no "
+                         f"launcher {shown(unknown[0])} (launchers: "
+                         f"{', '.join(site.launchers)}; or all)")
+    return tuple(dict.fromkeys(o.launchers))
+
+
+def _unplannable(o: ValidateOptions, opts: Options, skipped: list[Skipped]) -> None:
+    """A check named on the command line of which nothing can run is refused now, naming
+    why (one line, before anything is submitted); the default checks' gaps are SKIPPED
+    rows instead."""
+    if o.checks is None:
+        return
+    planned = {job.check for job in plan_jobs(opts)}
+    for check in opts.checks:
+        if check in ("env", "allreduce", "train") and check not in planned:
+            why = next((s.reason for s in skipped if s.check == check),
+                       "no launcher of the site can run it")
+            raise UsageError(f"--checks {check}: cannot run on site {opts.site.name}: {why}")
 
 
 def _allocation(o: ValidateOptions, backend: Any, site: str) -> str:
@@ -156,14 +195,18 @@ def _no_geometry(opts: Options, backend: Any) -> None:
                          f"which validate sets itself ({SETS_ITSELF[kind]}): drop it")
 
 
-def prepare(o: ValidateOptions) -> Prepared:
-    """Resolve the options against the site; every mistake is a one-line UsageError."""
+def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
+    """Resolve the options against the site; every mistake is a one-line UsageError. A
+    ``dry_run`` writes nothing (not even the profile cache) and needs no provisioned
+    prefix."""
     o = _quick(o)
-    s = load(o.site)
+    s = load(o.site, store=not dry_run)
     wanted = _checked(o)
-    pname = s.partition(o.partition)[0]
-    has = s.partitions[pname].nodes  # None: the site publishes no count
+    has = s.partitions[s.partition(o.partition)[0]].nodes  # None: no count published
     nodes = o.nodes if o.nodes is not None else (2 if has is None else min(2, has))
+    # the queue jobscript would pick for a job of this size (one rule: pick_partition)
+    pname = pick_partition(s, o.partition, nodes)
+    has = s.partitions[pname].nodes
     if has is not None and nodes > has:
         raise UsageError(f"--nodes {nodes}: partition {pname} has {has} node(s)")
     extra = {**dict(parse_option(x) for x in o.options), **o.extra}
@@ -179,8 +222,11 @@ def prepare(o: ValidateOptions) -> Prepared:
     opts = Options(s, pname, nodes, wanted, ranks_per_node=o.ranks_per_node,
                    device=device, max_bytes=o.max_bytes, iters=o.iters,
                    train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,
-                   extra=extra, link_bytes=o.link_bytes, baselines=not o.quick)
+                   extra=extra, link_bytes=o.link_bytes, baselines=not o.quick,
+                   launchers=_launchers(o, s))
     _no_geometry(opts, backend)
+    skipped = plan_skipped(opts)
+    _unplannable(o, opts, skipped)
     if o.quick and device == "cpu":
         opts = _side_by_side(opts)
     rundir = Path(expand_prefix(o.workdir or default_rundir(opts), "--workdir DIR",
@@ -188,15 +234,17 @@ def prepare(o: ValidateOptions) -> Prepared:
     allocation = _allocation(o, backend, s.name)
     if allocation == "one":  # steps go where they are told: baselines on nodes of their own
         opts = replace(opts, apart=True)
-    return Prepared(opts, _ready(s, o.prefix), rundir, allocation)
+    return Prepared(opts, _ready(s, o.prefix, provisioned=not dry_run), rundir, allocation,
+                    tuple(skipped))
 
 
-def _ready(site: SiteView, prefix: str | None) -> Path | None:
-    """The provisioned prefix the jobs run in (None for a container site)."""
+def _ready(site: SiteView, prefix: str | None, provisioned: bool = True) -> Path | None:
+    """The provisioned prefix the jobs run in (None for a container site); a dry run
+    names it without asking that setup has run (nothing is submitted)."""
     if site.python.backend == "container":
         return None
     target = Path(expand_prefix(prefix or site.prefix()))
-    if not is_provisioned(target):
+    if provisioned and not is_provisioned(target):
         raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
                          f"hpcprov setup --site {site.name} --prefix {target} first, or pass "
                          "--env")
@@ -227,6 +275,15 @@ def _writable(path: str, what: str) -> None:
     if target.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
         raise UsageError(f"{what} {path}: cannot be written (its folder is missing or not "
                          "writable): choose another path")
+
+
+def _add_skipped(data: dict[str, Any], ready: Prepared) -> None:
+    """The parts of the checks that could not run, as SKIPPED rows, and which checks ran
+    (the verdict line says how many)."""
+    data["outcomes"] += [skipped_row(s).to_json() for s in ready.skipped]
+    asked = list(ready.options.checks)
+    ran = [c for c in asked if any(j["check"] == c for j in data["jobs"])]
+    data["checks"] = {"asked": asked, "ran": ran, "skipped": len(ready.skipped)}
 
 
 def _compare(data: dict[str, Any], baseline: dict[str, Any]) -> None:
@@ -266,7 +323,24 @@ class PlannedScript:
     text: str
 
 
-def plan_validation(o: ValidateOptions) -> list[PlannedScript]:
+@dataclass(frozen=True)
+class DryRun:
+    """`hpcprov validate --dry-run`: the scripts, and what of the checks cannot run."""
+
+    scripts: list[PlannedScript]
+    skipped: tuple[Skipped, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scripts": [{"path": str(p.path), "text": p.text} for p in self.scripts],
+                "skipped": [skipped_row(s).to_json() for s in self.skipped]}
+
+
+def skipped_row(s: Skipped) -> Outcome:
+    """A part of a check that cannot run, as its report row."""
+    return Outcome(s.check, s.name, "skipped", detail=s.reason)
+
+
+def plan_validation(o: ValidateOptions) -> DryRun:
     """`hpcprov validate --dry-run`: every script the run would write and submit, byte for
     byte, without submitting anything: the one allocation's (where there is one), then each
     job's, in the order the run submits them. The links check's later rounds depend on what
@@ -280,7 +354,7 @@ def plan_validation(o: ValidateOptions) -> list[PlannedScript]:
     )
     from hpcprov.validate.run import command_for
 
-    ready = prepare(o)
+    ready = prepare(o, dry_run=True)
     opts, rundir = ready.options, ready.rundir
     prefix = str(ready.prefix) if ready.prefix else None
     out: list[PlannedScript] = []
@@ -297,7 +371,7 @@ def plan_validation(o: ValidateOptions) -> list[PlannedScript]:
     for job in jobs:
         out.append(PlannedScript(rundir / f"{job.id}.sh", job_script(
             job, opts, prefix, str(rundir), command_for(job, opts, rundir))))
-    return out
+    return DryRun(out, ready.skipped)
 
 
 @dataclass(frozen=True)
@@ -357,6 +431,7 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
                           o.pending_timeout, say)
     data["allocation"] = ready.allocation
     data["quick"] = o.quick
+    _add_skipped(data, ready)
     if baseline is not None:
         _compare(data, baseline)
     if o.history:

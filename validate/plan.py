@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Literal
 
 from hpcprov import schedulers
 from hpcprov.core.shell import assign, fragment
+from hpcprov.jobs import roles
 from hpcprov.jobs.jobscript import build_jobscript
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.allocation import pilot_lines
@@ -50,32 +51,50 @@ class Job:
 
 
 def torch_launcher(site: SiteView) -> str | None:
-    """The site's first launcher of the kind validation prefers for torch.distributed
-    (each kind's ``torch_order``: srun where the scheduler starts ranks, else torchrun,
-    else mpirun)."""
-    ranked = [(order, i, name) for i, (name, launcher) in enumerate(site.launchers.items())
-              if (order := kind_of(launcher.kind).torch_order) is not None]
-    return min(ranked)[2] if ranked else None
+    """The launcher torch.distributed's checks run through: the site's default where its
+    kind starts ranks, else the kind validation prefers (:mod:`hpcprov.jobs.roles`)."""
+    return roles.torch_launcher(site)
 
 
 def horovod_launchers(site: SiteView) -> dict[str, str]:
     """impl -> launcher for Horovod, by each kind's role: Gloo through a launcher whose
-    controller is Gloo (horovodrun), MPI through an MPI launcher (mpirun)."""
-    out = {}
-    controllers = site.horovod.controllers
-    gloo_ok = schedulers.of(site).horovodrun_gloo
-    for name, launcher in site.launchers.items():
-        role = kind_of(launcher.kind).horovod
-        if role == "controller" and launcher.controller == "gloo" \
-                and "gloo" in controllers and gloo_ok:
-            out.setdefault("horovod-gloo", name)
-        if role == "mpi" and "mpi" in controllers:
-            out.setdefault("horovod-mpi", name)
-    return out
+    controller is Gloo (horovodrun), MPI through an MPI launcher (mpirun, mpiexec, ibrun,
+    jsrun)."""
+    return roles.horovod_launchers(site)
 
 
-def has_horovod(site: SiteView) -> bool:
-    return site.horovod.source not in ("none",)
+has_horovod = roles.has_horovod
+
+
+@dataclass(frozen=True)
+class Skipped:
+    """A part of a check that cannot be planned on this site: its row, why, and the fix."""
+
+    check: str
+    name: str
+    reason: str
+
+
+def _via(o: Options, launcher: str) -> str:
+    """A job's name suffix: its launcher's, where the run goes through several."""
+    return f"-{launcher}" if o.launchers else ""
+
+
+def torch_targets(o: Options) -> list[str]:
+    """The launchers torch.distributed's checks run through: each one asked for that can,
+    else the one validate uses by default (none: the checks are skipped)."""
+    if o.launchers:
+        return [n for n in o.launchers if roles.can_run_torch(o.site, n)]
+    one = roles.torch_launcher(o.site)
+    return [one] if one else []
+
+
+def horovod_targets(o: Options) -> list[tuple[str, str]]:
+    """(impl, launcher) of Horovod's checks: each launcher asked for that has a Horovod
+    role, else the site's launcher of each role."""
+    if o.launchers:
+        return [(impl, n) for n in o.launchers if (impl := roles.horovod_role(o.site, n))]
+    return list(roles.horovod_launchers(o.site).items())
 
 
 def _size_args(o: Options) -> tuple[str, ...]:
@@ -129,29 +148,30 @@ def _any_launcher(site: SiteView) -> str:
     return torch_launcher(site) or next(iter(site.launchers))
 
 
-def _horovod(site: SiteView) -> dict[str, str]:
-    return horovod_launchers(site) if has_horovod(site) else {}
-
-
 def plan_env(o: Options) -> list[Job]:
-    """env: one task per node."""
+    """env: one task per node (through each launcher asked for, else the site's torch
+    launcher)."""
     v = vendor(o)  # how the node's GPUs are counted, without torch too
     gpus = ("--gpu-device", v.torch_device, "--gpu-count-command", " ".join(v.count.argv),
             "--gpu-count-pattern", v.count.pattern, "--visible-devices", v.visible_devices)
-    return [Job("env", "env", "env", o.nodes, 1, _any_launcher(o.site), "envcheck.py",
-                ("--imports", _imports(o.site), *gpus), timeout_s=300)]
+    names = [n for n in o.launchers if roles.unusable(o.site, n) is None] if o.launchers \
+        else [_any_launcher(o.site)]
+    return [Job(f"env{_via(o, n)}", "env", f"env{_via(o, n)}", o.nodes, 1, n, "envcheck.py",
+                ("--imports", _imports(o.site), *gpus), timeout_s=300)
+            for n in names]
 
 
 def plan_allreduce(o: Options) -> list[Job]:
     """allreduce: torch.distributed, and Horovod through each launcher it has."""
-    rpn, torch, backend = ranks_per_node(o), torch_launcher(o.site), _backend(o)
+    rpn, backend = ranks_per_node(o), _backend(o)
     jobs = []
-    if torch:
-        jobs.append(Job(f"allreduce-torch-{backend}", "allreduce", f"torch-{backend}",
-                        o.nodes, rpn, torch, "allreduce.py",
+    for launcher in torch_targets(o):
+        impl = f"torch-{backend}{_via(o, launcher)}"
+        jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, rpn, launcher,
+                        "allreduce.py",
                         ("--impl", "torch", *_backend_args(o), *_size_args(o))))
-    for impl, launcher in _horovod(o.site).items():
-        impl = data_path(o, impl)
+    for impl, launcher in horovod_targets(o):
+        impl = data_path(o, impl) + _via(o, launcher)
         jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, rpn, launcher,
                         "allreduce.py", ("--impl", "horovod", *_size_args(o))))
     return jobs
@@ -168,21 +188,26 @@ def data_path(o: Options, impl: str) -> str:
 
 def _train_runs(o: Options) -> list[tuple[str, str, tuple[str, ...]]]:
     """(impl, launcher, train.py's arguments) of every training API the site has."""
-    site, torch = o.site, torch_launcher(o.site)
+    site = o.site
     runs: list[tuple[str, str, tuple[str, ...]]] = []
-    if torch:
-        runs.append(("torch-ddp", torch, ("--framework", "torch", "--api", "ddp",
-                                          *_backend_args(o))))
-    hvd = _horovod(site)
-    launcher = hvd.get("horovod-gloo") or hvd.get("horovod-mpi")
+    for launcher in torch_targets(o):
+        runs.append((f"torch-ddp{_via(o, launcher)}", launcher,
+                     ("--framework", "torch", "--api", "ddp", *_backend_args(o))))
     fws = site.horovod.frameworks if has_horovod(site) else []
-    if launcher and "pytorch" in fws:
-        runs.append(("horovod-torch", launcher, ("--framework", "torch", "--api", "horovod")))
-    if launcher and "tensorflow" in fws:
-        runs.append(("horovod-tf-tape", launcher, ("--framework", "tensorflow", "--api",
-                                                    "tape")))
-        runs.append(("horovod-tf-keras", launcher, ("--framework", "tensorflow", "--api",
-                                                     "keras")))
+    hvd = dict(horovod_targets(o))
+    # one Horovod launcher each (Gloo where it has one), or each asked for
+    targets = [(hvd.get("horovod-gloo") or hvd.get("horovod-mpi"))] if not o.launchers \
+        else [n for _impl, n in horovod_targets(o)]
+    for launcher in filter(None, targets):
+        via = _via(o, launcher)
+        if "pytorch" in fws:
+            runs.append((f"horovod-torch{via}", launcher,
+                         ("--framework", "torch", "--api", "horovod")))
+        if "tensorflow" in fws:
+            runs.append((f"horovod-tf-tape{via}", launcher,
+                         ("--framework", "tensorflow", "--api", "tape")))
+            runs.append((f"horovod-tf-keras{via}", launcher,
+                         ("--framework", "tensorflow", "--api", "keras")))
     return runs
 
 
@@ -199,6 +224,49 @@ def plan_train(o: Options) -> list[Job]:
             jobs.append(Job(f"train-{impl}-1node", "train", impl, 1, rpn, launcher,
                             "train.py", (*args, *common), baseline=True))
     return jobs
+
+
+def plan_skipped(o: Options) -> list[Skipped]:
+    """What the checks asked for cannot run on this site, each with why and the fix: a
+    launcher asked for that starts no ranks here, torch.distributed without a launcher,
+    a Horovod controller the build has without its launcher. Never dropped in silence:
+    validate reports each as a SKIPPED row (or refuses a check named on its command line
+    that nothing of could be planned)."""
+    site, out = o.site, []
+    wanted = [c for c in ("env", "allreduce", "train") if c in o.checks]
+    for name in o.launchers:
+        why = roles.unusable(site, name)
+        if why is not None:
+            out += [Skipped(c, f"{c}-{name}", why) for c in wanted]
+        elif not roles.can_run_torch(site, name) and roles.horovod_role(site, name) is None:
+            kind = site.launchers[name].kind.value
+            out += [Skipped(c, f"{c}-{name}", f"launcher {name} ({kind}) runs Horovod's "
+                            "ranks only, and the site's Horovod has no check it could run "
+                            "(horovod.controllers, horovod.source)")
+                    for c in wanted if c != "env"]
+    if o.launchers:
+        return out
+    backend = _backend(o)
+    if roles.torch_launcher(site) is None:
+        why = roles.no_torch_launcher(site)
+        if "allreduce" in wanted:
+            out.append(Skipped("allreduce", f"allreduce-torch-{backend}", why))
+        if "train" in wanted:
+            out.append(Skipped("train", "train-torch-ddp", why))
+    if has_horovod(site):
+        have = roles.horovod_launchers(site)
+        for ctrl in site.horovod.controllers:
+            impl = f"horovod-{ctrl}"
+            if impl in have or ctrl not in ("gloo", "mpi"):
+                continue
+            if "allreduce" in wanted:
+                out.append(Skipped("allreduce", f"allreduce-{data_path(o, impl)}",
+                                   roles.horovod_gap(site, impl)))
+        if not have and "train" in wanted and site.horovod.frameworks:
+            out.append(Skipped("train", "train-horovod",
+                               "no launcher starts Horovod's ranks: "
+                               + roles.horovod_gap(site, "horovod-mpi")))
+    return out
 
 
 def plan_pernode(o: Options) -> list[Job]:
@@ -266,6 +334,9 @@ class Options:
     # one allocation: the 1-node training baselines at the same time, each on a node of its
     # own (:func:`baselines_apart`); they measure, so never two on one node
     apart: bool = False
+    # the launchers every check runs through (--launchers); empty: the site's default
+    # torch launcher and Horovod's launchers (:mod:`hpcprov.jobs.roles`)
+    launchers: tuple[str, ...] = ()
 
     @property
     def node_picks(self) -> dict[str, str | None] | None:

@@ -433,8 +433,13 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
 @click.option("--partition", "-p", help="partition (default: the site's default)")
 @click.option("--nodes", "-N", type=click.IntRange(1),
               help="nodes per job (default: 2, or 1 where the partition has one)")
-@click.option("--checks", default="env,allreduce,train", show_default=True,
-              help="comma-separated: env, allreduce, train, pernode, links")
+@click.option("--checks", default=None,
+              help="comma-separated: env, allreduce, train, pernode, links (default: env, "
+              "allreduce, train; a part that cannot run is a SKIPPED row; a check named "
+              "here that cannot run at all is an error)")
+@click.option("--launchers", default=None, metavar="all|NAME,...",
+              help="run the checks through each of these launchers (all: every one the "
+              "profile defines); default: the site's default launcher, and Horovod's")
 @click.option("--env", "prefix", help="provisioned prefix to run in (default: the site's)")
 @click.option("--ranks-per-node", type=click.IntRange(1),
               help="ranks per node (default: one per GPU, 1 without GPUs)")
@@ -474,20 +479,23 @@ def doctor_cmd(site: str | None, prefix: str | None, partition: str | None,
               help="print every script the run would submit (the allocation's, then each "
               "job's), byte for byte; submit nothing")
 @json_option
-def validate_cmd(site: str | None, partition: str | None, nodes: int | None, checks: str,
-                 prefix: str | None, ranks_per_node: int | None, device: str | None,
-                 max_bytes: int,
+def validate_cmd(site: str | None, partition: str | None, nodes: int | None,
+                 checks: str | None, launchers: str | None, prefix: str | None,
+                 ranks_per_node: int | None, device: str | None, max_bytes: int,
                  iters: int, link_bytes: int, steps: int, timeout: float, pending_timeout: float,
                  workdir: str | None, options: tuple[str, ...], junit: str | None,
                  report: str | None, compare: str | None, no_history: bool,
                  allocation: str | None, quick: bool, dry_run: bool, as_json: bool) -> None:
     """Submit multi-node allreduce and training jobs, measure, judge, report (exit 0 = pass)."""
     from hpcprov.validate.api import ValidateOptions, plan_validation, validate
-    from hpcprov.validate.report import table
+    from hpcprov.validate.report import checks_ran, table
 
-    wanted = tuple(c.strip() for c in checks.split(",") if c.strip())
+    wanted = None if checks is None else tuple(c.strip() for c in checks.split(",")
+                                               if c.strip())
+    through = tuple(n.strip() for n in (launchers or "").split(",") if n.strip())
     opts = ValidateOptions(
-        site=site, partition=partition, nodes=nodes, checks=wanted, prefix=prefix,
+        site=site, partition=partition, nodes=nodes, checks=wanted, launchers=through,
+        prefix=prefix,
         ranks_per_node=ranks_per_node, device=device, max_bytes=max_bytes, iters=iters,
         link_bytes=link_bytes, steps=steps, timeout=timeout, pending_timeout=pending_timeout,
         workdir=workdir, options=options, junit=junit, report=report, compare=compare,
@@ -495,11 +503,13 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None, che
     if dry_run:
         planned = plan_validation(opts)
         if as_json:
-            _emit_json({"scripts": [{"path": str(p.path), "text": p.text} for p in planned]})
+            _emit_json(planned.to_json())
         else:
-            for p in planned:
+            for p in planned.scripts:
                 click.echo(f"# ==> {safe(p.path)} <==")
                 click.echo(p.text, nl=False)
+            for s in planned.skipped:
+                click.echo(f"hpcprov: SKIPPED {safe(s.name)}: {safe(s.reason)}", err=True)
         return
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
     result = validate(opts, say)
@@ -510,7 +520,9 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None, che
         verdict = "PASS" if result.ok else "FAIL"
         queued = (f", {result.submissions} submission(s) ({result.allocation})"
                   if result.submissions else "")
-        click.echo(f"hpcprov: {verdict}: {result.site}/{result.partition}, "
+        ran = checks_ran(result.document)
+        ran = f"{ran}, " if ran else ""
+        click.echo(f"hpcprov: {verdict}: {ran}{result.site}/{result.partition}, "
                    f"{result.nodes} node(s), {result.seconds:.1f} s (harness overhead "
                    f"{result.overhead_s:.2f} s{queued}); run directory {result.rundir}")
     if not result.ok:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from hpcprov.core.errors import UsageError
@@ -12,6 +13,17 @@ from hpcprov.site.launcher_kinds import kind_of
 if TYPE_CHECKING:
     from hpcprov.site.model import Launcher, Partition
     from hpcprov.site.view import SiteView
+
+
+def pick_partition(site: SiteView, asked: str | None, nodes: int) -> str:
+    """The partition (queue) a job of ``nodes`` nodes goes to: the one asked for, else the
+    site's queue chosen by the job's size where the default's limits do not fit it, else the
+    default. The one rule for every command (jobscript, launch, lint, guide, validate)."""
+    if asked is None:
+        picked = site.partition_for_nodes(nodes)
+        if picked is not None:
+            return picked
+    return str(site.partition(asked)[0])
 
 
 @dataclass(frozen=True)
@@ -35,19 +47,17 @@ class JobRequest:
     activate: bool = True
     port: int | None = None  # the rendezvous port, instead of the launcher's (side-by-side jobs)
 
-    @property
+    # resolved once per request (cached on first use: the request is frozen, so every reader
+    # of a job sees the same partition and launcher)
+    @cached_property
     def partition_name(self) -> str:
-        if self.partition is None:  # a queue chosen by the job's size, where the site has them
-            picked = self.site.partition_for_nodes(self.nodes)
-            if picked is not None:
-                return picked
-        return self.site.partition(self.partition)[0]
+        return pick_partition(self.site, self.partition, self.nodes)
 
-    @property
+    @cached_property
     def part(self) -> Partition:
         return self.site.partitions[self.partition_name]
 
-    @property
+    @cached_property
     def launcher_name(self) -> str:
         name = self.launcher or self.site.default_launcher
         if name not in self.site.launchers:
@@ -57,7 +67,7 @@ class JobRequest:
             )
         return name
 
-    @property
+    @cached_property
     def launch(self) -> Launcher:
         return self.site.launchers[self.launcher_name]
 

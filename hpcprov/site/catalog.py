@@ -79,6 +79,7 @@ def default_site() -> str:
     return found.sites[0] if found.sites else "local"
 
 
-def load(ref: str | None) -> SiteView:
-    """The site a command works on: ``ref`` (a name or a path), else the default site."""
-    return load_site(ref or default_site())
+def load(ref: str | None, store: bool = True) -> SiteView:
+    """The site a command works on: ``ref`` (a name or a path), else the default site
+    (``store`` off: the profile cache is read, never written)."""
+    return load_site(ref or default_site(), store)

@@ -43,8 +43,9 @@ class Kind(NamedTuple):
     container: bool = False
     """its ranks run inside an image: the host's Python environment is not activated"""
     torch_order: int | None = None
-    """validation runs torch.distributed's checks through the site's launcher of the kind
-    with the lowest number (None: never)"""
+    """validation runs torch.distributed's checks through the site's default launcher where
+    its kind has a number, else through its launcher of the kind with the lowest number
+    (None: never; horovodrun starts Horovod's ranks only)"""
     horovod: Literal["mpi", "controller"] | None = None
     """validation runs Horovod's checks through it: over MPI (mpirun), or over the
     launcher's controller (horovodrun: its Gloo check)"""
@@ -64,10 +65,12 @@ KINDS: dict[str, Kind] = {
                    # an MPI starter never reads Slurm's: mpirun started inside a batch
                    # script inherits the batch step's SLURM_PROCID=0 (every rank would be 0)
                    ("openmpi", "hydra", "pmix"), env="named", torch_order=3, horovod="mpi"),
-    "mpiexec": Kind(_RDZV | {"flavor"}, ("pals", "cray-pmi", "hydra", "openmpi", "pmix")),
-    "jsrun": Kind(_RDZV, ("jsrun", "openmpi", "pmix")),
+    "mpiexec": Kind(_RDZV | {"flavor"}, ("pals", "cray-pmi", "hydra", "openmpi", "pmix"),
+                    torch_order=4, horovod="mpi"),
+    "jsrun": Kind(_RDZV, ("jsrun", "openmpi", "pmix"), torch_order=6, horovod="mpi"),
     # TACC's MPI wrapper: Intel MPI (Hydra) or MVAPICH2 underneath
-    "ibrun": Kind(_RDZV, ("mvapich", "hydra", "openmpi", "pmix"), horovod="mpi"),
+    "ibrun": Kind(_RDZV, ("mvapich", "hydra", "openmpi", "pmix"), torch_order=5,
+                  horovod="mpi"),
     "horovodrun": Kind(_HOSTS | {"host_name", "wrapper", "controller"},
                        ("horovod", "openmpi", "hydra"), horovod="controller",
                        first_node_baseline=True),
@@ -76,7 +79,7 @@ KINDS: dict[str, Kind] = {
     # started by srun (the container launcher's task starter)
     "container": Kind(frozenset({"mpi", "runtime", "wrapper", "srun_args", "wrap_in_bash",
                                  "unbuffered", "per_task_output"}), ("slurm",),
-                      task_starter=True, container=True),
+                      task_starter=True, container=True, torch_order=7),
 }
 
 # the profile's launcher `kind:` values

@@ -110,15 +110,16 @@ def check_file(path: Path) -> list[ProfileError]:
         return [exc]
 
 
-def _validate_and_cache(path: Path) -> tuple[Site, SiteView]:
+def _validate_and_cache(path: Path, store: bool = True) -> tuple[Site, SiteView]:
     """Read, merge and validate a profile file (bypassing the cache); cache its snapshot,
-    made here once, and return both."""
+    made here once (unless ``store`` is off), and return both."""
     from hpcprov.site.view import snapshot
 
     layer = resolve(path)
     site = validate_layer(layer)
     view = snapshot(site)
-    profile_cache.store(path, layer, view)
+    if store:
+        profile_cache.store(path, layer, view)
     return site, view
 
 
@@ -127,10 +128,10 @@ def validate_file(path: Path) -> Site:
     return _validate_and_cache(path)[0]
 
 
-def load_site(ref: str) -> SiteView:
+def load_site(ref: str, store: bool = True) -> SiteView:
     """Load a site by name (search path) or by file path: the snapshot of the validated
     model, from the profile cache when its entry is still current, else validated now (and
-    cached)."""
+    cached, unless ``store`` is off: a dry run writes nothing)."""
     path = find_profile(ref)
     problem = fsutil.regular_file(path)  # a stat: never opens a FIFO or a device
     if problem == "no such file":
@@ -141,7 +142,7 @@ def load_site(ref: str) -> SiteView:
     cached = profile_cache.load(path)
     if cached is not None:
         return cached
-    return _validate_and_cache(path)[1]
+    return _validate_and_cache(path, store)[1]
 
 
 def site_names() -> list[str]:

@@ -1,0 +1,123 @@
+"""Which of a site's launchers can run which validation job, and why a job cannot be run.
+
+Every launcher whose kind starts ranks gives each rank torch's environment contract (the
+rank shim, or torchrun itself), so torch.distributed's checks can run through any of them:
+the site's default launcher where it can, else the one of the kind validation prefers
+(each kind's ``torch_order`` in :mod:`hpcprov.site.launcher_kinds`). Horovod's checks run
+through the launchers of its roles: Gloo through a horovodrun whose controller is Gloo, MPI
+through an MPI launcher (mpirun, mpiexec, ibrun, jsrun). What cannot be run is said, with
+the reason and the fix: validate reports it as a SKIPPED row, or refuses a check named on
+its command line; ``site check`` flags a site where only the env check could run.
+
+Pure functions of the site: nothing run.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hpcprov import schedulers
+from hpcprov.site.launcher_kinds import KINDS, kind_of
+
+if TYPE_CHECKING:
+    from hpcprov.site.view import SiteView
+
+# the kinds that start Horovod's ranks over MPI, for a fix's wording
+MPI_KINDS = tuple(name for name, k in KINDS.items() if k.horovod == "mpi")
+
+
+def unusable(site: SiteView, name: str) -> str | None:
+    """Why launcher ``name`` cannot start ranks on this site (None where it can)."""
+    kind = kind_of(site.launchers[name].kind)
+    backend = schedulers.of(site)
+    if kind.task_starter and not backend.starts_tasks:
+        return (f"launcher {name} ({site.launchers[name].kind.value}) starts its ranks with "
+                f"srun, which {backend.title} jobs do not have")
+    return None
+
+
+def can_run_torch(site: SiteView, name: str) -> bool:
+    """Whether torch.distributed's checks can run through launcher ``name``."""
+    return kind_of(site.launchers[name].kind).torch_order is not None \
+        and unusable(site, name) is None
+
+
+def torch_launchers(site: SiteView) -> list[str]:
+    """The launchers torch.distributed's checks can run through, the one validate uses by
+    default first: the site's default launcher where it can, then by each kind's
+    ``torch_order`` (and profile order)."""
+    able = [(kind_of(launcher.kind).torch_order or 0, i, name)
+            for i, (name, launcher) in enumerate(site.launchers.items())
+            if can_run_torch(site, name)]
+    ranked = [name for _o, _i, name in sorted(able)]
+    default = site.default_launcher
+    if default in ranked:
+        ranked.remove(default)
+        ranked.insert(0, default)
+    return ranked
+
+
+def torch_launcher(site: SiteView) -> str | None:
+    """The launcher validate runs torch.distributed's checks through, or None."""
+    able = torch_launchers(site)
+    return able[0] if able else None
+
+
+def has_horovod(site: SiteView) -> bool:
+    return site.horovod.source not in ("none",)
+
+
+def horovod_role(site: SiteView, name: str) -> str | None:
+    """The Horovod check (``horovod-gloo``, ``horovod-mpi``) launcher ``name`` runs, or None."""
+    if not has_horovod(site) or unusable(site, name) is not None:
+        return None
+    launcher = site.launchers[name]
+    role, controllers = kind_of(launcher.kind).horovod, site.horovod.controllers
+    if role == "controller" and launcher.controller == "gloo" and "gloo" in controllers \
+            and schedulers.of(site).horovodrun_gloo:
+        return "horovod-gloo"
+    if role == "mpi" and "mpi" in controllers:
+        return "horovod-mpi"
+    return None
+
+
+def horovod_launchers(site: SiteView) -> dict[str, str]:
+    """impl -> launcher for Horovod's checks: the site's default launcher where it has the
+    role, else the first in profile order."""
+    order = [site.default_launcher, *(n for n in site.launchers if n != site.default_launcher)]
+    out: dict[str, str] = {}
+    for name in order:
+        if name in site.launchers and (impl := horovod_role(site, name)):
+            out.setdefault(impl, name)
+    return out
+
+
+def no_torch_launcher(site: SiteView) -> str:
+    """Why no launcher of the site runs torch.distributed's checks, with the fix."""
+    why = [w for name in site.launchers if (w := unusable(site, name))]
+    kinds = sorted(n for n, k in KINDS.items() if k.torch_order is not None)
+    return ("no launcher of the site starts torch.distributed's ranks"
+            + (f" ({'; '.join(why)})" if why else "")
+            + f": add a launcher of kind {', '.join(kinds)} to the profile")
+
+
+def horovod_gap(site: SiteView, impl: str) -> str:
+    """Why Horovod's ``impl`` (horovod-gloo, horovod-mpi) has no launcher, with the fix."""
+    if impl == "horovod-gloo":
+        if not schedulers.of(site).horovodrun_gloo:
+            return (f"Horovod's Gloo controller cannot start ranks in "
+                    f"{schedulers.of(site).title} jobs: its MPI check runs instead where the "
+                    "build has MPI")
+        return ("no horovodrun launcher with controller: gloo: add one (kind: horovodrun, "
+                "controller: gloo)")
+    return (f"no MPI launcher for Horovod's MPI controller: add a launcher of kind "
+            f"{', '.join(MPI_KINDS)}")
+
+
+def validation_gaps(site: SiteView) -> list[str]:
+    """What validate cannot plan beyond its env check on this site: empty where it plans
+    allreduce and training; else why not, with the fix."""
+    if torch_launcher(site) is not None or horovod_launchers(site):
+        return []
+    return [f"validate can plan only its env check here (no allreduce, no training): "
+            f"{no_torch_launcher(site)}"]
