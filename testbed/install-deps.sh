@@ -28,8 +28,14 @@ PACKAGES=(
     lmod
     # MPI (OpenMPI 4.1 with PMIx) and the toolchain the modulefiles point at
     openmpi-bin libopenmpi-dev g++ gcc make cmake
+    # MPICH with its Hydra mpiexec (mpiexec.hydra; Open MPI keeps the plain names): the
+    # testbed-mpiexec profile's launcher, through the mpich/4.0 module
+    mpich
     # ssh between the node namespaces (horovodrun / mpirun -H)
     openssh-server openssh-client
+    # the testbed-container profile: Charliecloud's ch-run starts its ranks in a directory
+    # image that testbed/image/build-image.sh builds with mmdebstrap (Debian 12 + pip)
+    charliecloud-runtime mmdebstrap
     # namespaces, bridge, veth, processes
     iproute2 util-linux procps psmisc
 )

@@ -28,6 +28,7 @@ REQUIRED_COMMANDS = [
     ("nsenter", "util-linux"),
     ("unshare", "util-linux"),
     ("mpirun", "openmpi-bin"),
+    ("mpiexec.hydra", "mpich"),
 ]
 ACCOUNTING_COMMANDS = [
     ("slurmdbd", "slurmdbd"),

@@ -111,10 +111,24 @@ def write_files(state_dir: Path, files: dict[str, str]) -> None:
             f.write(text)
 
 
+# the plain names of MPICH's commands, which Debian gives Open MPI (the mpich/4.0 module
+# puts STATE/mpich/bin first on PATH)
+MPICH_COMMANDS = {"mpiexec": "mpiexec.hydra", "mpirun": "mpiexec.hydra",
+                  "mpicc": "mpicc.mpich", "mpicxx": "mpicxx.mpich",
+                  # Hydra starts the proxy found beside its own command
+                  "hydra_pmi_proxy": "hydra_pmi_proxy"}
+
+
 def copy_modulefiles(shape: ClusterShape) -> None:
-    """A fresh copy of the package's modulefiles where the nodes can read them."""
+    """A fresh copy of the package's modulefiles where the nodes can read them, and the
+    folder of MPICH's commands by their plain names that its module puts on PATH."""
     shutil.rmtree(shape.modulefiles_dir, ignore_errors=True)
     shutil.copytree(config.MODULEFILES_DIR, shape.modulefiles_dir)
+    bin_dir = shape.state_dir / "mpich" / "bin"
+    shutil.rmtree(bin_dir, ignore_errors=True)
+    bin_dir.mkdir(parents=True)
+    for name, target in MPICH_COMMANDS.items():
+        (bin_dir / name).symlink_to(f"/usr/bin/{target}")
 
 
 def _lmod_base() -> str:

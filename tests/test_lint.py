@@ -331,3 +331,58 @@ def test_a_flag_spelled_as_an_option_is_refused(option: str) -> None:
     req = JobRequest(site=site("neuron"), nodes=1, command=("python", "x.py"),
                      options={"comment": "pytorch", name: value})
     assert codes(lint(req), "error") == {"geometry-option"}
+
+
+# ------------------------------------------------------- what a rank sees of its GPUs
+
+BOUND = """\
+name: {name}
+extends: testbed
+modules: {{system: none}}
+partitions:
+  cas_v100_4:
+    gpus: {{per_rank: {per_rank}}}
+    options: {{gpu-bind: "{bind}"}}
+"""
+
+
+@pytest.mark.parametrize(("per_rank", "bind", "warned"), [
+    ("all", "closest", {"gpu-binding"}),        # bound, declared all: LOCAL_RANK is no device
+    ("all", "map_gpu:0,1,2,3", {"gpu-binding"}),
+    ("all", "none", set()),                     # no binding: device LOCAL_RANK is the rank's
+    ("all", "verbose,none", set()),
+    ("one", "closest", {"gpu-per-rank"}),       # declared: scripts must use device 0
+])
+def test_a_gpu_job_is_warned_what_device_its_script_must_take(
+        tmp_path: Path, per_rank: str, bind: str, warned: set[str]) -> None:
+    path = write_profile(tmp_path, "bound", BOUND.format(name="bound", per_rank=per_rank,
+                                                         bind=bind))
+    job = JobRequest(site=load_site(str(path)), partition="cas_v100_4",
+                     command=("python", "train.py"))
+    findings = [f for f in lint(job) if f.code in ("gpu-binding", "gpu-per-rank")]
+    assert {f.code for f in findings} == warned
+    assert all(f.level == "warning" for f in findings)
+    for f in findings:
+        if f.code == "gpu-binding":
+            assert f.message.startswith(f"partitions.cas_v100_4.options: gpu-bind={bind} ")
+            assert "LOCAL_RANK is no valid device index there" in f.message
+            assert f.fix.startswith("set partitions.cas_v100_4.gpus.per_rank: one")
+        else:
+            assert "device 0" in f.message and "not LOCAL_RANK" in f.fix
+    # a job without GPUs takes no device: nothing to say
+    cpu = JobRequest(site=load_site(str(path)), partition="cas_v100_4", gpus_per_node=0,
+                     command=("python", "train.py"))
+    assert not {f.code for f in lint(cpu)} & {"gpu-binding", "gpu-per-rank"}
+
+
+def test_the_slurm_section_asking_gpus_per_task_binds_every_gpu_partition(
+        tmp_path: Path) -> None:
+    from hpcprov.jobs.lint import gpu_binding_findings
+
+    path = write_profile(tmp_path, "gpt", "name: gpt\nextends: testbed\n"
+                         "slurm: {gpu_request: gpus_per_task}\n")
+    found = gpu_binding_findings(load_site(str(path)))
+    assert [loc for loc, _ in found] == [("slurm", "gpu_request")]
+    assert "declare gpus.per_rank: one on partitions amd_a100nv_8, cas_v100_4, all" in found[0][1]
+    # mpirun's set_cuda_visible_devices gives every rank all the GPUs: no binding
+    assert gpu_binding_findings(load_site("sockeye")) == []

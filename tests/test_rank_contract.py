@@ -89,16 +89,51 @@ def test_each_starters_variables_become_torchs(kind: LauncherKind, env: dict[str
     assert (got["MASTER_ADDR"], got["MASTER_PORT"]) == ("node01", "29555")
 
 
-def test_an_exported_rendezvous_wins_and_no_starter_is_one_rank() -> None:
+def test_an_exported_rendezvous_wins_and_no_starter_in_a_world_of_one_is_one_rank() -> None:
     got = shim(LauncherKind.srun, {"MASTER_ADDR": "fast0", "MASTER_PORT": "1234"},
-               "8", "4", "node01", "29555")
+               "1", "1", "node01", "29555")
     assert (got["RANK"], got["WORLD_SIZE"], got["HPCPROV_RANK_SOURCE"]) == ("0", "1", "single")
     assert (got["MASTER_ADDR"], got["MASTER_PORT"]) == ("fast0", "1234")
     # a Slurm variable under an MPI starter is the batch step's, never a rank
-    assert shim(LauncherKind.mpirun, BATCH, "8", "4", "n", "1")["HPCPROV_RANK_SOURCE"] == "single"
+    assert shim(LauncherKind.mpirun, BATCH, "1", "1", "n", "1")["HPCPROV_RANK_SOURCE"] == "single"
     # a starter's value that is not a number is not a rank
-    got = shim(LauncherKind.srun, {"SLURM_PROCID": "1;id", "SLURM_NTASKS": "8"}, "8", "4", "n", "1")
+    got = shim(LauncherKind.srun, {"SLURM_PROCID": "1;id", "SLURM_NTASKS": "8"}, "1", "1", "n", "1")
     assert got["HPCPROV_RANK_SOURCE"] == "single"
+
+
+def stripped(kind: LauncherKind, env: dict[str, str], size: str) -> subprocess.CompletedProcess:
+    """One rank of ``kind``'s shim run with ``env`` (its starter's variables stripped, as a
+    wrapper that cleans the environment leaves it) in a planned world of ``size``."""
+    script = rank_shim_line(kind) + '\nexec bash -c "$hpcprov_rank" hpcprov-rank "$@"\n'
+    return subprocess.run(["bash", "-c", script, "job", size, "4", "n", "1", "--",
+                           sys.executable, "-c", SHOW], env={"PATH": os.environ["PATH"], **env},
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize(("kind", "env", "looked"), [
+    (LauncherKind.mpiexec, BATCH, "PALS_RANKID, PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK"),
+    (LauncherKind.srun, {"SLURM_NTASKS": "8"}, "SLURM_PROCID"),
+    # a value that is no number is no rank either
+    (LauncherKind.srun, {"SLURM_PROCID": "1;id", "SLURM_NTASKS": "8"}, "SLURM_PROCID"),
+    (LauncherKind.jsrun, {}, "JSM_NAMESPACE_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK"),
+    (LauncherKind.container, {}, "SLURM_PROCID"),
+])
+def test_no_starter_in_a_planned_world_of_eight_stops_the_rank_naming_the_kind(
+        kind: LauncherKind, env: dict[str, str], looked: str) -> None:
+    """Every rank a launcher started without its variables (a wrapper that strips them)
+    became RANK 0 of WORLD_SIZE 1: eight ranks each trained alone, and the job passed. Now
+    the rank stops at once, with one line naming the kind and what it looked for."""
+    proc = stripped(kind, env, "8")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "RANKENV" not in proc.stdout  # the command never ran
+    assert proc.stderr.splitlines() == [
+        f"hpcprov: rank of launcher kind {kind.value}: none of {looked} is set, but 8 ranks "
+        "were planned: the launcher did not start this rank as one of 8 (a wrapper that "
+        "strips its variables?)"]
+    # a world of one: the single fallback stays
+    alone = stripped(kind, env, "1")
+    assert alone.returncode == 0 and alone.stderr == "", alone.stderr
+    assert '"HPCPROV_RANK_SOURCE": "single"' in alone.stdout
 
 
 HOSTILE = ["$(touch {pwned})", "`touch {pwned}`", "'; touch {pwned}; '", "${{IFS}}x*",

@@ -559,3 +559,136 @@ def test_the_time_budget_per_size_counts_the_whole_iteration() -> None:
         torch, OneRankSlowBarrier(), lambda t: t, 1024, torch.float32, "cpu", 1000, 3, 0.1)
     assert 2 <= t.iters <= 10 and t.failures == 0
     assert t.mean_s < 0.01  # the timed call itself stays the allreduce alone
+
+
+# ------------------------------------------------------------------ the device step
+
+FAKE_GPU = REPO / "tests" / "fake_gpu"  # torch.cuda of HPCPROV_TEST_GPUS GPUs (a CPU torch)
+
+
+class Accel:
+    """torch.<device> of a rank that sees ``count`` devices: records set_device."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.set = count, []
+
+    def device_count(self) -> int:
+        return self.count
+
+    def set_device(self, index: int) -> None:
+        if not 0 <= index < self.count:
+            raise RuntimeError("invalid device ordinal")
+        self.set.append(index)
+
+    def current_device(self) -> int:
+        return self.set[-1]
+
+
+class Torch:
+    """What use_device reads of torch: the device module and torch.device."""
+
+    def __init__(self, count: int) -> None:
+        self.cuda = Accel(count)
+
+    @staticmethod
+    def device(kind: str, index: int | None = None) -> tuple[str, int | None]:
+        return kind, index
+
+
+def test_the_device_step_is_an_unmodified_scripts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Device LOCAL_RANK (not LOCAL_RANK % device_count(), which passed where a user's
+    torch.cuda.set_device(LOCAL_RANK) fails), device 0 under one GPU per rank; where that is
+    no device of the rank's, one line naming the binding and what scripts must do."""
+    runtime = load(RUNTIME)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    torch = Torch(4)
+    assert runtime.use_device(torch, "cuda", 3, "t.py", "all", local_size=4) == ("cuda", 3)
+    torch = Torch(1)  # bound: one GPU per rank, LOCAL_RANK 0..3
+    for local in (0, 3):  # every rank of the node says so at once: none waits for another
+        with pytest.raises(runtime.BindingError) as err:
+            runtime.use_device(torch, "cuda", local, "t.py", "all", local_size=4)
+        (line,) = str(err.value).splitlines()
+        assert line.startswith(f"t.py: the GPU binding gives each rank 1 cuda device "
+                               f"(CUDA_VISIBLE_DEVICES=3 on LOCAL_RANK {local}) while "
+                               "LOCAL_RANK runs 0..3 on the node: LOCAL_RANK 1..3 are no "
+                               "valid device indices")
+        assert "scripts must use device 0" in line and "gpus.per_rank: one" in line
+        assert (err.value.count, err.value.visible) == (1, "3")
+    assert torch.cuda.set == []  # nothing was set
+    assert runtime.use_device(torch, "cuda", 3, "t.py", "one", local_size=4) == ("cuda", 0)
+    # one declared, but the rank sees all four: its node's ranks would share device 0
+    with pytest.raises(runtime.BindingError, match=r"sees 4 cuda devices \("
+                       r"CUDA_VISIBLE_DEVICES=3\) with 4 ranks on its node"):
+        runtime.use_device(Torch(4), "cuda", 2, "t.py", "one", local_size=4)
+    # a rank alone on its node may see more: device 0 is its own
+    assert runtime.use_device(Torch(4), "cuda", 0, "t.py", "one", local_size=1) == ("cuda", 0)
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert "(CUDA_VISIBLE_DEVICES unset on LOCAL_RANK 1)" in runtime.binding_problem(
+        "t.py", "cuda", 1, 1, 2, "all", "CUDA_VISIBLE_DEVICES", None)
+    # no launcher: rank 0 of 1, which init_process_group() then reads from the environment
+    env: dict[str, str] = {}
+    runtime.default_rendezvous(env)
+    assert env == {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "29500", "RANK": "0",
+                   "WORLD_SIZE": "1", "LOCAL_RANK": "0"}
+    started = {"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1"}
+    runtime.default_rendezvous(started)
+    assert (started["RANK"], started["WORLD_SIZE"]) == ("3", "4")
+
+
+@pytest.mark.parametrize(("per_rank", "visible", "binding", "gpus"), [
+    ("all", "1", True, "fail"),    # bound to one GPU, declared all: LOCAL_RANK 1 is none
+    ("one", "1", False, "pass"),   # declared: a rank sees its own GPU, and only it
+    ("all", None, False, "pass"),  # unbound: both GPUs, device LOCAL_RANK is the rank's
+])
+def test_envcheck_says_whether_the_device_a_script_takes_is_the_ranks(
+        programs: Path, per_rank: str, visible: str | None, binding: bool, gpus: str) -> None:
+    from hpcprov.validate.judge import JobResult, judge
+
+    env = job_env(PYTHONPATH=str(FAKE_GPU), HPCPROV_TEST_GPUS="2", RANK="1", WORLD_SIZE="2",
+                  LOCAL_RANK="1", LOCAL_WORLD_SIZE="2")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    if visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = visible
+    result = run([sys.executable, str(programs / "envcheck.py"), "--imports", "json",
+                  "--per-rank", per_rank], programs, env)
+    assert result.rc == (1 if binding else 0), result
+    (r,) = result.results
+    assert (r["gpus_visible"], r["per_rank"]) == (1 if visible else 2, per_rank)
+    assert (r["binding"] is not None) is binding
+    if binding:
+        assert result.err.strip() == r["binding"]
+        assert "CUDA_VISIBLE_DEVICES=1 on LOCAL_RANK 1" in r["binding"]
+    job = JobResult("env", "env", "env", 1, "COMPLETED", result.rc, "n1",
+                    parse_records(result.out), [], 1.0)
+    outcomes = {o.name: o for o in judge([job], {}, gpus_expected=2)}
+    assert outcomes["env gpus"].status == gpus
+    assert ("env device binding" in outcomes) is binding
+    if binding:
+        assert outcomes["env device binding"].status == "fail"
+        assert outcomes["env device binding"].detail == r["binding"]
+    assert not [o for o in outcomes.values() if o.status == "error"]
+    # without --per-rank (a run on the CPU) nothing is checked
+    plain = run([sys.executable, str(programs / "envcheck.py"), "--imports", "json"],
+                programs, env)
+    assert plain.rc == 0 and plain.results[0]["binding"] is None, plain
+
+
+def test_the_judge_fails_a_check_whose_ranks_could_not_take_their_device() -> None:
+    """Every rank of a bound node prints its record; one failed outcome, its detail the line
+    of a rank whose LOCAL_RANK is itself no device (the one a script dies on)."""
+    from hpcprov.validate.judge import JobResult, judge, shaped_records
+
+    runtime = load(RUNTIME)
+    lines = []
+    for rank in (0, 1):
+        error = runtime.BindingError(f"train.py: the binding of rank {rank}", 1, str(rank))
+        lines.append(runtime.format_record(runtime.RESULT, runtime.binding_record(
+            "train", rank, rank, error)))
+    records, malformed = shaped_records("\n".join(lines))
+    assert malformed == "" and len(records) == 2
+    for check in ("train", "allreduce", "pernode"):
+        job = JobResult(f"{check}-x", check, "torch-nccl", 1, "FAILED", 1, "n1", records,
+                        ["train.py: the binding of rank 1"], 1.0)
+        (outcome,) = judge([job], {})
+        assert (outcome.name, outcome.status, outcome.detail) == (
+            f"{check}-x device binding", "fail", "train.py: the binding of rank 1")

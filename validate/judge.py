@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hpcprov.validate.programs.runtime import CHECK_BUILD, RESULT, parse_output
+from hpcprov.validate.programs.runtime import BINDING, CHECK_BUILD, RESULT, parse_output
 
 if TYPE_CHECKING:
     from hpcprov.site.model import Reference
@@ -107,6 +107,8 @@ class _EnvRecord(_Record):
     imports: dict[str, str | None] = {}
     import_ok: dict[str, bool] | None = None
     gpus_visible: int = Field(0, ge=0)
+    per_rank: Literal["all", "one"] | None = None
+    binding: str | None = None
 
 
 class _AllreduceRecord(_Record):
@@ -126,8 +128,18 @@ class _TrainRecord(_Record):
     samples_per_s_total: float
 
 
+class _BindingRecord(_Record):
+    check: Literal["binding"]
+    detail: str
+    rank: int = Field(0, ge=0)
+    local_rank: int = Field(0, ge=0)
+    device_count: int | None = None
+    host: str = "?"
+
+
 RECORD_SHAPES: dict[str, type[_Record]] = {
-    "env": _EnvRecord, "allreduce": _AllreduceRecord, "train": _TrainRecord}
+    "env": _EnvRecord, "allreduce": _AllreduceRecord, "train": _TrainRecord,
+    BINDING: _BindingRecord}
 
 
 def shaped_records(output: str) -> tuple[list[dict], str]:
@@ -197,16 +209,32 @@ def judge(jobs: list[JobResult], refs: dict[str, Reference],
     return out
 
 
+def _binding(j: JobResult) -> list[Outcome]:
+    """The job's ranks whose device step failed (the programs' ``binding`` records: the
+    device an unmodified env:// script takes is no device of theirs under the GPU binding),
+    as one failed outcome whose detail is the program's line: a rank's whose LOCAL_RANK is
+    itself no valid index where one is, else the lowest rank's."""
+    bound = [r for r in j.records if r.get("check") == BINDING]
+    if not bound:
+        return []
+    first = min(bound, key=lambda r: (not r.get("local_rank", 0) >= (r.get("device_count")
+                                                                     or 0), r.get("rank", 0)))
+    hosts = ",".join(sorted({str(r.get("host", "?")) for r in bound}))
+    return [Outcome(j.check, f"{j.id} device binding", "fail", nodes=hosts or j.node_list,
+                    detail=str(first["detail"]))]
+
+
 def _each(results: list[JobResult], judge_one: Callable[[JobResult], list[Outcome]]
           ) -> list[Outcome]:
     """Judge job by job: a job that failed without a record is an error; one that failed
-    with records is judged, and an error too unless its outcomes explain the failure."""
+    with records is judged, and an error too unless its outcomes explain the failure (a
+    rank's failed device step does: :func:`_binding`)."""
     out: list[Outcome] = []
     for j in results:
         if j.malformed or (j.exit_code != 0 and not j.records):
             out.append(_job_error(j))
             continue
-        mine = judge_one(j)
+        mine = _binding(j) + judge_one(j)
         out += mine
         if j.exit_code != 0 and not any(o.status in ("fail", "error") for o in mine):
             out.append(_job_error(j))
@@ -261,11 +289,16 @@ def _env_record(j: JobResult, rec: dict, gpus_expected: int) -> list[Outcome]:
         out = [Outcome("env", f"{j.id} imports", "pass", nodes=host,
                        detail=", ".join(f"{k} {v}" for k, v in imports.items()))]
     if gpus_expected:
+        # one GPU per rank (the partition's gpus.per_rank): a rank sees its own GPU only
+        want = 1 if rec.get("per_rank") == "one" else gpus_expected
         seen = int(rec.get("gpus_visible", 0))
-        out.append(Outcome("env", f"{j.id} gpus", "pass" if seen >= gpus_expected else "fail",
-                           seen, f">= {gpus_expected}", "GPUs", host,
+        out.append(Outcome("env", f"{j.id} gpus", "pass" if seen >= want else "fail",
+                           seen, f">= {want}", "GPUs", host,
                            "" if seen else "no GPU visible: the GPU checks were not run; "
                            "--device cpu checks the CPU paths"))
+    if rec.get("binding"):  # the device an unmodified script takes is not this rank's
+        out.append(Outcome("env", f"{j.id} device binding", "fail", nodes=host,
+                           detail=str(rec["binding"])))
     return out
 
 
@@ -349,6 +382,10 @@ def _pernode(jobs: list[JobResult], refs: dict[str, Reference]) -> list[Outcome]
     for j in jobs:
         node = j.pinned or j.node_list
         rows = [r for r in j.records if r.get("check") == "allreduce"]
+        bound = [] if j.malformed else _binding(j)
+        if bound:
+            out += bound
+            continue
         if j.exit_code != 0 or not rows or j.malformed:
             out.append(_job_error(j))
             continue

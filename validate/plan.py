@@ -99,7 +99,17 @@ def horovod_targets(o: Options) -> list[tuple[str, str]]:
 
 def _size_args(o: Options) -> tuple[str, ...]:
     return ("--min-bytes", str(o.min_bytes), "--max-bytes", str(o.max_bytes),
-            "--iters", str(o.iters), "--device", o.device)
+            "--iters", str(o.iters), "--device", o.device, *_binding_args(o))
+
+
+def _binding_args(o: Options, visible: bool = True) -> tuple[str, ...]:
+    """The programs' device step on GPUs (none on the CPU): what each rank sees of its
+    node's GPUs (the partition's ``gpus.per_rank``) and, with ``visible``, the vendor's
+    variable that limits them, which a failed step names."""
+    if o.device == "cpu":
+        return ()
+    return ("--per-rank", o.site.partitions[o.partition].gpus.per_rank,
+            *(("--visible-devices", vendor(o).visible_devices) if visible else ()))
 
 
 def ranks_per_node(o: Options) -> int:
@@ -157,7 +167,8 @@ def plan_env(o: Options) -> list[Job]:
     names = [n for n in o.launchers if roles.unusable(o.site, n) is None] if o.launchers \
         else [_any_launcher(o.site)]
     return [Job(f"env{_via(o, n)}", "env", f"env{_via(o, n)}", o.nodes, 1, n, "envcheck.py",
-                ("--imports", _imports(o.site), *gpus), timeout_s=300)
+                ("--imports", _imports(o.site), *gpus, *_binding_args(o, visible=False)),
+                timeout_s=300)
             for n in names]
 
 
@@ -215,7 +226,7 @@ def plan_train(o: Options) -> list[Job]:
     """train: every API on the nodes, and on more than one node a 1-node baseline each
     (unless left out: no scaling efficiency then)."""
     rpn = ranks_per_node(o)
-    common = ("--steps", str(o.train_steps), "--device", o.device)
+    common = ("--steps", str(o.train_steps), "--device", o.device, *_binding_args(o))
     jobs = []
     for impl, launcher, args in _train_runs(o):
         jobs.append(Job(f"train-{impl}", "train", impl, o.nodes, rpn, launcher,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcprov import schedulers
-from hpcprov.core.errors import HpcprovError, ProfileError
+from hpcprov.core.errors import HpcprovError, ProfileError, warn
 from hpcprov.core.findings import Finding, LintFailed
 from hpcprov.core.text import shown
 from hpcprov.core.walltime import walltime_seconds
@@ -67,6 +67,7 @@ def lint(req: JobRequest) -> list[Finding]:
     found += _variables(req)
     found += _internet(req)
     found += _stack(req)
+    found += _gpu_binding(req)
     return sorted(found, key=lambda f: f.level != "error")
 
 
@@ -271,9 +272,139 @@ def _internet(req: JobRequest) -> list[Finding]:
     return []
 
 
+# ------------------------------------------------------- what a rank sees of its GPUs
+
+PathKey = tuple[str | int, ...]
+
+
+def _no_binding(value: object) -> bool:
+    """A --gpu-bind value that binds nothing (none, verbose,none)."""
+    return "none" in str(value or "").split(",")
+
+
+def _launcher_binding(site: SiteView, name: str) -> list[tuple[PathKey, str]]:
+    """Where a launcher binds each rank to its own GPUs: (its key in the profile, what it
+    does). mpirun's set_cuda_visible_devices gives every rank all the job's GPUs: no
+    binding."""
+    from hpcprov.site.gpu_vendors import VENDORS
+
+    launcher, where = site.launchers[name], ("launchers", name)
+    kind = str(getattr(launcher.kind, "value", launcher.kind))
+    found: list[tuple[PathKey, str]] = []
+    if kind == "jsrun":
+        found.append(((*where, "kind"), f"launchers.{name}: jsrun gives each rank a "
+                      "resource set of its own GPUs (the node's GPUs / ranks per node)"))
+    if kind in ("srun", "container"):
+        for word in launcher.args:
+            flag, _, value = str(word).partition("=")
+            if flag == "--gpus-per-task" or (flag == "--gpu-bind" and not _no_binding(value)):
+                found.append(((*where, "args"), f"launchers.{name}.args: {word} binds each "
+                              "task to its own GPUs"))
+    # each vendor's visible-devices variable, and ROCm's lower one (AMD sites bind with it)
+    variables = {v.visible_devices for v in VENDORS.values()} | {"ROCR_VISIBLE_DEVICES"}
+    for word in launcher.wrapper:
+        var, eq, value = str(word).partition("=")
+        if eq and var in variables and "$" in value:
+            found.append(((*where, "wrapper"), f"launchers.{name}.wrapper: {word} gives "
+                          "each rank its own GPU"))
+    return found
+
+
+def _partition_binding(site: SiteView, pname: str) -> list[tuple[PathKey, str]]:
+    """Where the profile binds each task of a Slurm partition to its own GPUs: its
+    gpus-per-task or gpu-bind option, or the site's gpu_request: gpus_per_task (Slurm
+    implies --gpu-bind=per_task with --gpus-per-task)."""
+    if schedulers.of(site).name != "slurm":
+        return []
+    found: list[tuple[PathKey, str]] = []
+    for key, value in site.partitions[pname].options.items():
+        if key == "gpus-per-task" or (key == "gpu-bind" and not _no_binding(value)):
+            found.append((("partitions", pname, "options", key),
+                          f"partitions.{pname}.options: {key}={value} binds each task to "
+                          "its own GPUs"))
+    if getattr(site.slurm, "gpu_request", None) == "gpus_per_task":
+        found.append((("slurm", "gpu_request"), "slurm.gpu_request: gpus_per_task binds "
+                      "each task to its own GPUs (--gpus-per-task implies --gpu-bind)"))
+    return found
+
+
+def _device_call(part: Partition) -> str:
+    from hpcprov.site.gpu_vendors import VENDORS
+
+    return f"torch.{VENDORS[part.gpus.vendor].torch_device}.set_device"
+
+
+def _one_per_rank(pname: str) -> str:
+    return (f"partitions.{pname}.gpus.per_rank: one: each rank sees only its own GPU, as "
+            "device 0")
+
+
+def _use_device_0(part: Partition) -> str:
+    return (f"scripts must use device 0 ({_device_call(part)}(0), or LOCAL_RANK % "
+            "device_count()), not LOCAL_RANK")
+
+
+def _binds(what: str, call: str) -> str:
+    return (f"{what}: LOCAL_RANK is no valid device index there ({call}(LOCAL_RANK) fails "
+            "with invalid device ordinal where LOCAL_RANK >= the GPUs a rank sees)")
+
+
+def _declare(pnames: list[str]) -> str:
+    return (f"declare gpus.per_rank: one on partition{'s' if len(pnames) > 1 else ''} "
+            f"{', '.join(pnames)} (scripts then use device 0)")
+
+
+def gpu_binding_findings(site: SiteView) -> list[Located]:
+    """What ``hpcprov site check`` warns about the GPUs each rank sees, located at the
+    profile's key: a partition that declares one GPU per rank (scripts must use device 0),
+    and a binding per rank (Slurm's gpus-per-task or gpu-bind, a jsrun launcher, a wrapper
+    setting the visible-devices variable per rank) on GPU partitions that say ``all``."""
+    gpu = {p: part for p, part in site.partitions.items() if part.gpus.count}
+    out: list[Located] = [(("partitions", p, "gpus", "per_rank"),
+                           f"{_one_per_rank(p)}: {_use_device_0(part)}")
+                          for p, part in gpu.items() if part.gpus.per_rank == "one"]
+    said_all = [p for p, part in gpu.items() if part.gpus.per_rank == "all"]
+    if not said_all:
+        return out
+    call = _device_call(gpu[said_all[0]])
+    for name in site.launchers:
+        out += [(loc, f"{_binds(what, call)}; {_declare(said_all)}")
+                for loc, what in _launcher_binding(site, name)]
+    seen: set[PathKey] = set()
+    for p in said_all:
+        for loc, what in _partition_binding(site, p):
+            if loc not in seen:  # the site's gpu_request: once, naming every partition
+                seen.add(loc)
+                pnames = [p] if loc[0] == "partitions" else said_all
+                out.append((loc, f"{_binds(what, call)}; {_declare(pnames)}"))
+    return out
+
+
+def _gpu_binding(req: JobRequest) -> list[Finding]:
+    """A GPU job's warning about the device its script must take: device 0 on a
+    partition that declares one GPU per rank; where its launcher or partition binds each
+    rank to its own GPU but the profile says ``all``, that LOCAL_RANK is no device there."""
+    part, pname = req.part, req.partition_name
+    try:
+        gpus = req.gpus
+    except HpcprovError:
+        return []
+    if gpus <= 0:
+        return []
+    call = _device_call(part)
+    if part.gpus.per_rank == "one":
+        return [Finding("warning", "gpu-per-rank", _one_per_rank(pname), _use_device_0(part))]
+    bound = [*_launcher_binding(req.site, req.launcher_name),
+             *_partition_binding(req.site, pname)]
+    return [Finding("warning", "gpu-binding", _binds(what, call),
+                    f"set partitions.{pname}.gpus.per_rank: one in the profile, and use "
+                    f"{call}(0) in scripts")
+            for _, what in bound]
+
+
 # ---------------------------------------------------------------- hpcprov site check
 
-Located = tuple[tuple[str, ...], str]  # (key path in the profile, problem)
+Located = tuple[tuple[str | int, ...], str]  # (key path in the profile, problem)
 
 
 def default_request(site: SiteView, partition: str) -> JobRequest:
@@ -362,5 +493,12 @@ def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError
         from hpcprov.site.cuda_arch import probe_nvcc as probe
 
         nvcc = probe() if needs_nvcc_probe(site) else None
-    return [ProfileError(*layer.where(loc), problem)
-            for loc, problem in profile_findings(site, nvcc)]
+    errors = [ProfileError(*layer.where(loc), problem)
+              for loc, problem in profile_findings(site, nvcc)]
+    for loc, problem in gpu_binding_findings(site):  # warnings: the profile stays ok
+        warn(str(ProfileError(*layer.where(loc), problem)))
+    from hpcprov.jobs.roles import validation_gaps
+
+    for problem in validation_gaps(site):  # validate would check the environment alone
+        warn(str(ProfileError(*layer.where(("launchers",)), problem)))
+    return errors

@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# shellcheck disable=SC2154  # hpcprov_sets: the table of the launch, written before it
+# shellcheck disable=SC2154  # hpcprov_kind, hpcprov_sets: the launch's table, written before
 # The rank contract of hpcprov (hpcprov/jobs/rank_env.sh), carried verbatim in job scripts
 # and launch lines as the text of $hpcprov_rank (after the table of the starters of the
 # launch, hpcprov/jobs/ranks.py) and run on every rank as
@@ -9,7 +9,10 @@
 # LOCAL_WORLD_SIZE, NODE_RANK, MASTER_ADDR, MASTER_PORT) from the variables of whichever
 # starter launched it: the first entry of the table whose rank and size are both present.
 # SIZE and PER_NODE are the geometry hpcprov planned (where a starter says no local size),
-# ADDR and PORT the rendezvous (where the launch exported none). WRAPPER words (a GPU
+# ADDR and PORT the rendezvous (where the launch exported none). Where no starter's variables
+# are there, a planned world of one is rank 0 of 1; of more, the rank stops at once (exit
+# status 2, one line naming the launcher kind and the variables it looked for): the launcher
+# did not start it as one of SIZE, and as rank 0 of 1 it would train alone. WRAPPER words (a GPU
 # binding such as env CUDA_VISIBLE_DEVICES=$LOCAL_RANK) have their $NAME and ${NAME}
 # references replaced with the values of this rank; nothing else in them is evaluated (no
 # command substitution, no globbing, no word splitting).
@@ -47,6 +50,19 @@ for hpcprov_set in "${hpcprov_sets[@]}"; do
   fi
 done
 if [ "$hpcprov_source" = single ]; then
+  if [ "$hpcprov_size" -gt 1 ]; then
+    hpcprov_looked=""
+    for hpcprov_set in "${hpcprov_sets[@]}"; do
+      read -r _ hpcprov_r _ <<<"$hpcprov_set"  # the rank variable of each starter, once
+      case $hpcprov_looked in *" $hpcprov_r,"*) ;; *) hpcprov_looked+=" $hpcprov_r," ;; esac
+    done
+    hpcprov_looked=${hpcprov_looked%,}
+    hpcprov_why="none of${hpcprov_looked:- its starters variables} is set"
+    hpcprov_why+=", but $hpcprov_size ranks were planned: the launcher did not start this"
+    hpcprov_why+=" rank as one of $hpcprov_size (a wrapper that strips its variables?)"
+    printf "%s\n" "hpcprov: rank of launcher kind $hpcprov_kind: $hpcprov_why" >&2
+    exit 2
+  fi
   RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 NODE_RANK=0
 fi
 HPCPROV_RANK_SOURCE=$hpcprov_source

@@ -47,13 +47,16 @@ STARTERS: dict[str, Starter] = {
     "slurm": Starter("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None, "SLURM_NODEID"),
 }
 
-def table_line(starters: tuple[str, ...]) -> str:
+def table_line(starters: tuple[str, ...], kind: str = "") -> str:
     """The shim's table of a launcher kind's ``starters`` (its :data:`Kind.starters
-    <hpcprov.site.launcher_kinds.Kind>`): a bash array, one entry per starter (``source rank
-    size local_rank local_size node_rank``, ``-`` for none), in double quotes (names and
-    dashes only: nothing in them expands), so the table reads plainly inside the single
-    quotes of ``hpcprov_rank=``."""
+    <hpcprov.site.launcher_kinds.Kind>`): the kind's name (``hpcprov_kind``, which the shim
+    names where no starter started a rank of a planned world of more than one), then a bash
+    array, one entry per starter (``source rank size local_rank local_size node_rank``, ``-``
+    for none), in double quotes (names and dashes only: nothing in them expands), so the
+    table reads plainly inside the single quotes of ``hpcprov_rank=``."""
     entries = [" ".join([name, *(v or "-" for v in STARTERS[name])])
                for name in starters]
     assert all(re.fullmatch(r"[A-Za-z0-9_ -]+", e) for e in entries), entries
-    return "hpcprov_sets=(" + " ".join(f'"{e}"' for e in entries) + ")"
+    assert re.fullmatch(r"[A-Za-z0-9_-]*", kind), kind
+    return (f"hpcprov_kind={kind or '-'} hpcprov_sets=("
+            + " ".join(f'"{e}"' for e in entries) + ")")

@@ -135,6 +135,14 @@ class Gpus(Strict):
         None, description="GPU type label in requests, e.g. a100 or v100l (--gres=gpu:v100l:4)"
     )
     interconnect: str | None = Field(None, description="NVLink, PCIe, NVSwitch, ...")
+    per_rank: Literal["all", "one"] = Field(
+        "all", description="what each rank of a job sees of its node's GPUs: all (a script "
+        "takes device LOCAL_RANK, as torch.cuda.set_device(LOCAL_RANK) does) or one (the "
+        "launcher binds each rank to its own GPU, e.g. srun --gpus-per-task=1 or "
+        "--gpu-bind, jsrun resource sets, an affinity wrapper setting the visible-devices "
+        "variable per rank: each rank sees it as device 0, and scripts must use device 0, "
+        "or LOCAL_RANK % device_count()); validate checks the device a script takes, and "
+        "site check warns where the profile binds per rank but says all")
 
 
 class Limits(Strict):
@@ -529,8 +537,8 @@ class Launcher(Strict):
     # srun
     mpi: str | None = Field(None, description="srun --mpi=<plugin>, e.g. pmix")
     # container
-    runtime: Literal["singularity", "apptainer", "pyxis", "edf", "shifter", "podman-hpc"] \
-        | None = Field(
+    runtime: Literal["singularity", "apptainer", "pyxis", "edf", "shifter", "podman-hpc",
+                     "charliecloud"] | None = Field(
             None, description="the container runtime its ranks start in, in the site's image "
             "(a container launcher: default containers.runtime; srun, mpirun, mpiexec, ibrun "
             "or jsrun: set, each rank starts through it, on any scheduler): "

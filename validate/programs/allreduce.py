@@ -33,8 +33,15 @@ then rank 0 prints one line per size and a final line ::
 Ranks for torch.distributed (gloo, nccl; mpi asks MPI) come from torch's environment
 contract (RANK, WORLD_SIZE, LOCAL_RANK), which hpcprov's launch lines give every rank from
 whichever starter launched it (hpcprov/jobs/rank_env.sh) and torchrun gives its own.
-MASTER_ADDR and MASTER_PORT default to 127.0.0.1 and 29500. The records and rank discovery
-are runtime.py's, which the validation suite copies beside this file.
+MASTER_ADDR and MASTER_PORT default to 127.0.0.1 and 29500 (and a process no launcher
+started is rank 0 of 1), which ``init_process_group()`` then reads, as a script's does.
+The records and rank discovery are runtime.py's, which the validation suite copies beside
+this file.
+
+Each rank takes its device as an unmodified env:// script does (LOCAL_RANK; device 0 with
+``--per-rank one``) before ``init_process_group()``; where the GPU binding makes that no
+device of the rank's, it prints a ``binding`` record naming the binding and exits 1, as
+train.py does.
 
 Exit status: 0 when every size was correct on every rank, 1 otherwise, 2 for bad arguments.
 """
@@ -50,8 +57,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lie
 from runtime import (
     DONE,
     RESULT,
+    BindingError,
     accelerator,
+    add_binding_args,
     announce,
+    binding_failed,
     default_rendezvous,
     device_word,
     discover_ranks,
@@ -87,24 +97,36 @@ def bandwidth(size_bytes, time_s, ranks):
 # ------------------------------------------------------------------ communicators
 
 
+def located(comm, step, *args):
+    """``step(*args)``; a BindingError it raises carries the rank it happened on."""
+    try:
+        return step(*args)
+    except BindingError as exc:
+        exc.rank, exc.local_rank = comm.rank, comm.local_rank
+        raise
+
+
 class TorchComm:
     """torch.distributed with a backend (gloo, mpi, nccl, xccl, ...), on a device type."""
 
-    def __init__(self, torch, backend, device, fallback=None):
+    def __init__(self, torch, backend, device, fallback=None, binding=()):
         import torch.distributed as dist
 
         self.dist = dist
-        rank, size, local_rank, self.rank_source = discover_ranks()
+        self.rank, _, local_rank, self.rank_source = discover_ranks()
         self.local_rank = local_rank
-        self.device = use_device(torch, device, local_rank)
+        default_rendezvous()
+        # an unmodified env:// script's steps: its device from LOCAL_RANK (BindingError
+        # where the binding makes that no device of this rank's), then init_process_group()
+        self.device = located(self, use_device, torch, device, local_rank, "allreduce.py",
+                              *binding)
         backend = pick_backend(dist, backend, fallback)
         if backend == "mpi":
             # rank and size come from the MPI runtime
             dist.init_process_group("mpi")
             self.rank_source = "mpi"
         else:
-            default_rendezvous()
-            dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size)
+            dist.init_process_group(backend)  # env://: RANK, WORLD_SIZE, MASTER_*
         self.rank = dist.get_rank()
         self.size = dist.get_world_size()
         self.name = "torch." + backend
@@ -127,14 +149,15 @@ class TorchComm:
 class HorovodComm:
     """horovod.torch (its controller and data plane: MPI, Gloo, NCCL, ...)."""
 
-    def __init__(self, torch, device):
+    def __init__(self, torch, device, binding=()):
         import horovod.torch as hvd
 
         self.hvd = hvd
         hvd.init()
         self.rank, self.size, self.local_rank = hvd.rank(), hvd.size(), hvd.local_rank()
         self.rank_source = "horovod"
-        self.device = use_device(torch, device, self.local_rank)
+        self.device = located(self, use_device, torch, device, self.local_rank,
+                              "allreduce.py", *binding, hvd.local_size())
         self.name = "horovod"
         self.barrier = getattr(hvd, "barrier", None) or (  # hvd.barrier: Horovod >= 0.23
             lambda: hvd.allreduce(torch.zeros(1), name="hpcprov.barrier"))
@@ -291,6 +314,7 @@ def parse_args(argv=None):
                         help="fewer timed iterations (at least 2) for sizes that would take "
                         "longer, estimated from the warmup; 0: no limit")
     parser.add_argument("--dtype", choices=sorted(ITEMSIZE), default="float32")
+    add_binding_args(parser)
     # test hook: this rank adds 1 to one element after each timed allreduce
     parser.add_argument("--fault-rank", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -320,10 +344,15 @@ def main(argv=None):
     if why:
         print(why, file=sys.stderr)
         return 2
-    if args.impl == "horovod":
-        comm = HorovodComm(torch, args.device)
-    else:
-        comm = TorchComm(torch, args.dist_backend, args.device, args.fallback_backend)
+    binding = (args.per_rank, args.visible_devices)
+    try:
+        if args.impl == "horovod":
+            comm = HorovodComm(torch, args.device, binding)
+        else:
+            comm = TorchComm(torch, args.dist_backend, args.device, args.fallback_backend,
+                             binding)
+    except BindingError as exc:  # before any collective: no rank waits for this one
+        return binding_failed(CHECK, exc.rank, exc.local_rank, exc)
     device = comm.device
     dtype = getattr(torch, args.dtype)
     itemsize = ITEMSIZE[args.dtype]

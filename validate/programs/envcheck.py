@@ -19,7 +19,8 @@ Every process prints one line (compact JSON after the tag)::
                     "executable":"/path/bin/python","modules":["gcc/12","openmpi/4.1"],
                     "imports":{"torch":"2.13.0",...},"import_ok":{"torch":true,...},
                     "gpus_visible":0,"gpu_source":"torch","visible_devices":null,
-                    "visible_devices_var":"CUDA_VISIBLE_DEVICES"}
+                    "visible_devices_var":"CUDA_VISIBLE_DEVICES","per_rank":null,
+                    "binding":null}
 
 ``imports`` holds the module's version (its package's, for submodules such as horovod.torch)
 or, when the import failed, ``error: <the exception's last line>``; ``import_ok`` says which.
@@ -29,7 +30,13 @@ match of ``--gpu-count-pattern`` per GPU: ``nvidia-smi -L`` by default; at most 
 the ``--visible-devices`` variable names), else 0. hpcprov passes the site's GPU vendor's
 command, pattern and variable.
 
-Exit status: 0, or 1 when a module named by ``--require`` does not import.
+``binding``: with ``--per-rank`` (the partition's ``gpus.per_rank``, where validation runs
+on GPUs), the one line that says why the device an unmodified env:// script takes
+(LOCAL_RANK; device 0 under ``one``) is not this rank's (runtime.py's ``binding_problem``),
+else null; the judge fails the check with it.
+
+Exit status: 0, or 1 when a module named by ``--require`` does not import or ``binding``
+says why the device step fails.
 """
 
 import argparse
@@ -47,7 +54,16 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
-from runtime import CHECK_BUILD, CHILD, RESULT, discover_ranks, emit
+from runtime import (
+    CHECK_BUILD,
+    CHILD,
+    PER_RANK,
+    RESULT,
+    binding_problem,
+    discover_ranks,
+    emit,
+    local_world_size,
+)
 
 CHECK = "env"
 DEFAULT_IMPORTS = "torch,tensorflow,horovod,horovod.torch,horovod.tensorflow"
@@ -224,6 +240,10 @@ def parse_args(argv=None):
                         help="a regular expression matching once per GPU it lists")
     parser.add_argument("--visible-devices", default="CUDA_VISIBLE_DEVICES",
                         help="the variable that limits the GPUs a process sees")
+    parser.add_argument("--per-rank", choices=PER_RANK, default=None,
+                        help="what each rank sees of its node's GPUs (the partition's "
+                        "gpus.per_rank): check that the device an unmodified script takes "
+                        "(LOCAL_RANK; device 0 for one) is this rank's; default: not checked")
     return parser.parse_args(argv)
 
 
@@ -254,6 +274,12 @@ def main(argv=None):
         gpus = command_gpus(command, args.gpu_count_pattern, args.visible_devices)
         source = command[0] if gpus is not None else None
     rank, _size, local_rank, rank_source = discover_ranks()
+    visible = os.environ.get(args.visible_devices)
+    # the device step of an unmodified script, where torch counted this rank's devices (none
+    # seen is the GPU count's failure, not the binding's)
+    binding = binding_problem("envcheck.py", args.gpu_device, gpus, local_rank,
+                              local_world_size(), args.per_rank, args.visible_devices,
+                              visible) if args.per_rank and source == "torch" and gpus else None
     emit(RESULT, {
         "check": CHECK, "host": socket.gethostname(), "rank": rank, "local_rank": local_rank,
         "rank_source": rank_source, "python": sys.version.split()[0],
@@ -263,10 +289,12 @@ def main(argv=None):
                     for n in wanted},
         "import_ok": {n: results[n][0] for n in wanted},
         "gpus_visible": gpus or 0, "gpu_source": source,
-        "visible_devices": os.environ.get(args.visible_devices),
-        "visible_devices_var": args.visible_devices,
+        "visible_devices": visible, "visible_devices_var": args.visible_devices,
+        "per_rank": args.per_rank, "binding": binding,
     })
-    return 1 if any(not results[n][0] for n in required) else 0
+    if binding:
+        sys.stderr.write(binding + "\n")
+    return 1 if binding or any(not results[n][0] for n in required) else 0
 
 
 if __name__ == "__main__":

@@ -15,11 +15,13 @@ The protocol: one record per line, a tag, one space and a compact JSON object::
     HPCPROV_DONE {"check":"allreduce","ok":true}
 
 ``HPCPROV_RANK``: every rank, once, at its start. ``HPCPROV_RESULT``: a measurement (its
-``check`` field names the check). ``HPCPROV_DONE``: rank 0, last, whether the program passed.
+``check`` field names the check; ``binding``: a rank whose device step failed,
+:func:`binding_record`). ``HPCPROV_DONE``: rank 0, last, whether the program passed.
 A launcher may put a prefix before a line (``[0]<stdout>:`` from horovodrun, ``0: `` from
 ``srun --label``), so a record is found anywhere in its line.
 
-Ranks come from torch's environment contract (:func:`discover_ranks`).
+Ranks come from torch's environment contract (:func:`discover_ranks`); each rank's device
+as an unmodified env:// script takes it (:func:`use_device`).
 """
 
 import json
@@ -36,6 +38,8 @@ TAGS = (RANK, RESULT, DONE)  # the tags of JSON records
 # tag, and envcheck's child telling its parent what one import found
 CHECK_BUILD = "HPCPROV_CB"
 CHILD = "HPCPROV_CHILD"
+# the ``check`` of the result record a rank prints where its device step fails
+BINDING = "binding"
 
 _RECORD = re.compile(r"(HPCPROV_[A-Z]+) (\{.*\})")
 
@@ -53,11 +57,14 @@ def discover_ranks(env=None):
 
 
 def default_rendezvous(env=None):
-    """torch.distributed's env:// rendezvous: MASTER_ADDR and MASTER_PORT default to
-    127.0.0.1 and 29500 where the launcher set none."""
+    """torch.distributed's env:// rendezvous as ``init_process_group()`` reads it: MASTER_ADDR
+    and MASTER_PORT default to 127.0.0.1 and 29500 where the launcher set none, and a
+    process no launcher started (no RANK and WORLD_SIZE) is rank 0 of 1 (LOCAL_RANK 0)."""
     env = os.environ if env is None else env
     env.setdefault("MASTER_ADDR", "127.0.0.1")
     env.setdefault("MASTER_PORT", "29500")
+    if discover_ranks(env)[3] == "single":
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
 
 
 _WORD = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -79,14 +86,105 @@ def accelerator(torch, device):
     return getattr(torch, device, None)
 
 
-def use_device(torch, device, local_rank):
-    """This rank's device: the node's ``local_rank``-th (modulo how many torch sees) of the
-    type; the CPU for ``cpu``."""
+PER_RANK = ("all", "one")  # what a rank sees of its node's GPUs: the profile's gpus.per_rank
+
+
+class BindingError(RuntimeError):
+    """The device an unmodified script takes (LOCAL_RANK, or device 0 under one GPU per
+    rank) is not this rank's: its one-line message says why and what to do; ``count`` and
+    ``visible`` are the devices the rank sees and the visible-devices variable's value."""
+
+    def __init__(self, message, count=None, visible=None):
+        super().__init__(message)
+        self.count, self.visible = count, visible
+
+
+def local_world_size(env=None):
+    """LOCAL_WORLD_SIZE (the ranks of this node, from the rank shim or torchrun), or None."""
+    env = os.environ if env is None else env
+    value = env.get("LOCAL_WORLD_SIZE", "")
+    return int(value) if value.isdigit() and int(value) > 0 else None
+
+
+def binding_problem(program, device, count, local_rank, local_size, per_rank, var, value):
+    """Why a rank that sees ``count`` devices of type ``device`` cannot take the one an
+    unmodified script takes (None where it can): with ``per_rank`` ``all``, the
+    ``local_rank``-th (LOCAL_RANK runs 0 .. ``local_size`` - 1 on the node, each rank seeing
+    as many devices as this one: a binding that gives each rank fewer fails some); with
+    ``one``, device 0, which must be this rank's alone: where several ranks share the node,
+    each must see exactly one. ``var`` and ``value``: the variable that limits the devices a
+    process sees, and its value here (None: unset), named in the line."""
+    binding = f"{var}={value}" if value is not None else f"{var} unset"
+    top = max(local_rank + 1, local_size or 0)
+    if per_rank == "one":
+        if count == 1 or top <= 1:
+            return None
+        return (f"{program}: the profile declares one GPU per rank (gpus.per_rank: one), "
+                f"but this rank sees {count} {device} devices ({binding}) with {top} ranks "
+                f"on its node: the launcher does not bind each rank to one GPU of its own "
+                f"(srun --gpus-per-task=1, jsrun resource sets of one GPU, an affinity "
+                f"wrapper); bind it, or declare gpus.per_rank: all")
+    if top <= count:
+        return None
+    bad = (f"LOCAL_RANK {count} is no valid device index" if count == top - 1
+           else f"LOCAL_RANK {count}..{top - 1} are no valid device indices")
+    return (f"{program}: the GPU binding gives each rank {count} {device} device"
+            f"{'' if count == 1 else 's'} ({binding} on LOCAL_RANK {local_rank}) while "
+            f"LOCAL_RANK runs 0..{top - 1} on the node: {bad}, so "
+            f"an env:// script's torch.{device}.set_device(int(os.environ['LOCAL_RANK'])) "
+            f"fails there (invalid device ordinal); scripts must use device 0 "
+            f"(LOCAL_RANK % device_count()), or the profile must declare the binding "
+            f"(the partition's gpus.per_rank: one)")
+
+
+def use_device(torch, device, local_rank, program="", per_rank="all",
+               visible_var="CUDA_VISIBLE_DEVICES", local_size=None):
+    """This rank's device, taken as an unmodified env:// script takes it: the
+    ``local_rank``-th of the type (``torch.cuda.set_device(LOCAL_RANK)``), or device 0 where
+    the profile declares one GPU per rank (``per_rank`` ``one``); the CPU for ``cpu``.
+    Raises :class:`BindingError` (its message one line, naming ``program``) where that
+    device is not this rank's: LOCAL_RANK is no valid index under the binding, or under
+    ``one`` the rank sees more than its own. ``local_size``: the ranks of this node
+    (default LOCAL_WORLD_SIZE)."""
     accel = accelerator(torch, device)
     if accel is None:
         return torch.device("cpu")
-    accel.set_device(local_rank % accel.device_count())
+    count = int(accel.device_count())
+    visible = os.environ.get(visible_var)
+    why = binding_problem(program or "program", device, count, local_rank,
+                          local_world_size() if local_size is None else local_size,
+                          per_rank, visible_var, visible)
+    if why:
+        raise BindingError(why, count, visible)
+    accel.set_device(0 if per_rank == "one" else local_rank)
     return torch.device(device, accel.current_device())
+
+
+def binding_record(check, rank, local_rank, error):
+    """The HPCPROV_RESULT record of a rank whose device step failed (a
+    :class:`BindingError`): the judge fails the check with its ``detail`` line."""
+    return {"check": BINDING, "of": check, "host": socket.gethostname(), "rank": rank,
+            "local_rank": local_rank, "device_count": getattr(error, "count", None),
+            "visible_devices": getattr(error, "visible", None), "detail": str(error)}
+
+
+def binding_failed(check, rank, local_rank, error):
+    """A rank whose device step failed: its record (:func:`binding_record`) and its one
+    line on stderr; the exit status 1 (the check failed)."""
+    emit(RESULT, binding_record(check, rank, local_rank, error))
+    sys.stderr.write(f"{error}\n")
+    sys.stderr.flush()
+    return 1
+
+
+def add_binding_args(parser):
+    """The options of the device step: what a rank sees (--per-rank) and the variable that
+    limits it (--visible-devices), both from the profile's GPU vendor and partition."""
+    parser.add_argument("--per-rank", choices=PER_RANK, default="all",
+                        help="what each rank sees of its node's GPUs (the partition's "
+                        "gpus.per_rank): all (device LOCAL_RANK) or one (device 0, its own)")
+    parser.add_argument("--visible-devices", default="CUDA_VISIBLE_DEVICES",
+                        help="the variable that limits the GPUs a process sees")
 
 
 def no_device(torch, device, program):

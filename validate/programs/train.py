@@ -31,7 +31,16 @@ then rank 0 prints ::
     HPCPROV_RESULT {"check":"train","framework":"torch","api":"ddp",...,"in_sync":true,...}
     HPCPROV_DONE {"check":"train","ok":true}
 
-Exit status: 0 when the ranks' parameters are in sync, 1 when not, 2 for bad arguments.
+Each rank first takes the steps an unmodified env:// script takes: its device from
+LOCAL_RANK (``torch.cuda.set_device(LOCAL_RANK)``; device 0 with ``--per-rank one``, the
+partition's ``gpus.per_rank``), then ``init_process_group()`` from the environment. Where
+the GPU binding makes that device no device of the rank's, the rank prints one
+``HPCPROV_RESULT {"check":"binding",...,"detail":LINE}`` record (LINE names the binding:
+``--visible-devices`` and its value) and the line on stderr, and exits 1 before any
+collective.
+
+Exit status: 0 when the ranks' parameters are in sync, 1 when not (or the device step
+failed), 2 for bad arguments.
 """
 
 import argparse
@@ -43,8 +52,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lie
 from runtime import (
     DONE,
     RESULT,
+    BindingError,
     accelerator,
+    add_binding_args,
     announce,
+    binding_failed,
+    binding_problem,
     default_rendezvous,
     device_word,
     discover_ranks,
@@ -106,25 +119,33 @@ def torch_main(args):
         return 2
     accel = accelerator(torch, args.device)
     hvd = dist = None
+    local_size = None  # LOCAL_WORLD_SIZE
     if args.api == "horovod":
         import horovod.torch as hvd
 
         hvd.init()
         rank, size, local_rank, source = hvd.rank(), hvd.size(), hvd.local_rank(), "horovod"
+        local_size = hvd.local_size()
     else:
         import torch.distributed as dist
 
         rank, size, local_rank, source = discover_ranks()
+        default_rendezvous()
         backend = pick_backend(dist, args.dist_backend or (
             "gloo" if accel is None else "nccl"), args.fallback_backend)
-    device = use_device(torch, args.device, local_rank)
+    # the steps of an unmodified env:// script: its device from LOCAL_RANK (device 0 where
+    # the profile declares one GPU per rank), then init_process_group() from the environment
+    try:
+        device = use_device(torch, args.device, local_rank, "train.py", args.per_rank,
+                            args.visible_devices, local_size)
+    except BindingError as exc:
+        return binding_failed(CHECK, rank, local_rank, exc)
     if dist is not None:
         if backend == "mpi":
             dist.init_process_group("mpi")
             source = "mpi"
         else:
-            default_rendezvous()
-            dist.init_process_group(backend, init_method="env://", rank=rank, world_size=size)
+            dist.init_process_group(backend)  # env://: RANK, WORLD_SIZE, MASTER_*
         rank, size = dist.get_rank(), dist.get_world_size()
     report = Report(args, rank, size, local_rank, source)
 
@@ -224,7 +245,15 @@ def tensorflow_main(args):
             print(f"train.py: --device {args.device}, but TensorFlow sees no GPU",
                   file=sys.stderr)
             return 2
-        gpu = gpus[local_rank % len(gpus)]
+        # as a Horovod script takes it: gpus[hvd.local_rank()] (gpus[0]: one GPU per rank)
+        why = binding_problem("train.py", args.device, len(gpus), local_rank, hvd.local_size(),
+                              args.per_rank, args.visible_devices,
+                              os.environ.get(args.visible_devices))
+        if why:
+            return binding_failed(CHECK, rank, local_rank,
+                                  BindingError(why, len(gpus),
+                                               os.environ.get(args.visible_devices)))
+        gpu = gpus[0 if args.per_rank == "one" else local_rank]
         tf.config.experimental.set_memory_growth(gpu, True)
         tf.config.set_visible_devices(gpu, "GPU")
     elif gpus:
@@ -339,6 +368,7 @@ def parse_args(argv=None):
                         help="the backend where this torch lacks --dist-backend, after "
                         "importing MODULE (e.g. ccl:oneccl_bindings_for_pytorch)")
     parser.add_argument("--lr", type=float, default=0.01)
+    add_binding_args(parser)
     # test hook (torch only): plain optimizer, no averaging, no broadcast: must be caught
     parser.add_argument("--no-sync", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

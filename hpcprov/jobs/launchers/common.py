@@ -29,7 +29,7 @@ from hpcprov.jobs.modules import env_lines as profile_env_lines
 from hpcprov.jobs.ranks import table_line
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.base import renamed, renamed_hostfile
-from hpcprov.site.launcher_kinds import Kind, horovod_controller, kind_of
+from hpcprov.site.launcher_kinds import KINDS, Kind, horovod_controller, kind_of
 
 if TYPE_CHECKING:
     from hpcprov.site.model import Partition
@@ -201,14 +201,17 @@ RANK_SHIM_VAR = "hpcprov_rank"
 
 
 def rank_shim_line(kind: Kind | object) -> str:
-    """The line that puts the per-rank shim's text in ``$hpcprov_rank``: the table of the
-    starters ``kind``'s ranks may come from (:mod:`hpcprov.jobs.ranks`), then the shim
-    (quoted: the text is data to the job's shell; each rank's bash runs it)."""
-    if not isinstance(kind, Kind):  # a LauncherKind, or its name
+    """The line that puts the per-rank shim's text in ``$hpcprov_rank``: the kind's name
+    and the table of the starters ``kind``'s ranks may come from (:mod:`hpcprov.jobs.ranks`),
+    then the shim (quoted: the text is data to the job's shell; each rank's bash runs it)."""
+    if isinstance(kind, Kind):  # its name: the kind whose facts these are
+        name = next((n for n, k in KINDS.items() if k is kind), "")
+    else:  # a LauncherKind, or its name
+        name = str(getattr(kind, "value", kind))
         kind = kind_of(kind)
     code = [ln for ln in fragment(RANK_SHIM) if not ln.lstrip().startswith("#")]
     header = "# the rank contract of hpcprov (docs/reference.md): torch variables on each rank"
-    return assign(RANK_SHIM_VAR, "\n".join([header, table_line(kind.starters), *code]))
+    return assign(RANK_SHIM_VAR, "\n".join([header, table_line(kind.starters, name), *code]))
 
 
 def rank_command(req: JobRequest, command: tuple[object, ...]) -> tuple[object, ...]:

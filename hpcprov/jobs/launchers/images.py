@@ -3,7 +3,8 @@
 A launcher of the container kind (srun starting each rank in the image) or of another kind
 with a ``runtime`` (mpiexec, mpirun, ibrun, jsrun or srun starting each rank through the
 runtime's command line) runs its ranks in the site's image: Singularity/Apptainer
-(``exec IMAGE``), Shifter (``--image=IMAGE``) or podman-hpc (``run --rm IMAGE``). pyxis and
+(``exec IMAGE``), Shifter (``--image=IMAGE``), podman-hpc (``run --rm IMAGE``) or
+Charliecloud (``ch-run --bind=MOUNT --cd=DIR IMAGE --``, a directory image). pyxis and
 an EDF-based engine are options of srun itself (``--container-image``, ``--environment``):
 only the container kind says them. The host's Python variables stay out of the image.
 """
@@ -20,6 +21,21 @@ from hpcprov.request.job import JobRequest
 HOST_PYTHON_OUT = "unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV"
 # runtimes that are srun's own options, not a command line around the rank's
 SRUN_RUNTIMES = frozenset({"pyxis", "edf"})
+# ch-run refuses to start without $USER, which a batch job may lack
+CH_RUN_USER = 'export USER="${USER:-$(id -un)}"'
+CH_RUN_CD = "hpcprov_cd"
+
+
+def ch_run_cd_line(mounts: list[str]) -> str:
+    """The line setting ``$hpcprov_cd``, where ch-run starts the rank: the job's directory
+    as the image sees it, where a mount holds it (as Singularity keeps it), else the image's
+    / (ch-run's own default: it fails on a directory the image lacks)."""
+    arms = []
+    for mount in mounts:
+        src, _, dst = mount.partition(":")
+        src, dst = quote(Template(src.rstrip("/"))), quote(Template((dst or src).rstrip("/")))
+        arms.append(f'{src}/*) {CH_RUN_CD}={dst}"${{PWD#{src}}}" ;;')
+    return f"{CH_RUN_CD}=/" + (f"; case $PWD/ in {' '.join(arms)} esac" if arms else "")
 
 
 def image(req: JobRequest) -> str:
@@ -81,6 +97,12 @@ def runtime_words(req: JobRequest, runtime: str, verbs: list[str]
         flag = [containers.gpu_flag or "--gpu"] if req.gpus > 0 else []
         setup, path = image_word(req)
         return setup, ["podman-hpc", *(verbs or ["run", "--rm"]), *flag, path]
+    if runtime == "charliecloud":  # a directory image; ch-run passes the environment on
+        setup, path = image_word(req)
+        # ch-run binds containers.mounts (SRC[:DST], onto directories the image has)
+        binds = [Template(f"--bind={mount}") for mount in containers.mounts]
+        return [CH_RUN_USER, ch_run_cd_line(containers.mounts), *setup], \
+            ["ch-run", *verbs, *binds, Raw(f'--cd="${CH_RUN_CD}"'), path, "--"]
     if runtime in SRUN_RUNTIMES:
         raise UsageError(f"launcher {req.launcher_name!r}: {runtime} is an option of srun: "
                          "say it on a launcher of kind container")
