@@ -57,6 +57,12 @@ NUMBERS = "Numbers and long values: statuses, walltimes, 5000 digits, other digi
 DRAFT = "site draft on hostile scheduler output: numbers, host lists, sizes, hangs"
 GEOMETRY = "Geometry by -o: nodes, tasks, GPUs, time, queue, select/place spellings"
 PROBES = "Commands it runs: an activate or scheduler command that hangs or leaves children"
+# round four (issue 33)
+CODE = ("Files a job runs: one rule (write_code), run folders, programs changed after "
+        "submission")
+CODE_RACE = "A real second user (runuser) changing what a validation job runs"
+EDF_FILE = "The EDF file: hostile values, glob matches, quotes, planted links, shared folders"
+ROUND4 = "JUnit of any output, typed manifests, env value lines, a uenv mounted elsewhere"
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,7 @@ RULES = [
          "private|ready_entry|other_code|prefix_state_files|shadowed|broken_profile", CACHE),
     Rule("tests/test_provision_wheelhouse.py", "", WHEEL),
     Rule("tests/test_second_user.py", "setup_sh", PREFIX_RACE),
+    Rule("tests/test_second_user.py", "validation_job", CODE_RACE),
     Rule("tests/test_second_user.py", "", SECOND),
     Rule("tests/test_provision_unit.py", "malformed_journal|without_writing|dead_runner|"
          "full_disk", FAULTS),
@@ -104,9 +111,14 @@ RULES = [
     Rule("tests/test_schedulers.py", "hung|leaves_a_child", PROBES),
     Rule("tests/test_state_readers.py", "escapes", ESC),
     Rule("tests/test_state_readers.py", "", SPECIAL),
+    Rule("tests/test_code_writes.py", "", CODE),
+    Rule("tests/test_edf_file.py", "", EDF_FILE),
+    Rule("tests/test_round_four.py", "", ROUND4),
+    Rule("tests/test_uenv.py", "mounted_elsewhere|private_file", ROUND4),
 ]
 ORDER = [BAD, ESC, SEARCH, SPECIAL, SHELL, OUTPUT, CACHE, WHEEL, SECOND, FAULTS, REAL,
-         PREFIX, PREFIX_RACE, SIGNALS, VERDICT, NUMBERS, DRAFT, GEOMETRY, PROBES]
+         PREFIX, PREFIX_RACE, SIGNALS, VERDICT, NUMBERS, DRAFT, GEOMETRY, PROBES,
+         CODE, CODE_RACE, EDF_FILE, ROUND4]
 
 
 def function_name(name: str) -> str:

@@ -10,7 +10,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -167,8 +167,10 @@ class RecordedModules(_Record):
 
 class RecordedCheckBuild(_Record):
     output: str = ""
-    found: dict[str, Any] = Field(default_factory=dict)
-    expected: dict[str, Any] = Field(default_factory=dict)
+    # as parse_check_build and expected_check_build give them: typed, so that a manifest
+    # holding `frameworks: 5` is one line naming the field, not a traceback in doctor
+    found: dict[str, list[str] | str | None] = Field(default_factory=dict)
+    expected: dict[str, list[str]] = Field(default_factory=dict)
 
 
 class RecordedStep(_Record):

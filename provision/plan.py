@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
+from hpcprov.core.errors import UsageError
 from hpcprov.core.shell import Raw, Template, assign, env_prefix, join
 from hpcprov.jobs.launchers.common import site_network_env
-from hpcprov.jobs.launchers.images import resolved_image
+from hpcprov.jobs.launchers.images import CH_RUN_USER, HOST_PYTHON_OUT, resolved_image
 from hpcprov.jobs.layout import Layout
 from hpcprov.jobs.modules import env_lines, init_lines, load_lines
 from hpcprov.provision import horovod_steps as hs
@@ -280,16 +282,18 @@ def _container_steps(site: SiteView) -> list[Step]:
                 join(["enroot", "remove", "-f", name]),
             ), needs_network=True))
         check = f"{name}-check"
-        title, inside = image_check(site)
-        steps.append(Step("check-build", title, (
+        cb = image_check(site)
+        steps.append(Step("check-build", cb.title, (
             join(["hpcprov_enroot_remove", check]),
             join(["enroot", "create", "--name", check, Template(target)]),
-            join(["enroot", "start", check, *inside]),
+            cb.line(join(["enroot", "start", check])),
             join(["enroot", "remove", "-f", check]),
         )))
         return steps
     load = (["hpcprov_modules_init", join(["module", "load", site.containers.module])]
             if site.containers.module else [])
+    if runtime == "charliecloud":
+        return steps + _charliecloud_steps(site, load)
     if runtime in ("shifter", "podman-hpc"):
         return steps + _registry_image_steps(site, runtime, spec.source, load)
     binary = runtime or "singularity"
@@ -308,9 +312,9 @@ def _container_steps(site: SiteView) -> list[Step]:
             + join([f"containers.images.{spec.image}"]),
         )))
     gpu = [site.containers.gpu_flag] if site.containers.gpu_flag else []
-    title, inside = image_check(site)
-    steps.append(Step("check-build", title, (
-        *load, *resolve, f"{join([binary, 'exec', *gpu])} {word} {join(inside)}")))
+    cb = image_check(site)
+    steps.append(Step("check-build", cb.title, (
+        *load, *resolve, cb.line(f"{join([binary, 'exec', *gpu])} {word}"))))
     return steps
 
 
@@ -318,31 +322,90 @@ def _container_steps(site: SiteView) -> list[Step]:
 FRAMEWORK_IMPORTS = {"pytorch": "torch", "tensorflow": "tensorflow"}
 
 
-def image_check(site: SiteView) -> tuple[str, list[str]]:
-    """(title, command run inside the image) of the step proving an image: horovodrun -cb
-    where Horovod is in it; where the profile says there is none (horovod.source: none, an
-    image with the frameworks only), that the frameworks import."""
+@dataclass(frozen=True)
+class ImageCheck:
+    """The step proving an image: its title, the command run inside the image, and the
+    library function printing the program that command reads on its standard input (the
+    image need not see the host's files), where it reads one."""
+
+    title: str
+    inside: tuple[str, ...]
+    stdin: str | None = None
+
+    def line(self, runner: str) -> str:
+        """The step's line: ``runner`` (shell text: the runtime's words up to the command)
+        and the command, fed its program where it reads one."""
+        command = f"{runner} {join(list(self.inside))}"
+        return f"{self.stdin} | {command}" if self.stdin else command
+
+
+def image_check(site: SiteView) -> ImageCheck:
+    """The step proving an image: horovodrun -cb where Horovod is in it; where the profile
+    says there is none (horovod.source: none, an image with the frameworks only), that the
+    frameworks import (frameworks_import.py, on the image's Python's standard input)."""
     if site.horovod.source != "none":
-        return "Check Horovod in the image (horovodrun -cb)", ["horovodrun", "-cb"]
+        return ImageCheck("Check Horovod in the image (horovodrun -cb)", ("horovodrun", "-cb"))
     modules = [FRAMEWORK_IMPORTS.get(name, name) for name in site.python.frameworks] or ["torch"]
-    code = "; ".join(f"import {m}" for m in modules) + "; print('hpcprov: the frameworks import')"
-    return "Check the frameworks import in the image", ["python", "-c", code]
+    return ImageCheck("Check the frameworks import in the image", ("python", "-", *modules),
+                      library.file_function("frameworks_import.py"))
+
+
+# a registry reference: a scheme (docker://...) or a name with a tag or digest and no path
+# before it (nvcr.io/nvidia/pytorch:24.01-py3, debian:12), not a path
+_REGISTRY_REF = re.compile(
+    r"[A-Za-z0-9][\w.-]*(:[0-9]+)?(/[\w.-]+)*(:\w[\w.-]*|@sha256:[0-9a-f]{64})")
+
+
+def registry_reference(ref: str) -> bool:
+    """Whether an image ``ref`` names an image in a registry rather than a path."""
+    return "://" in ref or _REGISTRY_REF.fullmatch(ref) is not None
+
+
+def _charliecloud_steps(site: SiteView, load: list[str]) -> list[Step]:
+    """Charliecloud runs an image where it lies, a directory (or a SquashFS file): setup
+    pulls nothing (a registry reference is refused: ``ch-image`` builds or pulls it, and
+    ``ch-convert`` turns it into a directory), checks the image is readable, then runs the
+    image check in it with ch-run as a job does (the mounts bound, the host's Python
+    variables out, ``$USER`` set)."""
+    spec = site.python.container
+    assert spec is not None
+    target = site.containers.images.get(spec.image, f"$PREFIX/images/{spec.image}")
+    for key, ref in (("python.container.source", spec.source),
+                     (f"containers.images.{spec.image}", target)):
+        if registry_reference(ref):
+            raise UsageError(
+                f"{key} {ref!r} is a registry reference, but Charliecloud runs directory "
+                "images and setup pulls none: build or convert the image first (ch-image "
+                "pull or build, then ch-convert IMAGE DIR) and name DIR in "
+                f"python.container.source and containers.images.{spec.image}")
+    resolve, word = resolved_image(target)
+    binds = [Template(f"--bind={mount}") for mount in site.containers.mounts]
+    cb = image_check(site)
+    return [
+        Step("check-image", "Check the site's image is a readable directory (Charliecloud)",
+             (*resolve, f"hpcprov_check_ch_image {word} "
+              + join([f"containers.images.{spec.image}"]))),
+        Step("check-build", cb.title, (
+            *load, *resolve, HOST_PYTHON_OUT, CH_RUN_USER,
+            cb.line(f"{join(['ch-run', *binds])} {word} --"))),
+    ]
 
 
 def _registry_image_steps(site: SiteView, runtime: str, source: str, load: list[str]
                           ) -> list[Step]:
     """Shifter and podman-hpc keep images in their own stores, named like the registry's
     (docker:REPO:TAG for Shifter): pull it there, then -cb inside it."""
-    title, inside = image_check(site)
+    cb = image_check(site)
     if runtime == "shifter":
         pull = join(["shifterimg", "pull", source])
-        check = join(["shifter", Template(f"--image={source}"), *inside])
-    else:
+        check = cb.line(join(["shifter", Template(f"--image={source}")]))
+    else:  # podman-hpc passes standard input on only with -i
         pull = join(["podman-hpc", "pull", source])
-        check = join(["podman-hpc", "run", "--rm", source, *inside])
+        check = cb.line(join(["podman-hpc", "run", "--rm", *(["-i"] if cb.stdin else []),
+                              source]))
     return [Step("pull-image", f"Pull the image with {runtime}", (*load, pull),
                  needs_network=True),
-            Step("check-build", title, (*load, check))]
+            Step("check-build", cb.title, (*load, check))]
 
 
 def activate_lines(site: SiteView, prefix: str) -> list[str]:

@@ -71,14 +71,10 @@ def trust_state(state: Path) -> None:
     """Refuse a prefix whose state folder (PREFIX/.hpcprov: the setup script setup runs,
     its lock, journal and logs) another user could write or swap: the setup script runs
     as whoever runs setup, so a group member who can rename a file there (a group-writable
-    prefix or folder above it) would run code as them."""
-    why = fsutil.why_untrusted(state)
-    if why is not None:
-        raise HpcprovError(
-            f"{why}: someone else could replace the setup script under {state} and have "
-            "setup run it as you. Set up in a folder only you can write (e.g. a folder of "
-            "your own in the project space, chmod 755), or make the shared folder sticky "
-            "(chmod +t): hpcprov's state must be writable by you alone")
+    prefix or folder above it) would run code as them. The rule of every folder hpcprov
+    writes code into (:func:`fsutil.code_folder`): checked before anything is created, so a
+    refused prefix leaves nothing behind; a missing one is made writable by you alone."""
+    fsutil.code_folder(state, "the setup script", "setup")
 
 
 _SEALS = ("F_SEAL_SEAL", "F_SEAL_SHRINK", "F_SEAL_GROW", "F_SEAL_WRITE")
@@ -240,12 +236,7 @@ class Runner:
             done = list(fingerprints(self.plan))
             return SetupResult("nothing-to-do", self.prefix, [], done, self.manifest_path,
                                time.monotonic() - start)
-        try:
-            fsutil.shared_safe_mkdir(self.state)
-        except OSError as exc:
-            raise HpcprovError(f"cannot create {self.state}: {exc.strerror}; choose another "
-                               "--prefix") from None
-        trust_state(self.state)
+        trust_state(self.state)  # checked before it is made: a refusal creates nothing
         prints = fingerprints(self.plan)
         with prefix_lock(self.prefix) as lock_fd:
             journal = Journal.load(self.state / "journal.json")
@@ -268,7 +259,7 @@ class Runner:
             script = self.state / "setup.sh"
             text = render_script(self.plan)
             try:  # a new file renamed over it: a link planted there is replaced, not followed
-                fsutil.atomic_write(script, text, private=False)
+                fsutil.write_code(script, text, what="the setup script", runs="setup")
             except OSError as exc:
                 raise HpcprovError(f"cannot write {script}: {exc.strerror}; free space under "
                                    f"{self.prefix} or choose another --prefix") from None

@@ -83,13 +83,14 @@ def test_validate_runs_torch_xpu_over_xccl_and_counts_tiles_with_sycl_ls(
               "--checks", "env,allreduce", "--env", str(prefix))
     assert res.rc == 0, res.err
     scripts = "\n".join(s["text"] for s in json.loads(res.out)["scripts"])
-    allreduce = next(ln for ln in scripts.splitlines() if "allreduce.py" in ln)
+    launches = [ln for ln in scripts.splitlines() if "hpcprov-rank" in ln]  # not the digests
+    allreduce = next(ln for ln in launches if "allreduce.py" in ln)
     argv = words(allreduce)
     at = argv.index("--dist-backend")
     assert argv[at:at + 4] == ["--dist-backend", "xccl", "--fallback-backend",
                                "ccl:oneccl_bindings_for_pytorch"]
     assert argv[argv.index("--device") + 1] == "xpu"
-    env = words(next(ln for ln in scripts.splitlines() if "envcheck.py" in ln))
+    env = words(next(ln for ln in launches if "envcheck.py" in ln))
     assert env[env.index("--gpu-device") + 1] == "xpu"
     assert env[env.index("--gpu-count-command") + 1] == "sycl-ls"
     assert env[env.index("--visible-devices") + 1] == "ZE_AFFINITY_MASK"

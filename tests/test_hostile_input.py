@@ -261,7 +261,7 @@ def test_stdout_closed_by_the_reader_is_quiet(env: dict[str, str],
     ('partitions:\n  local:\n    description: "a\\x9b31mb"\n', 4),
     ('policies:\n  required_options:\n    account: {reason: "a\\e[2Jb"}\n', 4),
     ('policies:\n  notes: ["ok", "bad\\rline"]\n', 3),
-    ('guide:\n  setup: "one\\n\\e]8;;http://x\\e\\\\two"\n', 2),  # the guide: line
+    ('guide:\n  setup: "one\\n\\e]8;;http://x\\e\\\\two"\n', 3),  # at its key (issue 33)
 ], ids=["description-osc", "partition-c1-csi", "reason-csi", "notes-cr", "guide-osc8"])
 def test_free_text_with_escapes_is_refused(tmp_path: Path, text: str, line: int) -> None:
     text = text.replace(OSC_TITLE, "\\e]0;pwned\\a")

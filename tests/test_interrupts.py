@@ -118,3 +118,55 @@ def test_ctrl_c_in_any_command_is_json_with_json(monkeypatch: pytest.MonkeyPatch
     out, err = capsys.readouterr()
     assert json.loads(out) == {"ok": False, "error": "aborted", "exit_code": 130}
     assert err.strip().splitlines()[-1] == "hpcprov: error: aborted"
+
+
+# a slow sbatch (issue 33): it says it started, sleeps, then accepts the job as 4242;
+# scontrol says the job waits; scancel notes the job it cancels
+SLOW_SBATCH = """#!/bin/bash
+echo "$$" > "$STUB_DIR/sbatch.started"
+sleep 2
+echo 4242
+"""
+SCONTROL = """#!/bin/bash
+echo "JobId=4242 JobState=PENDING Reason=Priority"
+"""
+SCANCEL = """#!/bin/bash
+echo "$*" >> "$STUB_DIR/scancel.log"
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+def test_a_signal_while_sbatch_runs_cancels_the_job_it_submitted_in_one_line(
+        hung_prefix: Path, tmp_path: Path, sig: signal.Signals) -> None:
+    """Ctrl-C or SIGTERM while the scheduler's submit command runs: the submission is not
+    cut from its job id (the signal waits for it), then the job is cancelled and the run
+    exits 128 + N with one line, not "refused by the scheduler" and a traceback."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in (("sbatch", SLOW_SBATCH), ("scontrol", SCONTROL), ("scancel", SCANCEL),
+                       ("sinfo", "#!/bin/bash\necho 'node1 idle'\n"),
+                       ("sacct", "#!/bin/bash\n")):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    env = {**os.environ, "HPCPROV_HISTORY": str(tmp_path / "history"),
+           "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_DIR": str(stubs)}
+    proc = subprocess.Popen(
+        [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(hung_prefix),
+         "--checks", "env", "--nodes", "1", "--allocation", "per-job",
+         "--workdir", str(tmp_path / "run")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    started = stubs / "sbatch.started"
+    deadline = time.monotonic() + 60
+    while not started.is_file():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"sbatch never ran: {proc.communicate()}")
+        time.sleep(0.05)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + sig, (out, err)
+    assert "Traceback" not in err and "refused by the scheduler" not in err + out
+    assert err.strip().splitlines()[-1] == (f"hpcprov: error: interrupted by {sig.name}: "
+                                            f"cancelled job 4242; the run's files are in "
+                                            f"{tmp_path / 'run'}"), err
+    assert (stubs / "scancel.log").read_text().split() == ["4242"]

@@ -669,7 +669,11 @@ def test_a_site_provided_image_asks_no_build_modules_and_no_disk(tmp_path: Path)
     assert not set(site.modules.build.load) - set(site.modules.runtime.load) & set(
         checked.split())
     check = "\n".join(steps["check-build"].lines)
-    assert "horovodrun" not in check and "import torch" in check
+    # frameworks_import.py on the image's Python's stdin (no Python in the step's text)
+    assert "horovodrun" not in check and "python -c" not in check
+    assert steps["check-build"].lines[-1].startswith(
+        "hpcprov_file_frameworks_import_py | singularity exec ")
+    assert check.endswith(" python - torch tensorflow")  # neuron's frameworks
 
 
 def test_activate_carries_the_network_variables_every_partition_sets_alike(

@@ -365,7 +365,8 @@ def test_an_image_without_horovod_is_checked_by_importing_its_frameworks(
         res = cli(capsys, "setup", "--site", site, "--container", image, "--dry-run")
         assert res.rc == 0, res.err
         assert ("horovodrun -cb" in res.out) is has_horovod
-        assert ("import torch" in res.out) is not has_horovod
+        # frameworks_import.py, on the image's Python's stdin, imports them
+        assert (" python - torch" in res.out) is not has_horovod
 
 
 def test_validate_dry_run_prints_the_scripts_the_run_writes_byte_for_byte(
@@ -538,7 +539,7 @@ def test_an_edf_engine_gets_its_environment_file_written_by_the_job(
     assert '--environment="$hpcprov_edf" bash -c "$hpcprov_rank"' in srun
     # the lines that write the file, run as the job's shell runs them
     lines = res.out.splitlines()
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("hpcprov_edf="))
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("hpcprov_toml()"))
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("} > "))
     scratch = tmp_path / "scratch 'dir"  # a space in a path: it stays one value
     proc = subprocess.run(["bash", "-c", "\n".join(lines[start:end + 1]) + '\necho "$hpcprov_edf"'],
@@ -546,8 +547,9 @@ def test_an_edf_engine_gets_its_environment_file_written_by_the_job(
                           env={"PATH": "/usr/bin:/bin", "SCRATCH": str(scratch).replace("'", ""),
                                "SLURM_JOB_ID": "42"})
     assert proc.returncode == 0, proc.stderr
-    written = Path(proc.stdout.strip())
-    assert written == tmp_path / ".hpcprov-edf-42.toml"
+    written = Path(proc.stdout.strip())  # a new file of a random name (mktemp), 0600
+    assert written.parent == tmp_path and written.name.startswith(".hpcprov-edf-42.")
+    assert written.suffix == ".toml" and written.stat().st_mode & 0o777 == 0o600
     scratch_dir = str(scratch).replace("'", "")
     assert tomllib.loads(written.read_text()) == {
         "image": f"{scratch_dir}/images/pytorch-25.01.sqsh",

@@ -757,3 +757,135 @@ def test_nobody_swapping_setup_sh_in_a_loop_during_setup_runs_nothing(
         (line,) = proc.stderr.strip().splitlines()
         assert str(project) in line and "chmod +t" in line, line
         assert "Traceback" not in proc.stderr
+
+
+# ------------------------------------------------------------------ validate's run folder
+
+VALIDATE_AS_VICTIM = r"""
+import contextlib, io, os, sys
+from hpcprov.app.cli import main
+uid, gid, group, warm, *argv = sys.argv[1:]
+# as root: a dry run imports what validate needs (the interpreter's files are root's alone)
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+    main([*argv, "--dry-run"])
+    import hpcprov.validate.run, hpcprov.validate.report, hpcprov.schedulers.local  # noqa
+os.setgroups([int(group)])
+os.setresgid(int(gid), int(gid), int(gid))
+os.setresuid(int(uid), int(uid), int(uid))
+os.umask(0o002)
+sys.exit(main(argv))
+"""
+
+RUNDIR_RACER = r"""
+import json, os, sys, time
+run, theirs, stop, seconds = sys.argv[1:5]
+evil = os.path.join(theirs, "evil.py")
+names = ["envcheck.py", "runtime.py", "env.sh"]
+tries, won, end = 0, [], time.monotonic() + float(seconds)
+while not os.path.exists(stop) and time.monotonic() < end:
+    tries += 1
+    for name in names:
+        target = os.path.join(run, name)
+        try:  # rewritten in place, as a group member with write access would
+            with open(target, "r+b") as f:
+                f.write(b"import os; os.system('touch %s/PWNED')\n" % theirs.encode())
+            won.append("wrote " + name)
+        except OSError:
+            pass
+        mine = os.path.join(theirs, "evil-%d-%s" % (tries, name))
+        os.link(evil, mine)
+        try:  # a file of theirs renamed over the victim's
+            os.rename(mine, target)
+            won.append("renamed over " + name)
+        except OSError:
+            pass
+        if os.path.lexists(mine):  # refused, or the target was that file already
+            os.unlink(mine)
+    try:  # the whole run folder: the victim's moved away, theirs in its place
+        if os.path.isdir(run) and os.lstat(run).st_uid != os.getuid():
+            os.rename(run, run + ".moved-%d" % tries)
+            os.mkdir(run)
+            won.append("run folder")
+    except OSError:
+        pass
+print(json.dumps({"tries": tries, "won": won}))
+"""
+
+
+@pytest.mark.parametrize("mode", [0o2775, 0o3775], ids=["setgid-2775", "sticky-3775"])
+def test_nobody_cannot_change_what_a_validation_job_runs(
+        area: Path, python_for_others: str, mode: int) -> None:
+    """Issue 33: the victim validates with its run folder in a group scratch folder
+    (setgid, umask 002) while nobody, a member of the group, in a loop rewrites the run's
+    envcheck.py, runtime.py and env.sh in place, renames files of theirs over them and
+    swaps the run folder. Without the sticky bit validate refuses the folder up front, in
+    one line naming it and the fix, having written nothing; with it nobody changes no byte,
+    and the job runs hpcprov's programs. Either way nobody's code never runs."""
+    scratch = area / "scratch"
+    scratch.mkdir()
+    os.chown(scratch, 0, SHARED_GID)
+    scratch.chmod(mode)  # install -d -g GROUP -m 2775 (or 3775)
+    prefix = area / "env"  # reads as provisioned; its python runs the program it is given
+    bin_ = prefix / "venvs" / "horovod" / "bin"
+    bin_.mkdir(parents=True)
+    (prefix / ".hpcprov" / "manifest.json").parent.mkdir()
+    (prefix / ".hpcprov" / "manifest.json").write_text("{}")
+    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
+    (bin_ / "python").write_text(
+        "#!/bin/bash\nfor a; do case $a in *.py) exec "
+        f'{python_for_others} "$a" --imports os ;; esac; done\nexit 3\n')
+    for path in (prefix, *prefix.rglob("*")):
+        path.chmod(0o755 if path.is_dir() or path.name == "python" else 0o644)
+    home = area / "victim-home"
+    home.mkdir()
+    chown_tree(home, VICTIM, VICTIM)
+    theirs = area / "nobody"
+    theirs.mkdir()
+    (theirs / "evil.py").write_text(f"import os; os.system('touch {theirs}/PWNED')\n")
+    chown_tree(theirs, NOBODY_UID, NOBODY_GID)
+    theirs.chmod(0o755)
+    racer, program = area / "racer.py", area / "validate-as-victim.py"
+    racer.write_text(RUNDIR_RACER)
+    program.write_text(VALIDATE_AS_VICTIM)
+    for path in (racer, program):
+        path.chmod(0o644)
+    run, stop = scratch / "run", area / "stop"
+    nobody = subprocess.Popen(
+        [str(RUNUSER), "-u", ATTACKER, "-G", GROUP, "--", python_for_others, str(racer),
+         str(run), str(theirs), str(stop), "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=BASE_ENV)
+    code = str(Path(hpcprov.__file__).parent.parent)
+    env = {**BASE_ENV, "HOME": str(home), "USER": "victim", "HPCPROV_NO_CACHE": "1",
+           "HPCPROV_HISTORY": str(home / "history"),
+           "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), code]))}
+    try:
+        proc = subprocess.run(
+            [sys.executable, str(program), str(VICTIM), str(VICTIM), str(SHARED_GID),
+             str(area / "warm"), "validate", "--site", "local", "--env", str(prefix),
+             "--checks", "env", "--nodes", "1", "--workdir", str(run), "--json",
+             "--timeout", "120"],
+            capture_output=True, text=True, timeout=300, env=env, cwd="/")
+    finally:
+        stop.touch()
+        out, err = nobody.communicate(timeout=60)
+    assert nobody.returncode == 0, err
+    raced = json.loads(out)
+    assert raced["tries"] > 0
+    assert not (theirs / "PWNED").exists(), "nobody's code ran"
+    assert "Traceback" not in proc.stderr
+    if mode & 0o1000:  # sticky: nobody can write, rename or swap anything there
+        assert raced["won"] == [], raced
+        data = json.loads(proc.stdout)
+        (job,) = data["jobs"]
+        assert job["state"] == "COMPLETED" and job["exit_code"] == 0, (job, proc.stderr)
+        assert owners(run) == {VICTIM}
+        from hpcprov.validate.plan import programs
+        for name, text in programs().items():
+            assert (run / name).read_text() == text
+    else:  # refused before anything was written, in one line naming the folder and the fix
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        line = json.loads(proc.stdout)["error"]
+        assert f"{scratch} may be written by its group" in line and "chmod +t" in line, line
+        assert not any(p.name in ("envcheck.py", "env.sh") for p in scratch.rglob("*")), \
+            list(scratch.rglob("*"))

@@ -137,4 +137,34 @@ def test_a_step_run_from_hpcprovs_sealed_copy_reaches_the_stack_as_a_private_fil
     assert proc.returncode == 0, proc.stderr
     (run,) = [line for line in log.read_text().splitlines() if " run " in line]
     copy = run.split(" -- bash ")[1].split()[0]
-    assert copy.startswith(f"{tmp}/hpcprov-setup.") and not Path(copy).exists()
+    # in the state folder (setup checks it is yours alone before every step), not $TMPDIR
+    state = tmp_path / "prefix" / ".hpcprov"
+    assert copy.startswith(f"{state}/.uenv-step.") and not Path(copy).exists()
+    assert list(tmp.iterdir()) == []
+
+
+def test_a_stack_mounted_elsewhere_than_uenv_mount_fails_once_saying_why(
+        alps: Path, tmp_path: Path) -> None:
+    """uenv run mounts the stack, but not where the profile's uenv.mount says: the step
+    that uenv run started found no stack, called uenv run again, and so on without end.
+    Now it fails once, in one line naming the mount and the fix."""
+    site = load_site(str(alps))
+    script = tmp_path / "setup.sh"
+    script.write_text(render_script(build_plan(site, str(tmp_path / "prefix"))))
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    elsewhere = UENV.replace('mkdir -p "$HPCPROV_UENV_MOUNT/meta"', "mkdir -p elsewhere/meta")
+    assert elsewhere != UENV
+    (bindir / "uenv").write_text(elsewhere)
+    (bindir / "uenv").chmod(0o755)
+    log = tmp_path / "uenv.log"
+    env = {**os.environ, "PATH": f"{bindir}:{os.environ['PATH']}", "UENV_LOG": str(log),
+           "HPCPROV_NEED_MB": "1"}
+    proc = subprocess.run(["bash", str(script), "prepare", "preflight"], capture_output=True,
+                          text=True, env=env, timeout=60, cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    runs = [line for line in log.read_text().splitlines() if " run " in line]
+    assert len(runs) == 1, runs
+    mount = tmp_path / "user-environment"
+    (line,) = [ln for ln in proc.stderr.splitlines() if "finds no stack" in ln]
+    assert f"finds no stack at {mount}" in line and "set uenv.mount" in line

@@ -26,6 +26,7 @@ from hpcprov.validate.plan import (
     job_rounds,
     job_script,
     plan_jobs,
+    program_check,
     status_trap,
 )
 from hpcprov.validate.report import compare, junit, markdown, table
@@ -75,9 +76,12 @@ def test_the_status_trap_is_the_job_scripts_prolog_and_the_script_parses(
     assert lines[at + 1:at + 1 + len(trap)] == trap
     assert lines[at + 1] == f"hpcprov_exit_file={quote(f'{rundir}/{job.id}.exit')}"
     assert shlex.split(lines[at + 1]) == [f"hpcprov_exit_file={rundir}/{job.id}.exit"]
+    check = program_check(job, rundir)  # then the programs' digests, checked
+    assert lines[at + 1 + len(trap):at + 1 + len(trap) + len(check)] == check
     plain = build_jobscript(replace(job_request(job, o, None, f"hpcprov-{job.id}"),
                                     command=("python", f"{rundir}/allreduce.py")))
-    assert [ln for ln in lines if ln not in trap] == plain.splitlines()
+    added = at + 1, at + 1 + len(trap) + len(check)
+    assert lines[:added[0]] + lines[added[1]:] == plain.splitlines()
     assert script.endswith("\n") and not script.endswith("\n\n")
     path = tmp_path / "job.sh"
     path.write_text(script)

@@ -223,7 +223,7 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
                    device=device, max_bytes=o.max_bytes, iters=o.iters,
                    train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,
                    extra=extra, link_bytes=o.link_bytes, baselines=not o.quick,
-                   launchers=_launchers(o, s))
+                   launchers=_launchers(o, s), partition_named=o.partition is not None)
     _no_geometry(opts, backend)
     skipped = plan_skipped(opts)
     _unplannable(o, opts, skipped)

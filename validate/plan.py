@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from hpcprov import schedulers
-from hpcprov.core.shell import assign, fragment
+from hpcprov.core.shell import assign, fragment, quote
 from hpcprov.jobs import roles
 from hpcprov.jobs.jobscript import build_jobscript
 from hpcprov.request.job import JobRequest
@@ -348,6 +348,9 @@ class Options:
     # the launchers every check runs through (--launchers); empty: the site's default
     # torch launcher and Horovod's launchers (:mod:`hpcprov.jobs.roles`)
     launchers: tuple[str, ...] = ()
+    # the partition was named (-p): every job goes there; else each job goes where
+    # jobscript sends a job of its size (a by-size queue: the 1-node baselines elsewhere)
+    partition_named: bool = True
 
     @property
     def node_picks(self) -> dict[str, str | None] | None:
@@ -453,7 +456,9 @@ def job_request(job: Job, o: Options, prefix: str | None, job_name: str) -> JobR
     options = dict(o.extra)
     pin = schedulers.of(o.site).pin(job.node) if job.node else None
     options.update(pin or {})
-    return JobRequest(site=o.site, nodes=job.nodes, partition=o.partition,
+    # not named: the request jobscript makes, which picks the queue by the job's size
+    partition = o.partition if o.partition_named else None
+    return JobRequest(site=o.site, nodes=job.nodes, partition=partition,
                       launcher=job.launcher, tasks_per_node=job.ranks_per_node,
                       gpus_per_node=None if o.device != "cpu" else 0,
                       command=(), job_name=job_name, options=options, prefix=prefix,
@@ -470,6 +475,41 @@ def status_trap(path: str) -> list[str]:
     shell file scripts/status_trap.sh (shellchecked as a file), carried verbatim after the
     line that sets its ``hpcprov_exit_file``, quoted."""
     return [assign("hpcprov_exit_file", path), *fragment(STATUS_TRAP)]
+
+
+PROGRAM_CHECK = Path(__file__).parent / "scripts" / "program_check.sh"
+RUNTIME = "runtime.py"  # what every program imports, from the run folder
+
+
+_PROGRAMS: dict[str, str] = {}
+
+
+def programs() -> dict[str, str]:
+    """Name -> text of every validation program (programs/*.py) and the runtime.py they
+    import: what a run writes into its folder, byte for byte."""
+    if not _PROGRAMS:
+        from importlib import resources
+
+        folder = resources.files("hpcprov.validate") / "programs"
+        for item in sorted(folder.iterdir(), key=lambda f: f.name):
+            if item.name.endswith(".py") and item.name != "__init__.py":
+                _PROGRAMS[item.name] = item.read_text(encoding="utf-8")
+    return _PROGRAMS
+
+
+def program_check(job: Job, rundir: str) -> list[str]:
+    """Job script lines that refuse, in one line, to run the job's program or the
+    runtime.py it imports when either is not the bytes hpcprov wrote: their SHA-256 are
+    written into the script (scripts/program_check.sh, carried verbatim after the line
+    that lists them, quoted)."""
+    import hashlib
+
+    texts = programs()
+    pairs: list[str] = []
+    for name in dict.fromkeys((job.program, RUNTIME)):
+        digest = hashlib.sha256(texts[name].encode("utf-8")).hexdigest()
+        pairs += [digest, quote(f"{rundir}/{name}")]
+    return [f"hpcprov_programs=({' '.join(pairs)})", *fragment(PROGRAM_CHECK)]
 
 
 def placement(job: Job, o: Options) -> Placement:
@@ -511,7 +551,9 @@ def allocation_script(o: Options, prefix: str | None, queue: Path) -> str:
 def job_script(job: Job, o: Options, prefix: str | None, rundir: str, command: tuple[str, ...]
                ) -> str:
     """The job script: hpcprov's generated script, its launch running `command`, with the
-    status trap (:func:`status_trap`) in its prolog."""
+    status trap (:func:`status_trap`) and the program check (:func:`program_check`) in
+    its prolog."""
     req = job_request(job, o, prefix, f"hpcprov-{job.id}")
     return build_jobscript(replace(req, command=command),
-                           prolog=status_trap(f"{rundir}/{job.id}.exit"))
+                           prolog=[*status_trap(f"{rundir}/{job.id}.exit"),
+                                   *program_check(job, rundir)])

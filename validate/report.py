@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -20,8 +21,16 @@ _MD = str.maketrans({c: f"\\{c}" for c in "\\`*_[]()!|#"} | {"<": "&lt;", ">": "
                                                               "&": "&amp;"})
 
 
+# what XML 1.0 cannot hold even escaped, beyond the control characters for_terminal
+# escapes: U+FFFE, U+FFFF and lone surrogates (a job may print any of them)
+_NOT_XML = re.compile("[\ud800-\udfff\ufffe\uffff]")
+
+
 def _t(text: object) -> str:
-    return for_terminal(text)
+    """Text for the terminal and for JUnit's XML: control characters and the code points
+    XML forbids escaped as ``\\xNN`` / ``\\uNNNN``, so the file parses whatever a job
+    printed."""
+    return _NOT_XML.sub(lambda m: f"\\u{ord(m.group()):04x}", for_terminal(text))
 
 
 def _md(text: object) -> str:

@@ -10,7 +10,6 @@ import contextlib
 import re
 import time
 from collections.abc import Callable
-from importlib import resources
 from pathlib import Path
 
 from hpcprov.core import fsutil
@@ -30,16 +29,20 @@ from hpcprov.validate.plan import (
     link_job,
     placement,
     plan_jobs,
+    programs,
 )
+
+RUNS = "a validation job"  # who runs the run folder's files (the one rule's message)
 
 
 def copy_programs(rundir: Path) -> None:
     """Put every program, and the runtime.py they import, into the run directory (the
-    nodes read them there; the links search decides its jobs as it goes)."""
-    folder = resources.files("hpcprov.validate") / "programs"
-    for item in sorted(folder.iterdir(), key=lambda f: f.name):
-        if item.name.endswith(".py") and item.name != "__init__.py":
-            (rundir / item.name).write_text(item.read_text())
+    nodes read them there; the links search decides its jobs as it goes), each by the one
+    rule for code (:func:`fsutil.write_code`). The job scripts check them against the
+    digests written into each script (:func:`hpcprov.validate.plan.programs`)."""
+    for name, text in programs().items():
+        fsutil.write_code(rundir / name, text, what=f"the validation program {name}",
+                          runs=RUNS)
 
 
 def _checks_horovod_build(o: Options) -> bool:
@@ -126,8 +129,9 @@ class _Rounds:
                 results.append(_not_run(job, why))
                 continue
             script = self.rundir / f"{job.id}.sh"
-            script.write_text(job_script(job, self.o, self.prefix, str(self.rundir),
-                                         command_for(job, self.o, self.rundir)))
+            fsutil.write_code(script, job_script(job, self.o, self.prefix, str(self.rundir),
+                                                 command_for(job, self.o, self.rundir)),
+                              what=f"the job script {script.name}", runs=RUNS)
             (self.rundir / f"{job.id}.exit").unlink(missing_ok=True)
             try:
                 with self.guard.held():  # a job submitted is a job known, to cancel it
@@ -136,7 +140,9 @@ class _Rounds:
                                              placement(job, self.o))
                     handles.append(h)
                     self.handles.append(h)
-                submitted.append(job)
+                    submitted.append(job)
+            except Interrupted:  # a signal during the submission: the run ends (and cancels)
+                raise
             except HpcprovError as exc:  # the scheduler refused it: an error, not the end
                 results.append(_not_run(job, f"refused by the scheduler: {exc}"))
         if not handles:
@@ -223,7 +229,9 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
                    progress: Callable[[str], None] = lambda s: None) -> dict:
     """Run every job of the plan; return the run's data (judged, not yet reported)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-    rundir.mkdir(parents=True, exist_ok=True)
+    # the folder of the programs and job scripts: the one rule for code (nobody else can
+    # write or swap it; refused in one line before anything is written)
+    fsutil.code_folder(rundir, "the validation's programs and job scripts", RUNS)
     with _lock_rundir(rundir), cancelling() as guard:
         return _run_validation(o, prefix, rundir, executor, timeout_s, pending_timeout_s,
                                progress, started, guard)

@@ -233,7 +233,8 @@ def compatibility() -> str:
 
 
 # the walks of docs/onboarding.md, in order: one example profile of each kind of site
-WALKS = ("pbs-pals", "slurm-apptainer", "torchrun-mpi", "edf", "uenv", "intel-gpus")
+WALKS = ("pbs-pals", "slurm-apptainer", "torchrun-mpi", "edf", "uenv", "intel-gpus",
+         "lsf-jsrun")
 
 
 def _walk_args(line: str) -> tuple[dict[str, object], tuple[str, ...]]:
@@ -284,7 +285,37 @@ def walk(example: Path) -> list[str]:
             text.rstrip(), "```", "",
             f"`hpcprov {command.replace('jobscript', 'jobscript --site ' + ref, 1)}` writes:",
             "", "```bash", script.rstrip(), "```", "",
-            f"`hpcprov setup --site {ref}` runs the steps: {steps}.", ""]
+            f"`hpcprov setup --site {ref}` runs the steps: {steps}.", "",
+            *_validate_walk(example, ref, opts, shim)]
+
+
+WALK_ENV, WALK_RUN = "/scratch/me/hpcprov", "/scratch/me/hpcprov-validate/run"
+
+
+def _validate_walk(example: Path, ref: str, opts: dict[str, object], shim: str) -> list[str]:
+    """What ``validate --dry-run`` plans for an example: each job's script by name and the
+    line that starts its ranks (the shim elided), and what it would report SKIPPED."""
+    from hpcprov.validate.api import ValidateOptions, plan_validation
+
+    raw = opts.get("options", ())
+    options = tuple(str(x) for x in raw) if isinstance(raw, tuple) else ()
+    planned = plan_validation(ValidateOptions(
+        site=str(example), nodes=int(str(opts.get("nodes", 2))), prefix=WALK_ENV,
+        workdir=WALK_RUN, options=options))
+    flags = "".join(f" -o {x}" for x in options)
+    out = [f"`hpcprov validate --site {ref} --env {WALK_ENV} --workdir {WALK_RUN}{flags} "
+           "--dry-run` plans these jobs (each script's line that starts the ranks):", "",
+           "```bash"]
+    for p in planned.scripts:
+        if p.path.name == "allocation.sh":
+            out.append(f"# {p.path.name}: one allocation, the jobs below its steps")
+            continue
+        line = next((ln for ln in p.text.splitlines() if not ln.startswith("#")
+                     and ("hpcprov-rank" in ln or "torch.distributed.run" in ln)), "")
+        out += [f"# {p.path.name}", line.replace(shim, "hpcprov_rank='...'")]
+    out.append("```")
+    out += [f"- SKIPPED {s.name}: {s.reason}" for s in planned.skipped]
+    return [*out, ""]
 
 
 def walks(root: Path) -> str:
@@ -294,12 +325,15 @@ def walks(root: Path) -> str:
            "edit. -->", "", "# Walks: a site of each kind", "",
            "Each section starts from an example profile in `docs/examples/` (each `extends` "
            "a bundled profile and says only what makes its kind of site) and shows what hpcprov "
-           "generates from it. The job scripts are verified here as far as this machine can: "
-           "the rank contract under stub starters for mpiexec (PALS, Hydra), ibrun and jsrun, "
-           "and under real srun, mpirun, horovodrun and torchrun on the testbed; Apptainer, "
-           "the EDF engine, uenv and Intel GPUs by stub commands that stand for them "
-           "(`tests/test_rank_contract.py`, `tests/test_uenv.py`, `tests/test_gpu_vendors.py`). "
-           "None of them ran on such a cluster.", ""]
+           "generates from it: the job script, the setup steps, and the jobs `hpcprov validate` "
+           "would submit (its allreduce and training run through the site's own launcher, "
+           "whatever its kind: docs/validation.md). The job scripts are verified here as far "
+           "as this machine can: the rank contract under stub starters for PALS, ibrun and "
+           "jsrun, and under real srun, mpirun, MPICH's Hydra mpiexec, horovodrun, torchrun and "
+           "Charliecloud's ch-run on the testbed; Apptainer, the EDF engine, uenv and Intel GPUs "
+           "by stub commands that stand for them (`tests/test_rank_contract.py`, "
+           "`tests/test_uenv.py`, `tests/test_gpu_vendors.py`). None of them ran on such a "
+           "cluster.", ""]
     for name in WALKS:
         out += walk(root / f"{name}.yaml")
     return "\n".join(out)

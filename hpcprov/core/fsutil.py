@@ -13,6 +13,11 @@
 * :func:`atomic_write`: write to a new temporary file beside the target (``O_EXCL`` and
   ``O_NOFOLLOW``: a planted symlink is never followed), then rename it over the target
   (the rename replaces a symlink at the target, never the file it points to).
+* :func:`code_folder` and :func:`write_code`: the one rule for every file that something
+  later executes (a setup script, a validation's programs and job scripts, an allocation's
+  pilot and steps): its folder is refused when another user could write or swap it (or a
+  folder above it), made without group or other write, and the file is written whole, under
+  a new name renamed into place, with an explicit mode whatever the umask.
 
 Imports nothing beyond the standard library: every command's start-up runs it.
 """
@@ -340,3 +345,68 @@ def write_output(path: str, text: str) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+CODE_FIX = ("use a folder only you can write (e.g. a folder of your own in the project space, "
+            "chmod 755), or make the shared folder sticky (chmod +t)")
+
+
+def untrusted_code(why: str, folder: Path, what: str, runs: str = "a job") -> str:
+    """The one line that refuses a folder for code (:func:`code_folder`): what is wrong,
+    what another user could do, and the fix. The prefix's setup says the same."""
+    return (f"{why}: someone else could replace {what} under {folder} and have {runs} run it "
+            f"as you; {CODE_FIX}: files hpcprov writes to be run must be writable by you alone")
+
+
+def code_folder(folder: Path, what: str, runs: str = "a job") -> Path:
+    """Make ``folder`` fit to hold files that something later executes, or refuse it.
+
+    Checked before anything is created (:func:`why_untrusted`: the folder, if there, is this
+    user's; every folder from ``/`` down is this user's or root's and not writable by its
+    group or others unless sticky); missing folders are made 0755 less the umask, never
+    group- or other-writable (:func:`shared_safe_mkdir`); then checked again. HpcprovError,
+    one line (:func:`untrusted_code`), when another user could write or swap it."""
+    from hpcprov.core.errors import HpcprovError
+
+    folder = Path(os.path.abspath(folder))
+    why = why_untrusted(folder)
+    if why is None:
+        try:
+            shared_safe_mkdir(folder)
+        except OSError as exc:
+            raise HpcprovError(f"cannot create {folder}: {exc.strerror}; choose another "
+                               "folder") from None
+        why = why_untrusted(folder)
+        if why is None and not os.path.isdir(folder):
+            why = f"{folder} is not a folder"
+    if why is not None:
+        raise HpcprovError(untrusted_code(why, folder, what, runs))
+    return folder
+
+
+# The writers of code (what a job, a step or a pilot executes): every one goes through
+# write_code (tests/test_code_writes.py walks the source and fails on one that does not).
+def write_code(path: Path, data: str | bytes, mode: int = 0o644, what: str | None = None,
+               runs: str = "a job") -> None:
+    """Write ``path``, a file that something later executes, by the one rule: its folder
+    passes :func:`code_folder` (checked now, not only when made), and the file is written
+    under a new random name (``O_EXCL | O_NOFOLLOW``), given ``mode`` whatever the umask
+    (never group- or other-writable), synced, and renamed over ``path``: a link planted at
+    the name is replaced, never followed, and a reader sees the old file or the whole new
+    one. HpcprovError (one line) for a folder another user could write or swap; OSError
+    when the write fails."""
+    import tempfile
+
+    folder = code_folder(path.parent, what or f"{path.name}", runs)
+    blob = data.encode("utf-8") if isinstance(data, str) else data
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            os.fchmod(fh.fileno(), mode & ~_OTHERS_WRITE & 0o7777)
+            fh.write(blob)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, folder / path.name)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -28,11 +28,15 @@ MPI_KINDS = tuple(name for name, k in KINDS.items() if k.horovod == "mpi")
 
 def unusable(site: SiteView, name: str) -> str | None:
     """Why launcher ``name`` cannot start ranks on this site (None where it can)."""
-    kind = kind_of(site.launchers[name].kind)
+    launcher = site.launchers[name]
+    kind = kind_of(launcher.kind)
     backend = schedulers.of(site)
     if kind.task_starter and not backend.starts_tasks:
-        return (f"launcher {name} ({site.launchers[name].kind.value}) starts its ranks with "
+        return (f"launcher {name} ({launcher.kind.value}) starts its ranks with "
                 f"srun, which {backend.title} jobs do not have")
+    if (kind.container or launcher.runtime) and not site.containers.default_image:
+        return (f"launcher {name} starts its ranks in the site's image, and the site names "
+                "none: set containers.default_image")
     return None
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import hostlist
 
-from hpcprov.core.fsutil import atomic_write
+from hpcprov.core.fsutil import atomic_write, write_code
 from hpcprov.core.shell import assign, fragment, join, quote
 from hpcprov.schedulers.base import (
     Backend,
@@ -72,9 +72,9 @@ class OneAllocation(Executor):
     def _allocate(self) -> Handle:
         self.nodes = None
         self.queue = self.folder / f"allocation-{len(self.allocations) + 1}"
-        self.queue.mkdir(parents=True, exist_ok=True)
-        script = self.queue / "allocation.sh"
-        script.write_text(self.script(self.queue))
+        script = self.queue / "allocation.sh"  # the pilot: code, by the one rule
+        write_code(script, self.script(self.queue), what="the allocation's pilot",
+                   runs="the allocation")
         handle = self.inner.submit(script, self.queue / "allocation.out",
                                    self.queue / "allocation.exit")
         self.allocations.append(handle)
@@ -128,7 +128,8 @@ class OneAllocation(Executor):
             atomic_write(base.with_suffix(".hosts"), hosts)
         body = [f"export {assign(k, v)}" for k, v in env.items()]
         body.append(join(["exec", "bash", str(h.script)]) + f" > {quote(str(h.output))} 2>&1")
-        atomic_write(base.with_suffix(".step"), "\n".join(body) + "\n")
+        write_code(base.with_suffix(".step"), "\n".join(body) + "\n",
+                   what="the allocation's steps", runs="the allocation")
         self._step_files[h.job_id] = base
         h.state, h.started, h.nodes = "RUNNING", time.monotonic(), \
             hostlist.collect_hostlist(nodes)

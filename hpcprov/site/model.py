@@ -543,7 +543,8 @@ class Launcher(Strict):
             "(a container launcher: default containers.runtime; srun, mpirun, mpiexec, ibrun "
             "or jsrun: set, each rank starts through it, on any scheduler): "
             "singularity/apptainer (exec IMAGE), shifter (shifter --image=IMAGE), podman-hpc "
-            "(podman-hpc run --rm IMAGE); srun's own options, container launchers only: "
+            "(podman-hpc run --rm IMAGE), charliecloud (ch-run --bind=MOUNT --cd=DIR IMAGE "
+            "--, a directory image); srun's own options, container launchers only: "
             "pyxis (srun --container-image), edf (an EDF-based engine: srun "
             "--environment=FILE, the file written by the job from containers' image, mounts, "
             "workdir, env and annotations)")
@@ -604,15 +605,18 @@ class Launcher(Strict):
 
 
 class Containers(Strict):
-    runtime: Literal["singularity", "apptainer", "enroot", "shifter", "podman-hpc"] | None = \
+    runtime: Literal["singularity", "apptainer", "enroot", "shifter", "podman-hpc",
+                     "charliecloud"] | None = \
         Field(None, description="the runtime setup --container prepares images with "
               "(enroot: for pyxis launchers; shifter: shifterimg pull; podman-hpc: "
-              "podman-hpc pull)")
+              "podman-hpc pull; charliecloud: no pull, the image a directory built with "
+              "ch-image or ch-convert, checked and run with ch-run)")
     module: str | None = Field(None, description="module that provides the runtime")
     images: dict[Name, str] = Field(default_factory=dict, description="name -> image path/URI")
     default_image: Name | None = None
-    mounts: list[str] = Field(default_factory=list, description="SRC:DST, for pyxis and edf "
-                              "($VARS are expanded by the job's shell)")
+    mounts: list[str] = Field(default_factory=list, description="SRC:DST, for pyxis and edf, "
+                              "and charliecloud's --bind=SRC[:DST] (onto a directory the "
+                              "image has) ($VARS are expanded by the job's shell)")
     gpu_flag: str | None = Field(None, description="e.g. --nv for Singularity")
     # an EDF-based engine's environment file (a launcher with runtime: edf)
     workdir: str | None = Field(None, description="edf: the working directory in the "

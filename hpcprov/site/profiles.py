@@ -61,11 +61,35 @@ def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
     return list(getattr(model, "model_fields", {}))
 
 
+def _control_at(value: Any, free: bool) -> tuple[Any, ...]:
+    """The key or index path, inside a mapping or list, of the first value (or key) that
+    holds a control character: where the control-character rule was broken."""
+    from hpcprov.core.text import has_control
+
+    items = value.items() if isinstance(value, dict) else \
+        enumerate(value) if isinstance(value, list | tuple) else ()
+    for key, item in items:
+        if isinstance(key, str) and has_control(key, free):
+            return (key,)
+        if isinstance(item, str) and has_control(item, free):
+            return (key,)
+        deeper = _control_at(item, free)
+        if deeper:
+            return (key, *deeper)
+    return ()
+
+
 def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
-    """Turn pydantic errors into located one-line ProfileErrors."""
+    """Turn pydantic errors into located one-line ProfileErrors. A control character in a
+    mapping or a list (``env``) is located at its key or item, not at the field's line."""
+    from hpcprov.core.text import SINGLE_LINE_RULE, TEXT_RULE
+
     out = []
     for err in exc.errors():
         loc = tuple(err["loc"])
+        rule = err["msg"].removeprefix("Value error, ")
+        if rule in (SINGLE_LINE_RULE, TEXT_RULE):
+            loc += _control_at(err.get("input"), rule == TEXT_RULE)
         file, line = layer.where(loc)
         dotted = ".".join(str(p) for p in loc) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")

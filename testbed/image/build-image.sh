@@ -25,7 +25,10 @@ set -euo pipefail
 TORCH_SPEC="torch==2.13.0"   # always pinned: the CPU wheel of the release hpcprov tests
 NUMPY_SPEC="numpy"
 SUITE=bookworm               # Debian 12
-MIRROR="${HPCPROV_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+# the machine's own apt sources (mmdebstrap reads them when given no mirror), or a mirror
+# named by HPCPROV_DEBIAN_MIRROR
+mirror=()
+[ -z "${HPCPROV_DEBIAN_MIRROR:-}" ] || mirror=("$HPCPROV_DEBIAN_MIRROR")
 PACKAGES="python3,python-is-python3"   # bash, coreutils are essential; torch brings libgomp
 STAMP=.hpcprov-image
 PYTHON="${PYTHON:-python3}"  # the host's, for pip
@@ -98,14 +101,16 @@ PIP_ROOT_USER_ACTION=ignore "$PYTHON" -m pip install --quiet --no-warn-script-lo
   "$TORCH_SPEC" "$NUMPY_SPEC" >"$logs/pip" 2>&1 &
 pip_pid=$!
 
-say "mmdebstrap $SUITE (minbase + $PACKAGES) from $MIRROR"
+source_text="the machine's apt sources"
+[ "${#mirror[@]}" -eq 0 ] || source_text="${mirror[0]}"
+say "mmdebstrap $SUITE (minbase + $PACKAGES) from $source_text"
 # merged /usr by the hook, not the usrmerge package (which pulls in perl: 46 MB); no docs,
 # manuals or translations
 mmdebstrap --quiet --variant=minbase --hook-dir=/usr/share/mmdebstrap/hooks/merged-usr \
   --include="$PACKAGES" \
   --dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-exclude=/usr/share/man/*' \
   --dpkgopt='path-exclude=/usr/share/info/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
-  "$SUITE" "$tmp" "$MIRROR" >"$logs/mmdebstrap" 2>&1 \
+  "$SUITE" "$tmp" "${mirror[@]}" >"$logs/mmdebstrap" 2>&1 \
   || { cat "$logs/mmdebstrap" >&2; die "mmdebstrap failed"; }
 t_debian=$((SECONDS - start))
 wait "$pip_pid" || { pip_pid=""; cat "$logs/pip" >&2; die "pip install failed"; }

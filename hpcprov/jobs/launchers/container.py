@@ -1,6 +1,6 @@
 """The container launcher: srun starts each rank in the site's image, through the
-runtime's command line (Singularity/Apptainer, Shifter, podman-hpc) or srun's own options
-(pyxis, an EDF-based engine)."""
+runtime's command line (Singularity/Apptainer, Shifter, podman-hpc, Charliecloud's ch-run)
+or srun's own options (pyxis, an EDF-based engine)."""
 
 from __future__ import annotations
 

@@ -12,9 +12,10 @@ only the container kind says them. The host's Python variables stay out of the i
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from hpcprov.core.errors import UsageError
-from hpcprov.core.shell import Raw, Template, join, quote
+from hpcprov.core.shell import Raw, Template, fragment, join, quote
 from hpcprov.request.job import JobRequest
 
 # the host's Python must not reach into the image's (its packages, its home)
@@ -110,26 +111,30 @@ def runtime_words(req: JobRequest, runtime: str, verbs: list[str]
 
 
 EDF_VAR = "hpcprov_edf"
+EDF_WRITER = Path(__file__).parent.with_name("edf.sh")  # hpcprov_toml, the new file
 
 
 def edf_lines(req: JobRequest) -> list[str]:
     """Lines writing the job's environment definition file (TOML: image, mounts, workdir,
     [env], [annotations] from the profile's containers section) for ``srun
-    --environment="$hpcprov_edf"``. Paths are expanded by the job's shell ($SCRATCH) and
-    written as TOML literal strings; keys are names the model checked, so each format string
-    holds nothing the shell or printf would read."""
+    --environment="$hpcprov_edf"``. The file is new (``mktemp``: mode 0600, a random name,
+    so a link planted in the job's folder is never followed) in a folder only the user may
+    write (refused in one line otherwise); values are expanded by the job's shell
+    ($SCRATCH, an image glob's match) and then written as TOML basic strings, escaped
+    whatever they hold (edf.sh's ``hpcprov_toml``), so no value can add a line or a key;
+    keys are names the model checked, written by hpcprov's own format strings."""
     c = req.site.containers
     resolve, path = image_word(req)
-    rows: list[tuple[str, list[object]]] = [("image = '%s'", [path])]
+    rows: list[tuple[str, list[object]]] = [("image = %s", [path])]
     if c.mounts:
-        rows.append(("mounts = [" + ", ".join(["'%s'"] * len(c.mounts)) + "]",
+        rows.append(("mounts = [" + ", ".join(["%s"] * len(c.mounts)) + "]",
                      [Template(m) for m in c.mounts]))
     if c.workdir:
-        rows.append(("workdir = '%s'", [Template(c.workdir)]))
+        rows.append(("workdir = %s", [Template(c.workdir)]))
     for table, values in (("env", c.env), ("annotations", c.annotations)):
         if values:
             rows.append((f"[{table}]", []))
-            rows += [(f"{key} = '%s'", [value]) for key, value in values.items()]
-    printed = [join(["printf", Raw(f'"{fmt}\\n"'), *args]) for fmt, args in rows]
-    return [*resolve, f'{EDF_VAR}="$PWD/.hpcprov-edf-${{SLURM_JOB_ID:-$$}}.toml"',
+            rows += [(f"{key} = %s", [value]) for key, value in values.items()]
+    printed = [join(["hpcprov_edf_row", fmt, *args]) for fmt, args in rows]
+    return [*resolve, *fragment(EDF_WRITER),
             "{", *(f"  {line}" for line in printed), f'}} > "${EDF_VAR}"']
