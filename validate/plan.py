@@ -27,6 +27,7 @@ from hpcprov.site.launcher_kinds import kind_of
 from hpcprov.validate.judge import Judge, judge_allreduce, judge_env, judge_pernode, judge_train
 
 if TYPE_CHECKING:
+    from hpcprov.site.model import Partition
     from hpcprov.site.view import SiteView
 
 
@@ -108,14 +109,14 @@ def _binding_args(o: Options, visible: bool = True) -> tuple[str, ...]:
     variable that limits them, which a failed step names."""
     if o.device == "cpu":
         return ()
-    return ("--per-rank", o.site.partitions[o.partition].gpus.per_rank,
+    return ("--per-rank", o.part.gpus.per_rank,
             *(("--visible-devices", vendor(o).visible_devices) if visible else ()))
 
 
 def ranks_per_node(o: Options) -> int:
     if o.ranks_per_node:
         return o.ranks_per_node
-    gpus = o.site.partitions[o.partition].gpus.count
+    gpus = o.part.gpus.count
     if o.device != "cpu" and gpus:
         return gpus
     # one rank per node measures the network; a machine alone needs two to measure anything
@@ -138,7 +139,7 @@ def _imports(site: SiteView) -> str:
 
 def vendor(o: Options) -> Vendor:
     """The GPU vendor of the run's partition (:mod:`hpcprov.site.gpu_vendors`)."""
-    return VENDORS[o.site.partitions[o.partition].gpus.vendor]
+    return VENDORS[o.part.gpus.vendor]
 
 
 def _backend(o: Options) -> str:
@@ -351,6 +352,12 @@ class Options:
     # the partition was named (-p): every job goes there; else each job goes where
     # jobscript sends a job of its size (a by-size queue: the 1-node baselines elsewhere)
     partition_named: bool = True
+
+    @property
+    def part(self) -> Partition:
+        """The run's partition (resolved once, in validate's prepare: the queue jobscript
+        picks for the run's size, or the one named)."""
+        return self.site.partitions[self.partition]
 
     @property
     def node_picks(self) -> dict[str, str | None] | None:

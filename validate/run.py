@@ -174,7 +174,7 @@ def _search_links(o: Options, rounds: _Rounds) -> tuple[list[JobResult], dict]:
     """The links check: rounds of pair jobs (at the same time), then each suspect's slow
     pairs again, one job at a time, until the bad link is named and confirmed."""
     search = LinkSearch(list(o.node_names))
-    refs = o.site.partitions[o.partition].references
+    refs = o.part.references
     results: list[JobResult] = []
     busbw: dict[bool, dict[Pair, float | None]] = {False: {}, True: {}}  # alone? -> readings
     while (step := search.next_step())[0]:
@@ -205,7 +205,7 @@ def _links_data(links: dict) -> dict:
 
 def _judge(o: Options, results: list[JobResult]) -> list[Outcome]:
     """The outcomes of the checks that have a judge, against the partition."""
-    part = o.site.partitions[o.partition]
+    part = o.part
     cb = expected_check_build(o.site.horovod) if _checks_horovod_build(o) else None
     return judge(results, part.references, cb,
                  gpus_expected=part.gpus.count if o.device != "cpu" else 0)
@@ -214,7 +214,7 @@ def _judge(o: Options, results: list[JobResult]) -> list[Outcome]:
 def _no_gpu_seen(o: Options, results: list[JobResult]) -> str | None:
     """Why a GPU validation stops after its env check: a node that sees no GPU (every GPU
     job would fail there, each for the same reason), or None."""
-    if o.device == "cpu" or not o.site.partitions[o.partition].gpus.count:
+    if o.device == "cpu" or not o.part.gpus.count:
         return None
     blind = sorted({str(rec.get("host", "?")) for r in results if r.check == "env"
                     for rec in r.records if rec.get("gpus_visible", None) in (0, "0")})

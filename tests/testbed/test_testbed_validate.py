@@ -281,10 +281,12 @@ def test_a_job_the_controller_forgot_gets_its_status_from_the_file_or_is_an_erro
     from hpcprov.site.profiles import load_site
     from hpcprov.validate.judge import JobResult, judge
     from hpcprov.validate.plan import Options, job_script, plan_jobs
+    from hpcprov.validate.run import copy_programs
 
     work = no_accounting.scratch / "pytest-validate" / tmp_path.name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
+    copy_programs(work)  # what the scripts check before they run (their digests)
     o = Options(load_site("testbed"), "amd_a100nv_8", 1, ("env",))
     env_job = plan_jobs(o)[0]
     ex = SlurmExecutor(no_accounting.environ())
