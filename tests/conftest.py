@@ -322,7 +322,8 @@ def trust_stub_installer(sites: Path, name: str) -> bool:
 
 STUB_NAMES = [
     "module", "ml", "srun", "salloc", "sbatch", "squeue", "scontrol", "qsub", "qstat",
-    "mpirun", "mpiexec", "jsrun", "horovodrun", "torchrun", "conda", "pip", "pip3", "wget",
+    "mpirun", "mpiexec", "jsrun", "lrun", "flux", "horovodrun", "torchrun", "conda", "pip",
+    "pip3", "wget",
     "git",
     "singularity", "apptainer", "enroot", "nvidia-smi", "hpcprov",
     "tar", "patch", "cmake", "make", "mpicc",

@@ -3,7 +3,8 @@
 The suite runs over the registered backends (``hpcprov.schedulers.all_backends()``, i.e.
 ``hpcprov.site.sections.SCHEDULERS``), each against what answers as its scheduler here:
 PBS against tests/pbs_emulator.py (qsub, qstat, qdel), LSF against tests/lsf_emulator.py
-(bsub, bjobs, bkill), the local backend (``none``) as it is. A backend joins by a line in
+(bsub, bjobs, bkill), Flux against tests/flux_emulator.py (flux batch, jobs, cancel,
+resource), the local backend (``none``) as it is. A backend joins by a line in
 :data:`EMULATED` (how its emulator is put on PATH and what its scheduler answers), or is
 left out by a line in :data:`EXCLUDED` that says why; a registered backend with neither fails
 every test here, so a new scheduler cannot skip the suite silently. Where one emulated
@@ -111,6 +112,23 @@ EMULATED: dict[str, Emulated] = {
         refused=r"bsub refused empty\.sh: No command is specified",
         # usable_nodes is None: LsfExecutor does not ask bhosts for host states (only the
         # draft reads bhosts -l)
+    ),
+    "flux": Emulated(
+        "flux-example", "pbatch", "flux_emulator.py", ("flux",), "FLUX_EMULATOR_DIR",
+        header="# flux: -N 1", first_ids=("f68GQ", "f68GR"),  # F58 of 1000001, 1000002
+        cancelled_status=128 + signal.SIGTERM,  # flux cancel: the job's tasks get SIGTERM
+        hold={"FLUX_EMULATOR_HOLD": "1"},
+        forget={"FLUX_EMULATOR_PURGE": "1"},   # inactive jobs purged (job-list's purge)
+        forgotten="Flux no longer knows the job and it left no status file",
+        refuse=_missing,
+        refused=r"flux batch refused missing\.sh: flux-batch: ERROR: \[Errno 2\] No such file",
+        usable_nodes=[HERE],                   # flux resource list -s up -q QUEUE
+        gaps={
+            "test_a_job_that_never_starts_is_removed_at_the_pending_timeout":
+                "Flux keeps a job cancelled before it ran listed (INACTIVE, CANCELED, "
+                "returncode -128) until purged, so it is not gone from `flux jobs`: the "
+                "pending timeout is checked in tests/test_schedulers_flux.py",
+        },
     ),
     "none": Emulated(
         "local", "local",

@@ -48,7 +48,7 @@ def test_site_show_json_is_the_loaded_site(capsys: pytest.CaptureFixture[str], n
 
 def test_launch_json(capsys: pytest.CaptureFixture[str]) -> None:
     res = cli(capsys, "launch", "--site", "neuron", "-N", "2", "-G", "4", "-l", "horovodrun",
-              "-H", "gpu[32-33]", "--json", "--", "python", "train_hvd.py")
+              "-H", "gpu[32-33]", "-t", "1:00:00", "--json", "--", "python", "train_hvd.py")
     assert res.rc == 0, res.err
     data = json.loads(res.out)
     assert unshimmed_argv(data["argv"]) == ["horovodrun", "-np", "8", "-H", "gpu32:4,gpu33:4",

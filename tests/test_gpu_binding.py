@@ -101,10 +101,18 @@ default_launcher: jsrun
 """
 
 
-def profile(tmp_path: Path, binding: str, per_rank: str) -> tuple[Path, str]:
+# LLNL's lrun binds one GPU per rank unless its args say --gpubind=off
+LRUN = JSRUN.replace("jsrun: {{kind: jsrun", "lrun: {{kind: lrun{args}").replace(
+    "default_launcher: jsrun", "default_launcher: lrun")
+
+
+def profile(tmp_path: Path, binding: str, per_rank: str, args: str = "") -> tuple[Path, str]:
     """The profile of a binding and what it declares, and its partition."""
     if binding == "jsrun":
         return write_profile(tmp_path, "bindjs", JSRUN.format(per_rank=per_rank)), "gpua100"
+    if binding == "lrun":
+        text = LRUN.format(per_rank=per_rank, args=args)
+        return write_profile(tmp_path, "bindjs", text), "gpua100"
     text = SLURM.format(per_rank=per_rank, binding=BINDINGS[binding])
     return write_profile(tmp_path, "bind", text), "two"
 
@@ -211,14 +219,14 @@ def line_of(path: Path, needle: str) -> int:
     return next(i for i, ln in enumerate(path.read_text().splitlines(), 1) if needle in ln)
 
 
-@pytest.mark.parametrize("binding", ["slurm-gpu-bind", "jsrun", "affinity-wrapper"])
+@pytest.mark.parametrize("binding", ["slurm-gpu-bind", "jsrun", "lrun", "affinity-wrapper"])
 def test_site_check_warns_at_the_line_that_binds_or_declares(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, binding: str) -> None:
     path, partition = profile(tmp_path, binding, "all")
     res = cli(capsys, "site", "check", str(path))
     assert res.rc == 0, res.err  # a warning: the profile is valid
     needle = {"slurm-gpu-bind": "gpu-bind", "jsrun": "jsrun: {kind: jsrun",
-              "affinity-wrapper": "wrapper"}[binding]
+              "lrun": "lrun: {kind: lrun", "affinity-wrapper": "wrapper"}[binding]
     (warning,) = [ln for ln in res.err.splitlines() if "LOCAL_RANK" in ln]
     assert warning.startswith(f"hpcprov: warning: {path}:{line_of(path, needle)}: ")
     assert "LOCAL_RANK is no valid device index there" in warning
@@ -247,3 +255,18 @@ def test_mpirun_set_cuda_visible_devices_binds_nothing(
     res = cli(capsys, "site", "check", str(REPO / "sites" / "sockeye.yaml"))
     assert res.rc == 0 and "LOCAL_RANK" not in res.err, res.err
 
+
+
+def test_lrun_with_gpubind_off_binds_nothing(capsys: pytest.CaptureFixture[str],
+                                            tmp_path: Path) -> None:
+    """lrun's --gpubind=off leaves every rank all the node's GPUs: no warning, and a job
+    through it warns of no binding either."""
+    path, _ = profile(tmp_path, "lrun", "all", args=", args: [--gpubind=off]")
+    res = cli(capsys, "site", "check", str(path))
+    assert res.rc == 0 and "LOCAL_RANK" not in res.err, res.err
+    job = cli(capsys, "jobscript", "--site", str(path), "-N", "2", "--", "python", "t.py")
+    assert job.rc == 0 and "gpu-binding" not in job.err, job.err
+    (tmp_path / "bound").mkdir()
+    bound, _ = profile(tmp_path / "bound", "lrun", "all")
+    job = cli(capsys, "jobscript", "--site", str(bound), "-N", "2", "--", "python", "t.py")
+    assert job.rc == 0 and "[gpu-binding] launchers.lrun: lrun binds each rank" in job.err

@@ -277,7 +277,7 @@ def test_lint_errors_exit_2_with_a_fix(capsys: pytest.CaptureFixture[str], argv:
 
 def test_lint_warnings_print_but_do_not_stop(capsys: pytest.CaptureFixture[str]) -> None:
     res = cli(capsys, "jobscript", "--site", "neuron", "-G", "8", "--tasks-per-node", "4",
-              "--", "python", "train.py")
+              "-t", "1:00:00", "--", "python", "train.py")
     assert res.rc == 0
     assert res.out.startswith("#!")
     (line,) = res.err_lines

@@ -18,7 +18,8 @@ from hpcprov.site.profiles import load_site
 NODES = 10_000
 # every program a launch line may start, replaced by a function that prints its words
 # (python: torchrun runs as `python -m torch.distributed.run`)
-LAUNCHERS = ("srun", "mpirun", "mpiexec", "jsrun", "ibrun", "horovodrun", "torchrun",
+LAUNCHERS = ("srun", "mpirun", "mpiexec", "jsrun", "lrun", "ibrun", "flux", "horovodrun",
+             "torchrun",
              "blaunch", "apptainer", "singularity", "ch-run", "python")
 
 

@@ -173,7 +173,7 @@ def test_jobs_run_in_the_environment_setup_built(tmp_path: Path,
     calls = stubs.calls()
     assert calls, "the launcher was never started"
     launcher = calls[-1]
-    assert launcher[0] in {"srun", "mpirun", "mpiexec", "horovodrun", "torchrun"}
+    assert launcher[0] in {"srun", "mpirun", "mpiexec", "flux", "horovodrun", "torchrun"}
     assert launcher[-1] in {"train.py", "python -u train.py"}
 
 

@@ -1091,10 +1091,10 @@ def test_a_job_too_small_for_a_queue_is_refused(capsys: pytest.CaptureFixture[st
 @pytest.mark.parametrize(("launcher", "key", "readers"), [
     ("torchrun: {kind: torchrun, mpi: pmix}", "mpi", "container, srun"),
     ("container: {kind: container, runtime: singularity, rendezvous_env: true}",
-     "rendezvous_env", "ibrun, jsrun, mpiexec, mpirun, srun"),
+     "rendezvous_env", "flux, ibrun, jsrun, lrun, mpiexec, mpirun, srun"),
     ("srun: {kind: srun, oversubscribe: true}", "oversubscribe", "mpirun"),
     ("horovodrun: {kind: horovodrun, port: 1234}", "port",
-     "ibrun, jsrun, mpiexec, mpirun, srun, torchrun"),
+     "flux, ibrun, jsrun, lrun, mpiexec, mpirun, srun, torchrun"),
 ])
 def test_a_key_the_launchers_kind_ignores_is_refused_at_its_line(
         tmp_path: Path, launcher: str, key: str, readers: str) -> None:
@@ -1155,7 +1155,7 @@ def test_an_unknown_node_count_lints_sensibly(capsys: pytest.CaptureFixture[str]
 # ======================================================= 10. guides that never lie
 
 EXTRA_STUBS = ("bsub", "bjobs", "bkill", "blaunch", "jsrun", "shifter", "podman-hpc",
-               "sinfo", "sacct", "scancel", "qdel", "pbsnodes")
+               "sinfo", "sacct", "scancel", "qdel", "pbsnodes", "flux")
 
 
 def _guide_commands(text: str) -> tuple[list[str], list[str]]:

@@ -112,9 +112,11 @@ def stripped(kind: LauncherKind, env: dict[str, str], size: str) -> subprocess.C
 
 @pytest.mark.parametrize(("kind", "env", "looked"), [
     (LauncherKind.mpiexec, BATCH, "PALS_RANKID, PMI_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK"),
-    (LauncherKind.srun, {"SLURM_NTASKS": "8"}, "SLURM_PROCID"),
+    # (srun's ranks may carry Flux's variables: Slurm-like wrappers over Flux)
+    (LauncherKind.srun, {"SLURM_NTASKS": "8"}, "SLURM_PROCID, FLUX_TASK_RANK"),
     # a value that is no number is no rank either
-    (LauncherKind.srun, {"SLURM_PROCID": "1;id", "SLURM_NTASKS": "8"}, "SLURM_PROCID"),
+    (LauncherKind.srun, {"SLURM_PROCID": "1;id", "SLURM_NTASKS": "8"},
+     "SLURM_PROCID, FLUX_TASK_RANK"),
     (LauncherKind.jsrun, {}, "JSM_NAMESPACE_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK"),
     (LauncherKind.container, {}, "SLURM_PROCID"),
 ])
@@ -178,6 +180,10 @@ if name == "srun":
     per = opt("--ntasks-per-node") or int(os.environ["SLURM_NTASKS_PER_NODE"])
 elif name == "jsrun":
     size, per = opt("--nrs"), opt("--rs_per_host")
+elif name == "lrun":  # LLNL's: -N<nodes> -T<tasks per node>, no space (lrun's spelling)
+    glued = {{a[:2]: int(a[2:]) for a in argv[:start] if a[:2] in ("-N", "-T") and a[2:]}}
+    per = glued["-T"]
+    size = glued["-N"] * per
 elif name == "ibrun":  # TACC's: the job's tasks unless told -n
     size = opt("-n") or int(os.environ["SLURM_NTASKS"])
     per = int(os.environ["SLURM_NTASKS_PER_NODE"])
@@ -208,7 +214,7 @@ SCONTROL = '#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "n1\\nn2\\n"\nex
 def stub_bin(root: Path) -> Path:
     folder = root / "bin"
     folder.mkdir()
-    for name in ("srun", "mpiexec", "jsrun", "ibrun"):
+    for name in ("srun", "mpiexec", "jsrun", "ibrun", "lrun"):
         path = folder / name
         path.write_text(STARTER.format(python=sys.executable, name=name))
         path.chmod(0o755)
@@ -249,15 +255,19 @@ default_launcher: hydra
     ("mx", "ibrun", "mvapich", {"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_JOB_ID": "7", **BATCH,
                                 "SLURM_NTASKS": "16", "SLURM_NTASKS_PER_NODE": "8"}),
     ("js", "jsrun", "jsrun", {"LSB_JOBID": "7"}),
+    # LLNL's lrun: its ranks carry jsrun's JSM_NAMESPACE_* only
+    ("jl", "lrun", "jsrun", {"LSB_JOBID": "7"}),
 ])
 def test_a_generated_job_gives_every_rank_its_own_contract(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, site: str, launcher: str,
         flavor: str, env: dict[str, str]) -> None:
     profiles = {"mx": MPIEXEC, "tb": NO_MODULES + "name: tb\nextends: testbed\n",
                 "js": NO_MODULES + "name: js\nextends: lsf-example\nlaunchers:\n"
-                "  jsrun: {kind: jsrun}\n"}
+                "  jsrun: {kind: jsrun}\n",
+                "jl": NO_MODULES + "name: jl\nextends: lsf-example\nlaunchers:\n"
+                "  lrun: {kind: lrun}\n"}
     ref = str(write_profile(tmp_path, site, profiles[site])) if site in profiles else site
-    if site == "js":
+    if site in ("js", "jl"):
         hosts = tmp_path / "hosts"
         hosts.write_text("h1\nh1\nh2\nh2\n")
         env = {**env, "LSB_DJOB_HOSTFILE": str(hosts)}
@@ -596,3 +606,20 @@ def test_an_image_path_may_be_a_glob_the_job_resolves_when_it_runs(
     ranks = run_job(script, tmp_path, env)
     assert len(ranks) == 4
     assert {r["HPCPROV_TEST_WRAPPED"] for r in ranks} == {f"image {images}/pytorch_25.01.sif"}
+
+
+def test_lrun_writes_its_options_without_a_space(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """lrun refuses ``-N 2``: its nodes and tasks per node are one word each (-N2 -T4), in a
+    job script and typed in an allocation alike, before the launcher's args (-M, jsrun's)
+    and the rank contract."""
+    ref = str(write_profile(tmp_path, "jl", NO_MODULES + (
+        "name: jl\nextends: lsf-example\npartitions:\n  gpuv100: {gpus: {count: 4}}\n"
+        "launchers:\n  lrun: {kind: lrun, args: [--gpubind=off, -M, -gpu]}\n")))
+    for command in ("jobscript", "launch"):
+        res = cli(capsys, command, "--site", ref, "-N", "2", "--tasks-per-node", "4",
+                  "-l", "lrun", "--", "python", "t.py")
+        assert res.rc == 0, res.err
+        (line,) = [ln for ln in res.out.splitlines() if ln.startswith("lrun ")]
+        assert line.startswith("lrun -N2 -T4 --gpubind=off -M -gpu bash -c \"$hpcprov_rank\" "
+                               "hpcprov-rank 8 4 "), line

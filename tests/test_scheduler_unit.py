@@ -75,9 +75,9 @@ def test_the_draft_finds_a_registered_backend_by_its_marker(toy: None,
     assert detect_scheduler({"PATH": _bin(tmp_path, "toyq")}) == "toy"
     # registry order decides: Slurm's scontrol beside it still means Slurm
     assert detect_scheduler({"PATH": _bin(tmp_path, "toyq", "scontrol")}) == "slurm"
-    with pytest.raises(Exception, match=r"looked for scontrol, pbsnodes, bqueues, toyq\)"):
+    with pytest.raises(Exception, match=r"looked for scontrol, pbsnodes, bqueues, flux, toyq\)"):
         detect_scheduler({"PATH": str(tmp_path / "nothing")})
-    assert [b.name for b in schedulers.drafting()] == ["slurm", "pbs", "lsf", "toy"]
+    assert [b.name for b in schedulers.drafting()] == ["slurm", "pbs", "lsf", "flux", "toy"]
 
 
 def test_registry_order_is_detection_order(monkeypatch: pytest.MonkeyPatch,
@@ -100,7 +100,7 @@ def test_the_cli_offers_and_drafts_a_registered_backend(toy: None, tmp_path: Pat
                                                         capsys: pytest.CaptureFixture[str]
                                                         ) -> None:
     res = cli(capsys, "site", "draft", "--help")
-    assert res.rc == 0 and "--scheduler [slurm|pbs|lsf|toy]" in res.out
+    assert res.rc == 0 and "--scheduler [slurm|pbs|lsf|flux|toy]" in res.out
     monkeypatch.setenv("PATH", _bin(tmp_path, "toyq"))
     for args in ((), ("--scheduler", "toy")):
         res = cli(capsys, "site", "draft", *args)

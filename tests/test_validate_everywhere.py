@@ -48,6 +48,10 @@ launchers:
 default_launcher: jsrun
 """
 
+# LLNL's lrun (jsrun's wrapper), its ranks' GPU binding off
+LRUN = JSRUN.replace("jsrun: {kind: jsrun", "lrun: {kind: lrun, args: [--gpubind=off]").replace(
+    "default_launcher: jsrun", "default_launcher: lrun").replace("name: js", "name: jl")
+
 IBRUN = """\
 name: ib
 scheduler: slurm
@@ -77,6 +81,7 @@ default_launcher: pals
     ("torchrun-mpi", None, "mpirun"),               # torchrun per node, started by mpirun
     ("edf", None, "srun"),                          # srun --environment=EDF
     ("js", JSRUN, "jsrun"),                         # IBM LSF's jsrun
+    ("jl", LRUN, "lrun"),                           # LLNL's lrun
     ("ib", IBRUN, "ibrun"),                         # TACC's ibrun
     ("mx", MPIEXEC_HVD, "mpiexec"),                 # mpiexec, Horovod over MPI
 ])

@@ -215,7 +215,7 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
     if "links" in wanted and backend.pin("node") is None:
         raise UsageError(f"--checks links: pairs of nodes must be pinned to their nodes, which "
                          f"hpcprov cannot do with {backend.title} (site {s.name})")
-    usable = (backend.executor().usable_nodes(pname, node_picks(s, pname)) if per_node
+    usable = (backend.site_executor(s).usable_nodes(pname, node_picks(s, pname)) if per_node
               else None)
     here = (os.uname().nodename,) if per_node else ()
     device = _device(o.device, s, pname)
@@ -423,7 +423,7 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
         except rep.BadRun as exc:
             raise UsageError(str(exc)) from None
     backend = schedulers.of(site)
-    executor: Executor = backend.executor()
+    executor: Executor = backend.site_executor(site)
     if ready.allocation == "one":
         executor = OneAllocation(executor, backend, ready.rundir / "allocation",
                                  lambda queue: allocation_script(ready.options, prefix, queue))

@@ -114,8 +114,9 @@ def launcher_kinds() -> list[str]:
            "`hpcprov validate`.", "",
            "| kind | keys | ranks | env | validation |", "|---|---|---|---|---|"]
     for name, k in KINDS.items():
-        ranks = ("scheduler's tasks" if k.task_starter else "one per node" if k.per_node
-                 else "started by it")
+        ranks = ("scheduler's tasks" if k.task_starter else
+                 f"tasks of {k.scheduler}'s starter (needs {k.scheduler})" if k.scheduler
+                 else "one per node" if k.per_node else "started by it")
         if k.container:
             ranks += ", inside the image"
         roles = [f"torch.distributed (preference {k.torch_order})"] if k.torch_order else []
@@ -234,7 +235,7 @@ def compatibility() -> str:
 
 # the walks of docs/onboarding.md, in order: one example profile of each kind of site
 WALKS = ("pbs-pals", "slurm-apptainer", "torchrun-mpi", "edf", "uenv", "intel-gpus",
-         "lsf-jsrun")
+         "lsf-jsrun", "lsf-lrun")
 
 
 def _walk_args(line: str) -> tuple[dict[str, object], tuple[str, ...]]:

@@ -26,3 +26,15 @@ def walltime_seconds(text: str) -> int | None:
     else:
         hours, minutes, seconds = 0, nums[0], 0
     return ((int(days or 0) * 24 + hours) * 60 + minutes) * 60 + seconds
+
+
+def hours_minutes_seconds(text: str) -> str:
+    """A limit as ``HH:MM:SS`` with the hours running past 24 (``7-00:00:00`` is
+    ``168:00:00``): what PBS reads (it takes no days, and a bare number as seconds). A value
+    already in that form, or no time at all, is left as it is."""
+    if re.fullmatch(r"[0-9]+:[0-9]{2}:[0-9]{2}", text.strip()):
+        return text
+    seconds = walltime_seconds(text)
+    if seconds is None:
+        return text
+    return f"{seconds // 3600:02d}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

@@ -8,6 +8,7 @@ must mean what they seem to (:func:`profile_findings`).
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,7 @@ from hpcprov.core.findings import Finding, LintFailed
 from hpcprov.core.text import shown
 from hpcprov.core.walltime import walltime_seconds
 from hpcprov.request.job import JobRequest
+from hpcprov.request.options import GEOMETRY
 
 if TYPE_CHECKING:
     from hpcprov.site.model import Partition
@@ -168,6 +170,13 @@ def _geometry(req: JobRequest) -> list[Finding]:
                            f"use --tasks-per-node {gpus}"))
     out += cpus_exceeded(req)
     out += schedulers.of(site).lint(req)
+    if not req.walltime and schedulers.of(site).name != "none":
+        out.append(Finding("warning", "no-time",
+                           f"the job asks for no time limit ({pname} has no default_walltime): "
+                           f"{schedulers.of(site).title} gives it the queue's default, which "
+                           "may be short, or refuses it",
+                           f"set partitions.{pname}.limits.default_walltime in the profile, or "
+                           "pass -t/--time"))
     if req.walltime and part.limits.max_walltime:
         asked, cap_s = walltime_seconds(req.walltime), walltime_seconds(part.limits.max_walltime)
         if asked is None:
@@ -210,14 +219,22 @@ def _policies(req: JobRequest) -> list[Finding]:
             out.append(Finding("error", "forbidden-option",
                                f"{spell(name)} is not allowed on {site.name} ({reason}), but the "
                                f"job would ask for it", _own_option_fix(req, name)))
+    backend = schedulers.of(site)
     for name, rule in pol.required_options.items():
         value = req.options.get(name, rule.default)
+        if value is None and name in written:  # hpcprov writes it (the time: -t, the default)
+            continue
         if value is None:
             example = rule.example or (rule.choices[0] if rule.choices else "VALUE")
+            # a part of the job's geometry (the time limit...) is no -o option: its own flag
+            kind = backend.geometry_of(req, name, None)
+            fix = (f"set partitions.{req.partition_name}.limits.default_walltime in the "
+                   "profile, or pass -t/--time" if kind == "time"
+                   else f"pass {GEOMETRY[kind][1]}" if kind else
+                   f"pass --option {name}={example}")
             out.append(Finding("error", "missing-option",
                                f"{spell(name)} is mandatory on {site.name}"
-                               + (f" ({rule.reason})" if rule.reason else ""),
-                               f"pass --option {name}={example}"))
+                               + (f" ({rule.reason})" if rule.reason else ""), fix))
         elif rule.choices and value not in rule.choices:
             out.append(Finding("error", "option-choice",
                                f"{spell(name)} {value} is not accepted on {site.name}",
@@ -294,6 +311,9 @@ def _launcher_binding(site: SiteView, name: str) -> list[tuple[PathKey, str]]:
     if kind == "jsrun":
         found.append(((*where, "kind"), f"launchers.{name}: jsrun gives each rank a "
                       "resource set of its own GPUs (the node's GPUs / ranks per node)"))
+    if kind == "lrun" and "--gpubind=off" not in [str(w) for w in launcher.args]:
+        found.append(((*where, "kind"), f"launchers.{name}: lrun binds each rank to its own "
+                      "GPU (unless its args say --gpubind=off)"))
     if kind in ("srun", "container"):
         for word in launcher.args:
             flag, _, value = str(word).partition("=")
@@ -357,8 +377,9 @@ def _declare(pnames: list[str]) -> str:
 def gpu_binding_findings(site: SiteView) -> list[Located]:
     """What ``hpcprov site check`` warns about the GPUs each rank sees, located at the
     profile's key: a partition that declares one GPU per rank (scripts must use device 0),
-    and a binding per rank (Slurm's gpus-per-task or gpu-bind, a jsrun launcher, a wrapper
-    setting the visible-devices variable per rank) on GPU partitions that say ``all``."""
+    and a binding per rank (Slurm's gpus-per-task or gpu-bind, a jsrun launcher, an lrun
+    launcher without --gpubind=off, a wrapper setting the visible-devices variable per rank)
+    on GPU partitions that say ``all``."""
     gpu = {p: part for p, part in site.partitions.items() if part.gpus.count}
     out: list[Located] = [(("partitions", p, "gpus", "per_rank"),
                            f"{_one_per_rank(p)}: {_use_device_0(part)}")
@@ -412,12 +433,17 @@ def default_request(site: SiteView, partition: str) -> JobRequest:
     MIN its ``limits.min_nodes_per_job`` (1 where it has none), the default launcher, the
     site's mandatory options at their defaults (or their examples: the user must give
     those)."""
+    nodes = site.partitions[partition].limits.min_nodes_per_job or 1
+    req = JobRequest(site=site, partition=partition, command=("python", "train.py"),
+                     nodes=nodes)
+    # a mandatory part of the geometry (the time limit) is no -o option: hpcprov's flags
+    # and the profile's defaults give it, and lint says where they do not
+    geometry = schedulers.of(site).geometry_of
     options: dict[str, str | None] = {
         name: rule.default or rule.example or (rule.choices[0] if rule.choices else "x")
-        for name, rule in site.policies.required_options.items()}
-    nodes = site.partitions[partition].limits.min_nodes_per_job or 1
-    return JobRequest(site=site, partition=partition, command=("python", "train.py"),
-                      options=options, nodes=nodes)
+        for name, rule in site.policies.required_options.items()
+        if geometry(req, name, None) is None}
+    return replace(req, options=options)
 
 
 def default_request_findings(site: SiteView) -> list[Located]:

@@ -1,6 +1,6 @@
 """The rank contract's data: which variables each starter gives its ranks.
 
-A rank started by srun, mpirun, mpiexec, jsrun or horovodrun knows who it is only by its
+A rank started by srun, flux run, mpirun, mpiexec, jsrun or horovodrun knows who it is only by its
 starter's variables; torch.distributed's ``env://`` rendezvous wants RANK, WORLD_SIZE,
 LOCAL_RANK (and MASTER_ADDR, MASTER_PORT). hpcprov starts each such rank through a small
 shim (``rank_env.sh``) that reads the first of its launcher's starters whose rank and size
@@ -45,6 +45,8 @@ STARTERS: dict[str, Starter] = {
                      "JSM_NAMESPACE_LOCAL_SIZE", None),
     "pmix": Starter("PMIX_RANK", None, None, None, None),
     "slurm": Starter("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", None, "SLURM_NODEID"),
+    # flux run (flux-core's job shell): no local size or node index of its own
+    "flux": Starter("FLUX_TASK_RANK", "FLUX_JOB_SIZE", "FLUX_TASK_LOCAL_ID", None, None),
 }
 
 def table_line(starters: tuple[str, ...], kind: str = "") -> str:

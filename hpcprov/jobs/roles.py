@@ -5,9 +5,9 @@ rank shim, or torchrun itself), so torch.distributed's checks can run through an
 the site's default launcher where it can, else the one of the kind validation prefers
 (each kind's ``torch_order`` in :mod:`hpcprov.site.launcher_kinds`). Horovod's checks run
 through the launchers of its roles: Gloo through a horovodrun whose controller is Gloo, MPI
-through an MPI launcher (mpirun, mpiexec, ibrun, jsrun). What cannot be run is said, with
-the reason and the fix: validate reports it as a SKIPPED row, or refuses a check named on
-its command line; ``site check`` flags a site where only the env check could run.
+through an MPI launcher (mpirun, mpiexec, ibrun, jsrun, lrun). What cannot be run is said,
+with the reason and the fix: validate reports it as a SKIPPED row, or refuses a check named
+on its command line; ``site check`` flags a site where only the env check could run.
 
 Pure functions of the site: nothing run.
 """
@@ -34,6 +34,10 @@ def unusable(site: SiteView, name: str) -> str | None:
     if kind.task_starter and not backend.starts_tasks:
         return (f"launcher {name} ({launcher.kind.value}) starts its ranks with "
                 f"srun, which {backend.title} jobs do not have")
+    if kind.scheduler and kind.scheduler != backend.name:
+        return (f"launcher {name} ({launcher.kind.value}) starts its ranks with "
+                f"{schedulers.backend(kind.scheduler).title}'s own starter, which "
+                f"{backend.title} jobs do not have")
     if (kind.container or launcher.runtime) and not site.containers.default_image:
         return (f"launcher {name} starts its ranks in the site's image, and the site names "
                 "none: set containers.default_image")

@@ -226,6 +226,12 @@ class Backend:
         words after the starter's own, and lines to run before it."""
         return PerNode([])
 
+    def agent_step(self, req: JobRequest, cpus: int | None) -> PerNode:
+        """What the step of one process per node that spawns its node's ranks itself
+        (torchrun's agent) carries: :meth:`task_step`'s, less what binds tasks one by one
+        (the agent and its ranks would share the first task's CPUs)."""
+        return self.task_step(req, cpus)
+
     def daemon_setup(self, req: JobRequest) -> list[str]:
         """Lines before a launcher whose per-node daemons the scheduler starts for it
         (mpirun, horovodrun), so that what :meth:`task_step` sets for rank steps (or the
@@ -260,6 +266,11 @@ class Backend:
     # ---- effects -----------------------------------------------------------------------
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         raise NotImplementedError
+
+    def site_executor(self, site: SiteView, env: dict[str, str] | None = None) -> Executor:
+        """The executor of a site's jobs, where the profile says how they are submitted
+        (Flux: ``flux.submit``); :meth:`executor` where nothing in it does."""
+        return self.executor(env)
 
     # ---- `hpcprov site draft` (backends with a ``marker``) -----------------------------
     def discover(self, run: Run) -> Cluster:

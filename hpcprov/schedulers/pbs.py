@@ -14,6 +14,7 @@ from hpcprov.core.errors import UsageError
 from hpcprov.core.findings import Finding
 from hpcprov.core.shell import Raw, Template
 from hpcprov.core.text import status_number
+from hpcprov.core.walltime import hours_minutes_seconds
 from hpcprov.request.job import JobRequest
 from hpcprov.request.options import Option, required_options, short_name_findings
 from hpcprov.schedulers.base import (
@@ -73,6 +74,21 @@ def directive(name: str, value: str | None) -> str:
     return f"-l {name}" if value is None else f"-l {name}={value}"
 
 
+def once(opts: list[Option]) -> list[Option]:
+    """Each option once, as qsub reads it (``queue`` and ``partition`` are both -q; a -l
+    resource's name is case-insensitive): the later, more specific value (a partition's
+    option over hpcprov's own, the user's over both) in the first one's place."""
+    def key(name: str) -> str:
+        return FLAGS.get(name, "-l " + name.lower())
+
+    last = {key(name): (name, value) for name, value in opts}
+    out: list[Option] = []
+    for name, _ in opts:
+        if (option := last.pop(key(name), None)) is not None:
+            out.append(option)
+    return out
+
+
 class Pbs(Backend):
     name = "pbs"
     title = "PBS"
@@ -113,8 +129,8 @@ class Pbs(Backend):
             "nodes": req.nodes, "ncpus": cpt * req.scheduler_tasks_per_node, "gpus": req.gpus,
             "mpiprocs": req.scheduler_tasks_per_node})
         opts.append(("select", select))
-        if req.walltime:
-            opts.append(("walltime", req.walltime))
+        if req.walltime:  # PBS takes no days: [D-]HH:MM:SS as hours (7-00:00:00: 168:00:00)
+            opts.append(("walltime", hours_minutes_seconds(req.walltime)))
         if conf.output:
             opts.append(("output", conf.output))
         if conf.error:
@@ -124,7 +140,7 @@ class Pbs(Backend):
         written = {name for name, _ in opts}  # a mandatory option hpcprov writes: once
         head = [("job-name", req.job_name or "hpcprov"),
                 *((n, v) for n, v in required_options(req) if n not in written)]
-        return self.with_overrides(req, [*head, *opts])
+        return once(self.with_overrides(req, [*head, *opts]))
 
     def directives(self, req: JobRequest) -> list[str]:
         return ["#PBS " + directive(n, v) for n, v in self.options(req, batch=True)]

@@ -71,6 +71,8 @@ GEOMETRY_OPTIONS = {
 # generic resources, which set the job's GPUs where they ask for gpu (--gres=gpu:4,
 # --tres-per-task=gres/gpu:1)
 GENERIC_RESOURCES = ("gres", "tres-per-task")
+# a --cpu-bind listing each task's CPUs or locality domains ([verbose,]mask_cpu:M1,M2...)
+_PER_TASK_BIND = re.compile(r"--cpu-bind=(?:[a-z_]+,)*(?:mask|map)_(?:cpu|ldom)[:=]")
 _GPU_RESOURCE = re.compile(r"(?:^|[,/:])gpu(?:[:,]|$)")
 # job options that srun steps must be given again to bind their tasks as the job does
 STEP_OPTIONS = ("cpu-bind", "gpu-bind")
@@ -146,8 +148,9 @@ class Slurm(Backend):
         if self.section(req.site).task_request == "per_node":
             return [("nodes", str(req.nodes)),
                     ("ntasks-per-node", str(req.scheduler_tasks_per_node))]
-        opts = [("nodes", str(req.nodes))] if req.nodes > 1 else []
-        return [*opts, ("ntasks", str(req.scheduler_tasks_per_node * req.nodes))]
+        # --nodes even for one node: --ntasks alone lets Slurm spread the tasks over nodes
+        return [("nodes", str(req.nodes)),
+                ("ntasks", str(req.scheduler_tasks_per_node * req.nodes))]
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         """The job's options (#SBATCH, salloc): the step-only ones left for the steps."""
@@ -210,6 +213,13 @@ class Slurm(Backend):
         if cpus and srun_forgets_cpus(self.section(req.site).version):
             setup.append(f"export SRUN_CPUS_PER_TASK={int(cpus)}")
         return PerNode(words, setup)
+
+    def agent_step(self, req: JobRequest, cpus: int | None) -> PerNode:
+        """The task step less a --cpu-bind that lists CPUs or domains per task (mask_cpu,
+        map_cpu, mask_ldom, map_ldom): its one task per node would take the first task's
+        mask, and every rank it spawns with it."""
+        step = self.task_step(req, cpus)
+        return PerNode([w for w in step.argv if not _PER_TASK_BIND.match(str(w))], step.setup)
 
     def daemon_setup(self, req: JobRequest) -> list[str]:
         """mpirun starts one daemon per node with srun: SRUN_CPUS_PER_TASK (exported for an

@@ -52,6 +52,9 @@ class Kind(NamedTuple):
     first_node_baseline: bool = False
     """its 1-node baselines run on the allocation's first node (horovodrun started there
     for another single node hands its rank the loopback address)"""
+    scheduler: str | None = None
+    """its starter is this scheduler's own command (``flux run``): it runs only in that
+    scheduler's jobs (None: any scheduler's, as far as this field says)"""
 
 
 _HOSTS = frozenset({"hosts", "hostfile"})
@@ -60,7 +63,9 @@ _HOSTS = frozenset({"hosts", "hostfile"})
 _RDZV = frozenset({"rendezvous_env", "rdzv_host", "port", "host_name", "wrapper", "runtime"})
 
 KINDS: dict[str, Kind] = {
-    "srun": Kind(_RDZV | {"mpi"}, ("slurm",), task_starter=True, torch_order=1),
+    # ("flux": Slurm-like wrappers over Flux set only part of Slurm's variables; the ranks
+    # that flux run starts under them carry Flux's)
+    "srun": Kind(_RDZV | {"mpi"}, ("slurm", "flux"), task_starter=True, torch_order=1),
     "mpirun": Kind(_RDZV | _HOSTS | {"oversubscribe", "export_env", "set_cuda_visible_devices"},
                    # an MPI starter never reads Slurm's: mpirun started inside a batch
                    # script inherits the batch step's SLURM_PROCID=0 (every rank would be 0)
@@ -68,9 +73,14 @@ KINDS: dict[str, Kind] = {
     "mpiexec": Kind(_RDZV | {"flavor"}, ("pals", "cray-pmi", "hydra", "openmpi", "pmix"),
                     torch_order=4, horovod="mpi"),
     "jsrun": Kind(_RDZV, ("jsrun", "openmpi", "pmix"), torch_order=6, horovod="mpi"),
+    # LLNL's jsrun wrapper: jsrun starts its ranks (Spectrum MPI's Open MPI variables too)
+    "lrun": Kind(_RDZV, ("jsrun", "openmpi", "pmix"), torch_order=7, horovod="mpi"),
     # TACC's MPI wrapper: Intel MPI (Hydra) or MVAPICH2 underneath
     "ibrun": Kind(_RDZV, ("mvapich", "hydra", "openmpi", "pmix"), torch_order=5,
                   horovod="mpi"),
+    # Flux's task starter (flux run -N -n -g) in a Flux job; it starts MPI ranks through
+    # Flux's PMI
+    "flux": Kind(_RDZV, ("flux",), torch_order=1, horovod="mpi", scheduler="flux"),
     "horovodrun": Kind(_HOSTS | {"host_name", "wrapper", "controller"},
                        ("horovod", "openmpi", "hydra"), horovod="controller",
                        first_node_baseline=True),
@@ -79,7 +89,7 @@ KINDS: dict[str, Kind] = {
     # started by srun (the container launcher's task starter)
     "container": Kind(frozenset({"mpi", "runtime", "wrapper", "srun_args", "wrap_in_bash",
                                  "unbuffered", "per_task_output"}), ("slurm",),
-                      task_starter=True, container=True, torch_order=7),
+                      task_starter=True, container=True, torch_order=8),
 }
 
 # the profile's launcher `kind:` values

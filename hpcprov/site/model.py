@@ -139,10 +139,11 @@ class Gpus(Strict):
         "all", description="what each rank of a job sees of its node's GPUs: all (a script "
         "takes device LOCAL_RANK, as torch.cuda.set_device(LOCAL_RANK) does) or one (the "
         "launcher binds each rank to its own GPU, e.g. srun --gpus-per-task=1 or "
-        "--gpu-bind, jsrun resource sets, an affinity wrapper setting the visible-devices "
-        "variable per rank: each rank sees it as device 0, and scripts must use device 0, "
-        "or LOCAL_RANK % device_count()); validate checks the device a script takes, and "
-        "site check warns where the profile binds per rank but says all")
+        "--gpu-bind, jsrun resource sets, lrun without --gpubind=off, an affinity wrapper "
+        "setting the visible-devices variable per rank: each rank sees it as device 0, and "
+        "scripts must use device 0, or LOCAL_RANK % device_count()); validate checks the "
+        "device a script takes, and site check warns where the profile binds per rank but "
+        "says all")
 
 
 class Limits(Strict):
@@ -157,7 +158,8 @@ class Limits(Strict):
         "(queues by job size)")
     max_walltime: str | None = Field(None, description="[D-]HH:MM:SS")
     default_walltime: str | None = Field(
-        None, description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime")
+        None, description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime "
+        "(without either, a job asks for no time limit, and jobscript warns)")
 
     @field_validator("max_walltime", "default_walltime")
     @classmethod
@@ -540,8 +542,8 @@ class Launcher(Strict):
     runtime: Literal["singularity", "apptainer", "pyxis", "edf", "shifter", "podman-hpc",
                      "charliecloud"] | None = Field(
             None, description="the container runtime its ranks start in, in the site's image "
-            "(a container launcher: default containers.runtime; srun, mpirun, mpiexec, ibrun "
-            "or jsrun: set, each rank starts through it, on any scheduler): "
+            "(a container launcher: default containers.runtime; srun, mpirun, mpiexec, ibrun, "
+            "jsrun or lrun: set, each rank starts through it, on any scheduler): "
             "singularity/apptainer (exec IMAGE), shifter (shifter --image=IMAGE), podman-hpc "
             "(podman-hpc run --rm IMAGE), charliecloud (ch-run --bind=MOUNT --cd=DIR IMAGE "
             "--, a directory image); srun's own options, container launchers only: "

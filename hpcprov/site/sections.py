@@ -1,7 +1,7 @@
 """The schedulers hpcprov knows, and each one's profile section, as data.
 
 A profile names its scheduler (``scheduler: slurm``) and may carry that scheduler's section
-(``slurm:``, ``pbs:``, ``lsf:``). This module says, for each scheduler, where its backend
+(``slurm:``, ``pbs:``, ``lsf:``, ``flux:``). This module says, for each scheduler, where its backend
 lives (:mod:`hpcprov.schedulers`, imported on first use) and which keys its section has
 (type, default, meaning, an optional check). :mod:`hpcprov.site.model` builds the pydantic
 sections from these tables, so the model never imports a backend; the backends read their
@@ -112,6 +112,19 @@ SCHEDULERS: dict[str, Registered] = {
         "launch_node_in_hostfile": Setting(
             bool, False, "the first line of $LSB_DJOB_HOSTFILE is the launch node (CSM "
             "systems): it runs no ranks"),
+    }),
+    "flux": Registered("hpcprov.schedulers.flux", {
+        "output": Setting(str, "flux-{{id}}.out",
+                          "--output template of batch jobs ({{id}}: the job id)"),
+        "error": Setting(str | None, None, "--error template (null: with the output)"),
+        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
+        "exclusive": Setting(bool, True, "--exclusive: the job's nodes are its own (their "
+                             "GPUs too); false: only the slots it asks for"),
+        "submit": Setting(Literal["auto", "parent", "nested"], "auto",
+                          "where validate's jobs go when it runs inside a Flux job: parent "
+                          "(flux --parent batch: queued in the enclosing instance), nested "
+                          "(flux batch: inside the current allocation), or auto (parent "
+                          "where $FLUX_URI says a Flux instance is around, else plain)"),
     }),
     "none": Registered("hpcprov.schedulers.local", {}),
 }

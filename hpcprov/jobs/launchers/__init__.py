@@ -55,6 +55,10 @@ def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
     if kind.task_starter and not schedulers.of(req.site).starts_tasks:
         raise UsageError(f"launcher {req.launcher_name!r} ({name}) starts its ranks with "
                          "srun: it needs a Slurm site")
+    if kind.scheduler and kind.scheduler != schedulers.of(req.site).name:
+        raise UsageError(f"launcher {req.launcher_name!r} ({name}) starts its ranks with "
+                         f"{schedulers.backend(kind.scheduler).title}'s own starter: it "
+                         f"needs a site with scheduler: {kind.scheduler}")
     build = builder(name)
     if not kind.starters:  # the kind gives its ranks torch's environment itself
         return build(req, context)

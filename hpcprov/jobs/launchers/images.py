@@ -1,7 +1,7 @@
 """The site's image around a rank's command, for any launcher kind.
 
 A launcher of the container kind (srun starting each rank in the image) or of another kind
-with a ``runtime`` (mpiexec, mpirun, ibrun, jsrun or srun starting each rank through the
+with a ``runtime`` (mpiexec, mpirun, ibrun, jsrun, lrun or srun starting each rank through the
 runtime's command line) runs its ranks in the site's image: Singularity/Apptainer
 (``exec IMAGE``), Shifter (``--image=IMAGE``), podman-hpc (``run --rm IMAGE``) or
 Charliecloud (``ch-run --bind=MOUNT --cd=DIR IMAGE --``, a directory image). pyxis and
