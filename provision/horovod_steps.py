@@ -110,10 +110,12 @@ def preflight_lines(site: SiteView, need_mb: int) -> list[str]:
     if site.modules.system != ModuleSystem.none and site.python.backend != "container":
         lines.append("hpcprov_modules_build")  # a container setup builds nothing
     conda = site.python.conda
-    if site.python.backend == "conda" and conda.module:  # loaded by hpcprov_modules_build
-        lines.append(_tool("conda", f"creates the environment (python.conda.module: "
-                                    f"{conda.module})", hint=f"check that module "
-                                    f"{conda.module} puts conda on the PATH"))
+    if site.python.backend in ("conda", "venv") and conda.module:  # loaded by
+        # hpcprov_modules_build; a venv is created with its base environment's Python
+        what = "creates the environment" if site.python.backend == "conda" else \
+            "activates the base environment the venv is created with"
+        lines.append(_tool("conda", f"{what} (python.conda.module: {conda.module})",
+                           hint=f"check that module {conda.module} puts conda on the PATH"))
     elif site.python.backend == "conda" and not conda.installer_file:
         lines.append(_tool("curl", "downloads the Miniconda installer"))
     venv = site.python.venv

@@ -38,16 +38,34 @@ def pip_install(site: SiteView, *specs: str, extra: tuple[str, ...] = ()) -> str
     return join(["python", "-m", "pip", "install", *extra, *pip_index_args(site), *specs])
 
 
+def framework_index_args(site: SiteView) -> list[str]:
+    """``--index-url URL --extra-index-url URL...`` of the pip frameworks (a vendor's wheel
+    index), each a separate quoted word; the model allows one index_url among them."""
+    args: list[str] = []
+    extra: list[str] = []
+    for fw in site.python.frameworks.values():
+        if fw.installer != "pip":
+            continue
+        if fw.index_url and "--index-url" not in args:
+            args += ["--index-url", fw.index_url]
+        extra += fw.extra_index_urls
+    for url in dict.fromkeys(extra):
+        args += ["--extra-index-url", url]
+    return args
+
+
 def install_lines(site: SiteView, *specs: str) -> list[str]:
     """Install ``specs`` into the environment with the profile's installer, without
     byte-compiling (check-build's imports compile what jobs use): pip; uv, given pip's own
-    configuration as well (hpcprov_uv_install); or auto, uv where it is on the PATH."""
+    configuration as well (hpcprov_uv_install); or auto, uv where it is on the PATH. The
+    frameworks' index URLs come first, as separate words."""
     installer = site.python.venv.installer if site.python.backend == "venv" else "pip"
-    pip = pip_install(site, *specs, extra=("--no-compile",))
+    index = framework_index_args(site)
+    pip = pip_install(site, *specs, extra=("--no-compile", *index))
     if installer == "pip":
         return [pip]
     write, program = program_file("pip_to_uv.py")
-    uv = join(["hpcprov_uv_install", program, *pip_index_args(site), *specs])
+    uv = join(["hpcprov_uv_install", program, *index, *pip_index_args(site), *specs])
     lines = ['mkdir -p "$STATE/programs"', write]
     if installer == "uv":
         return [*lines, uv]

@@ -175,7 +175,8 @@ def conda_channel_args(site: SiteView, first: list[str]) -> list[str]:
     """``--override-channels -c A -c B ...``: exactly the profile's channels (after
     ``first``, a framework's own), so neither a ``.condarc`` nor conda's defaults add one the
     profile did not name; nothing where the profile names none (the installer's own)."""
-    named = list(dict.fromkeys([*first, *site.python.conda.channels]))
+    # a channel may use the node's variables ($NAME, ${NAME}): expanded, nothing else is
+    named = [Template(c) for c in dict.fromkeys([*first, *site.python.conda.channels])]
     if not site.python.conda.channels:
         return [w for c in named for w in ("-c", c)]
     return ["--override-channels", *(w for c in named for w in ("-c", c))]
@@ -185,7 +186,8 @@ def _accept_tos_lines(site: SiteView, conda: Raw) -> list[str]:
     """``conda tos accept`` for the channels under Anaconda's Terms of Service, which the
     profile accepted (the model refuses a profile that uses them without accept_tos)."""
     tos = tos_channels(site.python)
-    return [join(["hpcprov_conda_accept_tos", conda, *tos])] if tos else []
+    return ([join(["hpcprov_conda_accept_tos", conda, *map(Template, tos)])] if tos
+            else [])
 
 
 def _module_conda_steps(site: SiteView) -> list[Step]:
@@ -250,9 +252,12 @@ def _venv_steps(site: SiteView) -> list[Step]:
     python = Raw('"$ENV_DIR/bin/python"')
     upgrade = join(["hpcprov_ensure_pip", python, python, "-m", "pip", "install", "--upgrade",
                     *pip_index_args(site), "pip"])
+    # python.conda.module: the module's conda base environment is the Python it is built on
+    base = (('eval "$(conda shell.bash hook)"', "conda activate")
+            if site.python.conda.module else ())
     return [Step("create-env", "Create the virtual environment",
-                 ('rm -rf "$ENV_DIR"', 'mkdir -p "$(dirname "$ENV_DIR")"', create, upgrade),
-                 needs_network=not venv.no_index, modules="build")]
+                 ('rm -rf "$ENV_DIR"', 'mkdir -p "$(dirname "$ENV_DIR")"', *base, create,
+                  upgrade), needs_network=not venv.no_index, modules="build")]
 
 
 def _container_steps(site: SiteView) -> list[Step]:
@@ -464,7 +469,9 @@ def build_plan(site: SiteView, prefix: str | None = None, runs_on: Where = "logi
     mods = site.modules
     functions = {
         "hpcprov_modules_init": tuple(init_lines(mods)),
-        "hpcprov_modules_build": (*init_lines(mods), *load_lines(mods, mods.build)),
+        # the site's variables (e.g. MPICC) hold for the steps that install and build too
+        "hpcprov_modules_build": (*init_lines(mods), *load_lines(mods, mods.build),
+                                  *env_lines(site.env)),
         "hpcprov_modules_runtime": (*init_lines(mods), *load_lines(mods, mods.runtime),
                                     *env_lines(site.env)),
         "hpcprov_activate_env": tuple(Layout.of(site, "$PREFIX").python_activation()),

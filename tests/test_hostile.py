@@ -71,7 +71,10 @@ NEURON_HOSTILE = {
                   # what the stub curl serves, in place of neuron's pinned installer
                   "installer_sha256": hashlib.sha256(STUB_INSTALLER.encode()).hexdigest()},
         "frameworks": {"pytorch": {"version": "1.12.0", "installer": "conda",
-                                   "channel": "pytorch;touch PWNED15",
+                                   # a channel that would run a command is refused by the
+                                   # model (tests/test_setup_site_inputs.py); what a
+                                   # valid one may hold, a node's variable, expands only
+                                   "channel": "pytorch${HPCPROV_NO_SUCH_VAR}",
                                    "packages": ["pytorch==1.12.0"]}},
     },
 }
@@ -155,14 +158,14 @@ def test_hostile_neuron_setup_runs_without_injection(hostile: Path, tmp_path: Pa
                                                      capsys: pytest.CaptureFixture[str],
                                                      stubs: Stubs) -> None:
     script = generate(capsys, "setup", "--site", "hostile-neuron", "--dry-run")
-    for needle in ("touch PWNED1", "touch PWNED2", "touch PWNED2b", "touch PWNED14",
-                   "touch PWNED15"):
+    for needle in ("touch PWNED1", "touch PWNED2", "touch PWNED2b", "touch PWNED14"):
         assert needle in script
     ran_clean(stubs.run(script, *stub_steps(script), name="setup.sh"), tmp_path)
     loads = [c for c in stubs.calls("module") if c[1:2] == ["load"]]
     assert ["module", "load", "gcc;touch PWNED2", "cuda/$(touch PWNED2b)"] in loads
     conda = [c for c in stubs.calls("conda") if "install" in c]
-    assert any(contains_run(c, ["-c", "pytorch;touch PWNED15"]) for c in conda)
+    # the channel's variable expanded on the node (unset: empty), nothing else
+    assert any(contains_run(c, ["-c", "pytorch"]) for c in conda)
     (curl,) = stubs.calls("curl")
     assert curl[-1] == "https://example.invalid/Mini$(touch PWNED14).sh"
     conda_root = stubs.home / "s$(touch PWNED1)" / "hpcprov" / "miniconda3"

@@ -245,15 +245,15 @@ def test_a_hostname_rendezvous_uses_the_short_name_on_the_network(
     assert "--rdzv_endpoint=nid009-hsn0:29500" in call["argv"]
 
 
-def _pbs_mpirun_argv(capsys: pytest.CaptureFixture[str], tmp_path: Path,
-                     path: Path) -> tuple[list[str], Path]:
+def _pbs_mpirun_argv(capsys: pytest.CaptureFixture[str], tmp_path: Path, path: Path,
+                     nodes: str = "se001\nse001\nse002\nse002\n") -> tuple[list[str], Path]:
     """(mpirun's argv, the PBS node file it was given) of the profile's 2-node job script,
     run against stub tools with a node file of se001 and se002, two slots each."""
     out = run_ok(capsys, "jobscript", "--site", str(path), "-N", "2", "-o", "account=a",
                  "--no-activate", "--", "python", "x.py")
     check_shell(out, tmp_path)
     nodefile = tmp_path / "nodefile"
-    nodefile.write_text("se001\nse001\nse002\nse002\n")
+    nodefile.write_text(nodes)
     (call,) = run_with_stubs(out.replace('cd "$PBS_O_WORKDIR"', ""), tmp_path,
                              env={"PBS_NODEFILE": str(nodefile)})
     argv = call["argv"]
@@ -281,6 +281,28 @@ def test_a_launchers_own_host_name_renames_the_pbs_host_file(
     renamed = Path(argv[argv.index("--hostfile") + 1]).read_text()
     assert renamed == "se001-ib\nse001-ib\nse002-ib\nse002-ib\n"
     assert "MASTER_ADDR=se001-ib" in argv
+
+
+def test_a_host_name_template_applies_to_the_short_name_of_a_full_name(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    full = "se001.cl.example\nse001.cl.example\nse002.cl.example\nse002.cl.example\n"
+    path = write_profile(tmp_path, "sockd", (
+        "extends: sockeye\nname: sockd\n"
+        "partitions:\n  gpu:\n    network: {host_name: '{host}.ib.example'}\n"))
+    argv, _ = _pbs_mpirun_argv(capsys, tmp_path, path, full)
+    assert "MASTER_ADDR=se001.ib.example" in argv  # not se001.cl.example.ib.example
+    path = write_profile(tmp_path, "sockf", (
+        "extends: sockeye\nname: sockf\n"
+        "launchers:\n  mpirun: {kind: mpirun, hosts: hostfile, hostfile: $PBS_NODEFILE,\n"
+        "           oversubscribe: true, rendezvous_env: true, host_name: '{host}-ib'}\n"))
+    argv, _ = _pbs_mpirun_argv(capsys, tmp_path, path, full.replace("\n", " slots=1\n"))
+    renamed = Path(argv[argv.index("--hostfile") + 1]).read_text()
+    assert renamed == "se001-ib slots=1\nse001-ib slots=1\nse002-ib slots=1\nse002-ib slots=1\n"
+    assert "MASTER_ADDR=se001-ib" in argv
+    out = run_ok(capsys, "launch", "--site", str(path), "-N", "2", "-l", "mpirun",
+                 "-H", "se007.cl.example,se008.cl.example", "-o", "account=a",
+                 "--", "python", "x.py")
+    assert "MASTER_ADDR=se007-ib" in out
 
 
 def test_a_pbs_job_without_a_launcher_hostfile_gets_renamed_hosts(

@@ -19,6 +19,7 @@ from hpcprov.core.text import shown
 from hpcprov.core.walltime import walltime_seconds
 from hpcprov.request.job import JobRequest
 from hpcprov.request.options import GEOMETRY
+from hpcprov.site.bins import walltime_cap
 
 if TYPE_CHECKING:
     from hpcprov.site.model import Partition
@@ -70,6 +71,7 @@ def lint(req: JobRequest) -> list[Finding]:
     found += _internet(req)
     found += _stack(req)
     found += _gpu_binding(req)
+    found += _literal_variables(req)
     return sorted(found, key=lambda f: f.level != "error")
 
 
@@ -177,16 +179,17 @@ def _geometry(req: JobRequest) -> list[Finding]:
                            "may be short, or refuses it",
                            f"set partitions.{pname}.limits.default_walltime in the profile, or "
                            "pass -t/--time"))
-    if req.walltime and part.limits.max_walltime:
-        asked, cap_s = walltime_seconds(req.walltime), walltime_seconds(part.limits.max_walltime)
+    cap = walltime_cap(part.limits, req.nodes)
+    if req.walltime and cap:
+        asked, cap_s = walltime_seconds(req.walltime), walltime_seconds(cap)
+        size = f" for {req.nodes} node(s)" if cap != part.limits.max_walltime else ""
         if asked is None:
             out.append(Finding("error", "time", f"cannot read --time {shown(req.walltime)}",
                                "use HH:MM:SS or D-HH:MM:SS"))
         elif cap_s is not None and asked > cap_s:
             out.append(Finding("error", "time-limit",
-                               f"--time {req.walltime} exceeds {pname}'s limit "
-                               f"{part.limits.max_walltime}",
-                               f"use --time {part.limits.max_walltime} or less"))
+                               f"--time {req.walltime} exceeds {pname}'s limit{size} {cap}",
+                               f"use --time {cap} or less"))
     return out
 
 
@@ -493,7 +496,61 @@ def profile_findings(site: SiteView, nvcc: Any = None) -> list[Located]:
     """What ``hpcprov site check`` adds to validation, for a profile that validates
     (``nvcc``: what the nvcc at hand targets, for builds whose modules name no CUDA)."""
     return env_findings(site) + default_request_findings(site) + \
-        cuda_target_findings(site, nvcc)
+        cuda_target_findings(site, nvcc) + literal_variable_findings(site)
+
+
+# $NAME or ${NAME}: what each rank replaces in a launcher's wrapper words (rank_env.sh)
+_VARIABLE = re.compile(r"\$(\{[A-Za-z_][A-Za-z0-9_]*\}|[A-Za-z_][A-Za-z0-9_]*)")
+_PER_RANK = ("a value each rank computes goes in the launcher's wrapper, whose $NAME and "
+             "${NAME} each rank replaces with its own value (nothing else is evaluated)")
+
+
+def literal_variable_findings(site: SiteView) -> list[Located]:
+    """``site check``'s errors for launcher arguments that name a variable: the launcher
+    gets them as written (hpcprov quotes every word), so ``--master_addr=$MASTER_ADDR``
+    would reach it literally; only wrapper words are expanded, on each rank."""
+    found: list[Located] = []
+    for name, launcher in site.launchers.items():
+        for key in ("args", "srun_args"):
+            for i, word in enumerate(getattr(launcher, key, None) or []):
+                if m := _VARIABLE.search(str(word)):
+                    found.append((("launchers", name, key, i),
+                                  f"launchers.{name}.{key}: {str(word)!r} reaches the "
+                                  f"launcher as written ({m.group(0)} is not expanded in "
+                                  f"launcher arguments); {_PER_RANK}"))
+    return found
+
+
+def _literal_variables(req: JobRequest) -> list[Finding]:
+    """The job's command words that name a variable: they reach the program as written
+    (the shell that ran hpcprov already expanded what it could; each rank expands
+    nothing in the command)."""
+    for word in req.command:
+        if m := _VARIABLE.search(str(word)):
+            return [Finding("warning", "literal-variable",
+                            f"the command's {str(word)!r} reaches the program as written: "
+                            f"no rank expands {m.group(0)} in the command", _PER_RANK)]
+    return []
+
+
+ROCM_INDEX_EXAMPLE = "https://download.pytorch.org/whl/rocm6.2"
+
+
+def framework_index_findings(site: SiteView) -> list[Located]:
+    """``site check``'s warning where pip installs pytorch for AMD GPUs from no vendor
+    index: PyPI's torch is a CUDA build, which sees no AMD GPU."""
+    fw = site.python.frameworks.get("pytorch")
+    if (fw is None or fw.installer != "pip" or fw.index_url or fw.extra_index_urls
+            or site.python.backend == "container"):
+        return []
+    amd = [p for p, part in site.partitions.items() if part.gpus.count
+           and part.gpus.vendor == "amd"]
+    if not amd:
+        return []
+    return [(("python", "frameworks", "pytorch"),
+             f"pip installs pytorch from PyPI, a CUDA build, for the AMD GPUs of "
+             f"{', '.join(amd)}: name ROCm's wheel index in python.frameworks.pytorch."
+             f"index_url, e.g. index_url: {ROCM_INDEX_EXAMPLE}")]
 
 
 def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError]:
@@ -521,7 +578,8 @@ def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError
         nvcc = probe() if needs_nvcc_probe(site) else None
     errors = [ProfileError(*layer.where(loc), problem)
               for loc, problem in profile_findings(site, nvcc)]
-    for loc, problem in gpu_binding_findings(site):  # warnings: the profile stays ok
+    for loc, problem in [*gpu_binding_findings(site), *framework_index_findings(site)]:
+        # warnings: the profile stays ok
         warn(str(ProfileError(*layer.where(loc), problem)))
     from hpcprov.jobs.roles import validation_gaps
 

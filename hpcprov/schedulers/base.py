@@ -61,33 +61,51 @@ def name_parts(template: str) -> tuple[str, str]:
     return prefix, suffix
 
 
+def short_name(host: str) -> str:
+    """A host's short name: the part before the first dot (``node1.cluster.example`` is
+    ``node1``), the name a host name template applies to."""
+    return host.split(".", 1)[0]
+
+
+# shell text turning a printed full name into its short name (a short name stays as it is)
+_SHORTEN = " | sed 's/[.].*//'"
+
+
 def renamed(word: str, template: str | None) -> str:
-    """A host's shell word on the network a host name template names: ``"$(...)"`` becomes
-    ``"$(...)"-ib``; a plain name (``localhost``) becomes ``localhost-ib``."""
+    """A host's shell word on the network a host name template names. The template applies
+    to the short name (the part before the first dot), as to ``hostname -s``: a node file
+    that holds full names (``node1.cluster.example``) gives ``node1-ib``, not
+    ``node1.cluster.example-ib``, and a template that adds the domain
+    (``{host}.cluster.example``) does not add it twice. ``"$(CMD)"`` becomes
+    ``"$(CMD | sed 's/[.].*//')"-ib``; a plain name (``localhost``) becomes ``localhost-ib``."""
     if not template:
         return word
     prefix, suffix = name_parts(template)
     if isinstance(word, Raw):
         head, tail = (quote(prefix) if prefix else ""), (quote(suffix) if suffix else "")
+        if word.startswith('"$(') and word.endswith(')"') and word != '"$(hostname -s)"':
+            word = Raw(word[:-2] + _SHORTEN + ')"')
         return Raw(head + word + tail)
-    return prefix + word + suffix
+    return prefix + short_name(word) + suffix
 
 
 def slots_list(hosts_cmd: str, slots: int, template: str | None = None) -> Raw:
     """``"$(CMD | sed 's/$/:N/' | paste -sd, -)"``: host:slots,... from a host-printing
-    command, each host renamed by the host name template when there is one."""
+    command, each host renamed by the host name template when there is one (applied to the
+    short name, :func:`renamed`)."""
     script = f"s/$/:{slots}/"
     if template:
         prefix, suffix = name_parts(template)
-        script = f"s/.*/{prefix}&{suffix}:{slots}/"
+        script = f"s/^\\([^.]*\\).*/{prefix}\\1{suffix}:{slots}/"
     return Raw(f"\"$({hosts_cmd} | sed {quote(script)} | paste -sd, -)\"")
 
 
 def renamed_hostfile(file_word: str, template: str) -> tuple[list[str], Raw]:
     """(setup lines, shell word) of a copy of a host file (``host [slots=N]`` or
-    ``host:N`` lines) with every host renamed by the template."""
+    ``host:N`` lines) with every host renamed by the template (applied to its short name,
+    :func:`renamed`)."""
     prefix, suffix = name_parts(template)
-    script = f"s/^[A-Za-z0-9][^ :]*/{prefix}&{suffix}/"
+    script = f"s/^\\([A-Za-z0-9][^ :.]*\\)[^ :]*/{prefix}\\1{suffix}/"  # the short name
     setup = ['hpcprov_hostfile="$(mktemp)"',
              f'sed {quote(script)} {quote(file_word)} > "$hpcprov_hostfile"']
     return setup, Raw('"$hpcprov_hostfile"')

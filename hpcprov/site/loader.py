@@ -275,21 +275,75 @@ def _without_other_scheduler(parent: Layer, child: Layer) -> Layer:
                  links=parent.links, implied=_outside(parent.implied, gone))
 
 
+# Mappings of named entries whose entry a child removes with ``NAME: null`` (an inherited
+# launcher, image or annotation). A partition's options cannot: there ``null`` is a flag
+# without a value (exclusive: null), so a partition lists the option names it drops in
+# ``unset_options`` (a list, beside the options, that no option name can be confused with).
+REMOVABLE: tuple[PathKey, ...] = (("launchers",), ("containers", "images"),
+                                  ("containers", "annotations"))
+UNSET_OPTIONS = "unset_options"
+
+
 def merge(parent: Layer, child: Layer) -> Layer:
     """Deep-merge child over parent: mappings merge key by key, everything else replaces.
 
-    What the parent said at or under a replaced value (where it came from, how it was
-    written) is dropped. The time taken is linear in the size of the two layers: a scalar
-    replacing a scalar needs no search at all (the child's entries overwrite the
-    parent's), and only a replaced list or mapping has its parent's entries filtered."""
+    ``NAME: null`` under a :data:`REMOVABLE` mapping removes the parent's entry, and a
+    partition's ``unset_options`` its parent's options of those names (removing what the
+    parent lacks is an error at the child's line). What the parent said at or under a
+    replaced value (where it came from, how it was written) is dropped. The time taken is
+    linear in the size of the two layers: a scalar replacing a scalar needs no search at
+    all (the child's entries overwrite the parent's), and only a replaced list or mapping
+    has its parent's entries filtered."""
     replaced: set[PathKey] = set()  # every value the child replaces (or adds)
     pruned: set[PathKey] = set()  # those where a list or mapping is replaced, or put
 
+    def remove(p: dict[str, Any], key: str, path: PathKey, what: str) -> None:
+        fname, line = child.where(path)
+        if key not in p:
+            raise ProfileError(fname, line, f"{'.'.join(map(str, path))}: null removes an "
+                               f"inherited {what}, and no profile this one extends has "
+                               f"one named {key!r}")
+        if path[0] == "launchers" and "default_launcher" not in child.data \
+                and parent.data.get("default_launcher") == key:
+            raise ProfileError(fname, line, f"launchers.{key}: null removes the inherited "
+                               "default_launcher; set default_launcher to another launcher")
+        replaced.add(path)
+        pruned.add(path)
+
+    def unset(p: Any, c: dict[str, Any], path: PathKey) -> dict[str, Any]:
+        names = c[UNSET_OPTIONS]
+        options = p.get("options") if isinstance(p, dict) else None
+        options = dict(options) if isinstance(options, dict) else {}
+        if not isinstance(names, list):
+            return dict(p) if isinstance(p, dict) else {}  # the model reports the type
+        for i, name in enumerate(names):
+            if name not in options:
+                fname, line = child.where((*path, UNSET_OPTIONS, i))
+                raise ProfileError(fname, line, f"{'.'.join(map(str, path))}."
+                                   f"{UNSET_OPTIONS}: no profile this one extends gives "
+                                   f"this partition an option {name!r} to unset")
+            del options[name]
+            replaced.add((*path, "options", name))
+            pruned.add((*path, "options", name))
+        return {**p, "options": options}
+
     def go(p: Any, c: Any, path: PathKey) -> Any:
-        if isinstance(p, dict) and isinstance(c, dict):
+        if isinstance(c, dict) and (isinstance(p, dict) or p is None):
+            if not isinstance(p, dict):  # a new mapping: still checked for removals
+                replaced.add(path)
+                pruned.add(path)
+                p = {}
+            if len(path) == 2 and path[0] == "partitions" and UNSET_OPTIONS in c:
+                p = unset(p, c, path)
             out = dict(p)
             for key, value in c.items():
+                if value is None and path in REMOVABLE:
+                    remove(p, key, (*path, key), str(path[-1])[:-1])
+                    out.pop(key, None)
+                    continue
                 out[key] = go(p.get(key), value, (*path, key))
+            if len(path) == 2 and path[0] == "partitions":
+                out.pop(UNSET_OPTIONS, None)  # consumed here, not inherited
             return out
         replaced.add(path)
         if isinstance(p, dict | list) or isinstance(c, dict | list):
@@ -431,7 +485,7 @@ def resolve(path: Path) -> Layer:
         seen.append(resolved)
         layers.append(_read_one(current))
         current = _parent(current, layers[-1])
-    merged = layers.pop()
+    merged = merge(Layer(data={}), layers.pop())  # a removal in the first: nothing to remove
     while layers:
         merged = merge(merged, layers.pop())
     return merged

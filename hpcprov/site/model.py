@@ -146,6 +146,40 @@ class Gpus(Strict):
         "says all")
 
 
+def _check_bins(bins: list[Any]) -> list[Any]:
+    """Node-count bins: max_nodes increasing, and one without max_nodes (any larger job)
+    only last."""
+    last = 0
+    for i, b in enumerate(bins):
+        if b.max_nodes is None:
+            if i != len(bins) - 1:
+                raise ValueError(f"entry {i + 1} has no max_nodes (it takes every larger "
+                                 "job), so it must be the last")
+        elif b.max_nodes <= last:
+            raise ValueError(f"entry {i + 1}: max_nodes {b.max_nodes} is not above the "
+                             f"previous entry's {last}: list the bins smallest first")
+        else:
+            last = b.max_nodes
+    return bins
+
+
+class WalltimeByNodes(Strict):
+    """A wall-clock cap for the jobs of up to ``max_nodes`` nodes."""
+
+    max_nodes: int | None = _count(None, le=MAX_NODES, description="jobs of up to this "
+                                   "many nodes (and more than the previous entry's); left "
+                                   "out: every larger job")
+    max_walltime: str = Field(description="[D-]HH:MM:SS")
+
+    @field_validator("max_walltime")
+    @classmethod
+    def _walltime(cls, value: str) -> str:
+        if not walltime_seconds(value):
+            raise ValueError(f"{value!r} is not a wall-clock limit: write [D-]HH:MM:SS, "
+                             "e.g. '24:00:00' or '2-00:00:00' (quoted), more than zero")
+        return value
+
+
 class Limits(Strict):
     max_jobs_per_user: int | None = _count(
         None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,} (more than a scheduler queues)")
@@ -160,6 +194,16 @@ class Limits(Strict):
     default_walltime: str | None = Field(
         None, description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime "
         "(without either, a job asks for no time limit, and jobscript warns)")
+    max_walltime_by_nodes: list[WalltimeByNodes] = Field(
+        default_factory=list, description="wall-clock caps by job size, smallest first, "
+        "e.g. [{max_nodes: 64, max_walltime: '24:00:00'}, {max_walltime: '12:00:00'}]: the "
+        "first entry whose max_nodes the job's node count does not exceed (or the one "
+        "without max_nodes) caps --time; a job no entry takes gets max_walltime")
+
+    @field_validator("max_walltime_by_nodes")
+    @classmethod
+    def _walltime_bins(cls, value: list[WalltimeByNodes]) -> list[WalltimeByNodes]:
+        return _check_bins(value)
 
     @field_validator("max_walltime", "default_walltime")
     @classmethod
@@ -207,7 +251,9 @@ class Network(Strict, EnvMixin):
 
     host_name: str | None = Field(
         None, description="the node's name on the high-speed network, a template over the "
-        "name the scheduler lists ({host}), e.g. '{host}-ib' or '{host}i'; every launcher "
+        "short name the scheduler lists ({host}: the part before the first dot, so a node "
+        "file of full names gives node1-ib, not node1.cluster.example-ib), e.g. '{host}-ib', "
+        "'{host}i' or '{host}.ib.cluster.example'; every launcher "
         "uses it for MASTER_ADDR and torchrun's --rdzv_endpoint, horovodrun for its hosts "
         "when it runs Gloo; mpirun keeps the scheduler's names, which its allocation knows")
     nccl_socket_ifname: str | None = Field(
@@ -230,6 +276,16 @@ class Network(Strict, EnvMixin):
     @classmethod
     def _host_template(cls, value: str | None) -> str | None:
         return _check_host_name(value)
+
+
+class EnvByNodes(Strict, EnvMixin):
+    """Variables for the jobs of up to ``max_nodes`` nodes."""
+
+    max_nodes: int | None = _count(None, le=MAX_NODES, description="jobs of up to this "
+                                   "many nodes (and more than the previous entry's); left "
+                                   "out: every larger job")
+    env: dict[str, str] = Field(default_factory=dict, description="exported for those "
+                                "jobs after the network's, with the meaning of the site's env")
 
 
 class Partition(Strict):
@@ -255,11 +311,28 @@ class Partition(Strict):
         default_factory=dict, description="job options always added for this partition, "
         "long names (constraint, not C); null or no value: a flag (exclusive: null)"
     )
+    unset_options: list[OptionName] = Field(
+        default_factory=list, description="in a profile that extends another: names of "
+        "inherited options this partition drops (null cannot say it in options, where it "
+        "is a flag without a value); naming one it does not inherit is an error. An "
+        "inherited launcher, image or annotation is dropped with NAME: null (launchers: "
+        "{mpirun: null})")
     routing: Literal["partition", "options"] = Field(
         "partition", description="partition: jobs ask for the partition (queue) of this "
         "name; options: the name stands for a kind of node that its options pick (e.g. "
         "constraint: gpu, qos: regular), and no partition is asked for")
     network: Network = Field(default_factory=Network)
+    env_by_nodes: list[EnvByNodes] = Field(
+        default_factory=list, description="variables by job size, smallest first, e.g. "
+        "[{max_nodes: 1, env: {NCCL_NET: Socket}}, {env: {NCCL_NET: OFI}}]: the first entry "
+        "whose max_nodes the job's node count does not exceed (or the one without "
+        "max_nodes) is exported with the network's variables (and passed on by mpirun -x)")
+
+    @field_validator("env_by_nodes")
+    @classmethod
+    def _env_bins(cls, value: list[EnvByNodes]) -> list[EnvByNodes]:
+        return _check_bins(value)
+
     by_job_size: bool = Field(
         False, description="a queue chosen by the job's node count: where no partition is "
         "named and the default one's node limits do not fit the job, the first partition "
@@ -348,15 +421,34 @@ class Paths(Strict):
               "$HPCPROV_WHEELHOUSE_TRUST adds more); see docs/security.md")
 
 
+_SHELL_VAR = r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*"
+_CHANNEL = re.compile(rf"(?:[A-Za-z0-9]|{_SHELL_VAR})(?:[A-Za-z0-9_.:/+-]|{_SHELL_VAR})*")
+
+
+def _channel(value: str) -> str:
+    if not _CHANNEL.fullmatch(value):
+        raise ValueError(f"{value!r} is not a conda channel: a name or URL of letters, digits "
+                         "and _.:/+-, which may use the node's variables as $NAME or ${NAME} "
+                         "(nothing else expands: no $(...), quotes, spaces or globs)")
+    return value
+
+
+# a conda channel: a name or URL, which may use $NAME or ${NAME} (expanded by setup's shell)
+Channel = Annotated[str, Field(max_length=512), AfterValidator(_channel)]
+
+
 class CondaSpec(Strict):
     installer_url: str = "https://repo.anaconda.com/miniconda/Miniconda3-latest-Linux-x86_64.sh"
     installer_sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$")
     mirror_url: str | None = None
     installer_file: str | None = Field(None, description="local installer for offline sites")
-    channels: list[Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/+-]*$")]] = Field(
+    channels: list[Channel] = Field(
         default_factory=list, description="the channels conda creates the environment and "
         "installs from, exactly these (--override-channels), in this order; empty: conda's "
-        "defaults (Anaconda's repo.anaconda.com/pkgs/main and /r, which need accept_tos)")
+        "defaults (Anaconda's repo.anaconda.com/pkgs/main and /r, which need accept_tos). "
+        "A channel may use the node's variables as $NAME or ${NAME} (e.g. "
+        "file:///apps/${SYS_TYPE}/conda-channel), expanded when setup runs; nothing else "
+        "in it is")
     accept_tos: bool = Field(
         False, description="you (or your site) accept Anaconda's Terms of Service for its "
         "channels (defaults, main, r, repo.anaconda.com/...), which conda otherwise refuses "
@@ -365,8 +457,10 @@ class CondaSpec(Strict):
     python: str | None = Field(None, description="python version for `conda create`")
     module: str | None = Field(
         None, description="the site's conda module (e.g. anaconda3/2024.06 or miniforge3): "
-        "its conda creates the environment (in PREFIX/conda-envs/ENV) instead of a downloaded "
-        "installer; list it in modules.build.load and modules.runtime.load too")
+        "with backend conda, its conda creates the environment (in PREFIX/conda-envs/ENV) "
+        "instead of a downloaded installer; with backend venv, its base environment "
+        "(`conda activate`) is the Python the venv is created with (venv.python). List it "
+        "in modules.build.load and modules.runtime.load too")
 
 
 class VenvSpec(Strict):
@@ -389,6 +483,23 @@ class ContainerSpec(Strict):
     add_horovod: bool = Field(False, description="the image lacks Horovod: install it inside")
 
 
+_INDEX_URL = r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%/+-]*)?$"
+IndexUrl = Annotated[str, Field(pattern=_INDEX_URL, max_length=512)]
+
+
+def _no_option(spec: str) -> str:
+    """A package spec, not an option: pip would take ``--index-url=URL`` as one, yet in a
+    list of packages it is neither checked nor seen by uv or site check."""
+    if spec.startswith("-"):
+        raise ValueError(f"{spec!r} is a pip option, not a package: name an index with "
+                         "python.frameworks.NAME.index_url (or extra_index_urls), e.g. "
+                         "index_url: https://download.pytorch.org/whl/rocm6.2")
+    return spec
+
+
+PackageSpec = Annotated[str, AfterValidator(_no_option)]
+
+
 class Framework(Strict):
     version: str
     installer: Literal["pip", "conda", "module"] = Field(
@@ -396,13 +507,31 @@ class Framework(Strict):
         "site's module (module:) provides it, and the environment (a venv with "
         "system_site_packages: true) sees it; setup checks it imports from the module at "
         "this version")
-    packages: list[str] = Field(
+    packages: list[PackageSpec] = Field(
         default_factory=list, description="exact specs; default <pkg>==<version>"
     )
-    channel: str | None = None
+    channel: Channel | None = Field(
+        None, description="installer: conda: the channel it comes from, before "
+        "python.conda.channels (may use $NAME or ${NAME}, as they may)")
     module: str | None = Field(
         None, description="the module that provides the framework (installer: module); "
         "list it in modules.build.load and modules.runtime.load too")
+    index_url: IndexUrl | None = Field(
+        None, description="pip's --index-url for the install of the frameworks (installer: "
+        "pip; with uv too): a vendor's wheel index, e.g. PyTorch's ROCm build "
+        "https://download.pytorch.org/whl/rocm6.2 or a CUDA one "
+        "https://download.pytorch.org/whl/cu121; none: pip's configured index (PyPI's torch "
+        "is a CUDA build)")
+    extra_index_urls: list[IndexUrl] = Field(
+        default_factory=list, max_length=16, description="pip's --extra-index-url, each "
+        "(installer: pip; with uv too): indexes searched besides index_url")
+
+    @model_validator(mode="after")
+    def _index_for_pip(self) -> Framework:
+        if (self.index_url or self.extra_index_urls) and self.installer != "pip":
+            raise ValueError("index_url and extra_index_urls are read only with installer: "
+                             "pip")
+        return self
 
     @model_validator(mode="after")
     def _module_named(self) -> Framework:
@@ -421,7 +550,16 @@ class PythonStack(Strict):
     venv: VenvSpec = Field(default_factory=VenvSpec)
     container: ContainerSpec | None = None
     frameworks: dict[Literal["pytorch", "tensorflow"], Framework] = Field(default_factory=dict)
-    packages: list[str] = Field(default_factory=list, description="more pip packages")
+    packages: list[PackageSpec] = Field(default_factory=list, description="more pip packages")
+
+    @model_validator(mode="after")
+    def _one_index(self) -> PythonStack:
+        urls = {f.index_url for f in self.frameworks.values() if f.index_url}
+        if len(urls) > 1:  # one pip run installs every pip framework: one --index-url
+            raise ValueError("frameworks name different index_url ("
+                             f"{', '.join(sorted(urls))}); one pip run installs them all: "
+                             "name one, the others as extra_index_urls")
+        return self
 
     @model_validator(mode="after")
     def _container_needs_spec(self) -> PythonStack:
@@ -488,7 +626,10 @@ class Launcher(Strict):
 
     kind: LauncherKind
     description: str | None = None
-    args: list[str] = Field(default_factory=list, description="extra launcher arguments")
+    args: list[str] = Field(default_factory=list, description="extra launcher arguments, "
+                            "passed as written: one naming a variable ($NAME, ${NAME}) is "
+                            "refused by site check; a value each rank computes (e.g. "
+                            "--master_addr=$MASTER_ADDR) goes in wrapper")
     wrapper: list[str] = Field(
         default_factory=list, description="a command every rank runs its program through "
         "(the GPU/NIC affinity scripts sites publish, e.g. [./select_gpu_device], or [env, "
@@ -614,7 +755,8 @@ class Containers(Strict):
               "podman-hpc pull; charliecloud: no pull, the image a directory built with "
               "ch-image or ch-convert, checked and run with ch-run)")
     module: str | None = Field(None, description="module that provides the runtime")
-    images: dict[Name, str] = Field(default_factory=dict, description="name -> image path/URI")
+    images: dict[Name, str] = Field(default_factory=dict, description="name -> image "
+                                    "path/URI; NAME: null drops an inherited image")
     default_image: Name | None = None
     mounts: list[str] = Field(default_factory=list, description="SRC:DST, for pyxis and edf, "
                               "and charliecloud's --bind=SRC[:DST] (onto a directory the "
@@ -628,7 +770,7 @@ class Containers(Strict):
     annotations: dict[str, str] = Field(
         default_factory=dict, description="edf: the [annotations] table, e.g. "
         "com.hooks.aws_ofi_nccl.enabled: 'true' (the engine's hooks: NCCL's network plugin, "
-        "CXI)")
+        "CXI); KEY: null drops an inherited annotation")
 
     @field_validator("env")
     @classmethod
@@ -739,7 +881,10 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
     policies: Policies = Field(default_factory=Policies)
     python: PythonStack = Field(default_factory=PythonStack)
     horovod: HorovodBuild = Field(default_factory=HorovodBuild)
-    launchers: dict[Name, Launcher] = Field(min_length=1)
+    launchers: dict[Name, Launcher] = Field(
+        min_length=1, description="name -> launcher; in a profile that extends another, "
+        "NAME: null drops an inherited launcher (not the default_launcher unless this "
+        "profile names another)")
     default_launcher: Name
     containers: Containers = Field(default_factory=Containers)
     uenv: Uenv | None = Field(None, description="a uenv-style software stack the "
@@ -773,7 +918,7 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
         needed = [] if py.backend == "container" else [
             (f"python.frameworks.{name} comes from module {fw.module}", fw.module)
             for name, fw in py.frameworks.items() if fw.installer == "module"]
-        if py.backend == "conda" and py.conda.module:
+        if py.backend in ("conda", "venv") and py.conda.module:
             needed.append((f"python.conda.module is {py.conda.module}", py.conda.module))
         for what, module in needed:
             missing = [f"modules.{which}.load" for which in ("build", "runtime")

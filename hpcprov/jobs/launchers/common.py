@@ -29,6 +29,7 @@ from hpcprov.jobs.modules import env_lines as profile_env_lines
 from hpcprov.jobs.ranks import table_line
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.base import renamed, renamed_hostfile
+from hpcprov.site.bins import env_for_nodes
 from hpcprov.site.launcher_kinds import KINDS, Kind, horovod_controller, kind_of
 
 if TYPE_CHECKING:
@@ -65,8 +66,9 @@ NETWORK_VARIABLES = {
 
 
 def network_env(req: JobRequest) -> dict[str, str]:
-    """The variables of the partition's network section (NCCL, Gloo, libfabric)."""
-    return partition_network_env(req.part)
+    """The variables of the partition's network section (NCCL, Gloo, libfabric), then
+    those its ``env_by_nodes`` gives a job of this size."""
+    return {**partition_network_env(req.part), **env_for_nodes(req.part, req.nodes)}
 
 
 def partition_network_env(part: Partition) -> dict[str, str]:
