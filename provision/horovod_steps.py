@@ -19,6 +19,7 @@ from hpcprov.provision.horovod import gpu_vendor, pip_spec, site_build_env
 from hpcprov.provision.library import file_function, program_file
 from hpcprov.provision.pip_args import pip_index_args, pip_settings_line
 from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
+from hpcprov.site.image_refs import registry_reference
 from hpcprov.site.kinds import ModuleSystem
 
 if TYPE_CHECKING:
@@ -69,8 +70,8 @@ def pulls_image(site: SiteView) -> bool:
     spec = site.python.container
     if spec is None:
         return False
-    return "://" in spec.source or site.containers.runtime in ("enroot", "shifter",
-                                                                "podman-hpc")
+    return registry_reference(spec.source) or site.containers.runtime in (
+        "enroot", "shifter", "podman-hpc")
 
 
 def module_check_lines(site: SiteView) -> list[str]:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
@@ -32,6 +31,7 @@ from hpcprov.provision.pip_args import (
     pip_settings_line,
 )
 from hpcprov.site.conda_channels import tos_channels
+from hpcprov.site.image_refs import PULLED_SUFFIX, image_problems, registry_reference, spelled
 
 if TYPE_CHECKING:
     from hpcprov.site.view import SiteView
@@ -260,19 +260,47 @@ def _venv_steps(site: SiteView) -> list[Step]:
                   upgrade), needs_network=not venv.no_index, modules="build")]
 
 
+def container_target(site: SiteView) -> str:
+    """Where a container setup puts the image (or finds it), the place the jobs read:
+    ``containers.images.NAME`` where it is a path; where it is a registry reference (or
+    missing), the file setup pulls into the prefix (``PREFIX/images/NAME.sif``, ``.sqsh``
+    with enroot), which the jobs read instead of the reference (that every rank would
+    pull)."""
+    spec = site.python.container
+    assert spec is not None
+    entry = site.containers.images.get(spec.image)
+    if entry is not None and not registry_reference(entry):
+        return entry
+    suffix = PULLED_SUFFIX.get(site.containers.runtime, ".sif")
+    return Layout.of(site, "$PREFIX").pulled_image(spec.image, suffix)
+
+
+def _refuse_unpullable(site: SiteView) -> None:
+    """The profile's own images were refused at their lines (the model); ``--container
+    NAME`` (an image of containers.images as the source) is refused here, by the same
+    rules, naming the key."""
+    for loc, why in image_problems(site):
+        raise UsageError(f"{'.'.join(loc)}: {why}")
+
+
 def _container_steps(site: SiteView) -> list[Step]:
     spec = site.python.container
     assert spec is not None
     runtime = site.containers.runtime
-    target = site.containers.images.get(spec.image, f"$PREFIX/images/{spec.image}.sqsh")
+    _refuse_unpullable(site)
+    target = container_target(site)
+    pulled = registry_reference(spec.source)
+    source = (spelled(spec.source, runtime) or spec.source) if pulled else spec.source
     steps: list[Step] = []
     if runtime == "enroot":
         base = Template("$IMAGES/" + spec.image + "-base.sqsh") if spec.add_horovod else None
         out = base or Template(target)
+        # enroot's form: docker://[USER@][REGISTRY#]IMAGE[:TAG] (docker://nvcr.io/x:y would
+        # be Docker Hub's image nvcr.io/x)
         steps.append(Step("import-image", "Import the container image with enroot", (
             'mkdir -p "$IMAGES"',
             join(["hpcprov_mkdir_parent", Template(target)]),
-            join(["enroot", "import", "-o", out, spec.source]),
+            join(["enroot", "import", "-o", out, source]),
         ), needs_network=True))
         name = f"hpcprov-{spec.image}"
         if spec.add_horovod:
@@ -300,18 +328,18 @@ def _container_steps(site: SiteView) -> list[Step]:
     if runtime == "charliecloud":
         return steps + _charliecloud_steps(site, load)
     if runtime in ("shifter", "podman-hpc"):
-        return steps + _registry_image_steps(site, runtime, spec.source, load)
+        return steps + _registry_image_steps(site, runtime, source, load)
     binary = runtime or "singularity"
-    if "://" in spec.source:
+    if pulled:  # once, into the file the jobs read
         steps.append(Step("pull-image", f"Pull the image with {binary}", (
             *load,
             join(["hpcprov_mkdir_parent", Template(target)]),
-            join([binary, "pull", Template(target), spec.source]),
+            join([binary, "pull", Template(target), source]),
         ), needs_network=True))
     # the site may keep the image (Neuron's /apps/.../*.sif), its path perhaps a glob of
     # versioned names (the newest, resolved when the step runs, as a job does)
     resolve, word = resolved_image(target)
-    if "://" not in spec.source:  # use it where it is
+    if not pulled:  # use it where it is
         steps.append(Step("check-image", "Check the site's image is readable", (
             *resolve, f"hpcprov_check_image {word} "
             + join([f"containers.images.{spec.image}"]),
@@ -355,34 +383,15 @@ def image_check(site: SiteView) -> ImageCheck:
                       library.file_function("frameworks_import.py"))
 
 
-# a registry reference: a scheme (docker://...) or a name with a tag or digest and no path
-# before it (nvcr.io/nvidia/pytorch:24.01-py3, debian:12), not a path
-_REGISTRY_REF = re.compile(
-    r"[A-Za-z0-9][\w.-]*(:[0-9]+)?(/[\w.-]+)*(:\w[\w.-]*|@sha256:[0-9a-f]{64})")
-
-
-def registry_reference(ref: str) -> bool:
-    """Whether an image ``ref`` names an image in a registry rather than a path."""
-    return "://" in ref or _REGISTRY_REF.fullmatch(ref) is not None
-
-
 def _charliecloud_steps(site: SiteView, load: list[str]) -> list[Step]:
     """Charliecloud runs an image where it lies, a directory (or a SquashFS file): setup
-    pulls nothing (a registry reference is refused: ``ch-image`` builds or pulls it, and
-    ``ch-convert`` turns it into a directory), checks the image is readable, then runs the
-    image check in it with ch-run as a job does (the mounts bound, the host's Python
-    variables out, ``$USER`` set)."""
+    pulls nothing (a registry reference was refused, at its line: ``ch-image`` builds or
+    pulls it, and ``ch-convert`` turns it into a directory), checks the image is readable,
+    then runs the image check in it with ch-run as a job does (the mounts bound, the host's
+    Python variables out, ``$USER`` set)."""
     spec = site.python.container
     assert spec is not None
     target = site.containers.images.get(spec.image, f"$PREFIX/images/{spec.image}")
-    for key, ref in (("python.container.source", spec.source),
-                     (f"containers.images.{spec.image}", target)):
-        if registry_reference(ref):
-            raise UsageError(
-                f"{key} {ref!r} is a registry reference, but Charliecloud runs directory "
-                "images and setup pulls none: build or convert the image first (ch-image "
-                "pull or build, then ch-convert IMAGE DIR) and name DIR in "
-                f"python.container.source and containers.images.{spec.image}")
     resolve, word = resolved_image(target)
     binds = [Template(f"--bind={mount}") for mount in site.containers.mounts]
     cb = image_check(site)
@@ -398,8 +407,10 @@ def _charliecloud_steps(site: SiteView, load: list[str]) -> list[Step]:
 
 def _registry_image_steps(site: SiteView, runtime: str, source: str, load: list[str]
                           ) -> list[Step]:
-    """Shifter and podman-hpc keep images in their own stores, named like the registry's
-    (docker:REPO:TAG for Shifter): pull it there, then -cb inside it."""
+    """Shifter and podman-hpc keep images in their own stores, named like the registry's:
+    pull ``source`` (spelled for the runtime: docker:REGISTRY/IMAGE:TAG for Shifter, the
+    qualified REGISTRY/IMAGE:TAG for podman-hpc, as the jobs name it) there, then check the
+    image with it."""
     cb = image_check(site)
     if runtime == "shifter":
         pull = join(["shifterimg", "pull", source])

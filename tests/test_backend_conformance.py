@@ -2,24 +2,25 @@
 
 The suite runs over the registered backends (``hpcprov.schedulers.all_backends()``, i.e.
 ``hpcprov.site.sections.SCHEDULERS``), each against what answers as its scheduler here:
-PBS against tests/pbs_emulator.py (qsub, qstat, qdel), LSF against tests/lsf_emulator.py
-(bsub, bjobs, bkill), Flux against tests/flux_emulator.py (flux batch, jobs, cancel,
-resource), the local backend (``none``) as it is. A backend joins by a line in
-:data:`EMULATED` (how its emulator is put on PATH and what its scheduler answers), or is
-left out by a line in :data:`EXCLUDED` that says why; a registered backend with neither fails
-every test here, so a new scheduler cannot skip the suite silently. Where one emulated
-backend cannot show a behaviour, its ``gaps`` skip that test with the reason, and its
-``xfail`` marks a known defect (strict: the test fails again once the defect is fixed, so
-the mark is then removed).
+Slurm against tests/slurm_emulator.py (sbatch, scontrol, sacct, scancel, sinfo; the real
+proof stays the root-only testbed, tests/testbed/), PBS against tests/pbs_emulator.py
+(qsub, qstat, qdel), LSF against tests/lsf_emulator.py (bsub, bjobs, bkill), Flux against
+tests/flux_emulator.py (flux batch, jobs, cancel, resource), the local backend (``none``)
+as it is. A backend joins by a line in :data:`EMULATED` (how its emulator is put on PATH
+and what its scheduler answers), or is left out by a line in :data:`EXCLUDED` that says
+why; a registered backend with neither fails every test here, so a new scheduler cannot
+skip the suite silently. Where one emulated backend cannot show a behaviour, its ``gaps``
+skip that test with the reason, and its ``xfail`` marks a known defect (strict: the test
+fails again once the defect is fixed, so the mark is then removed).
 
 Covered: submit and poll to completion, exit codes (0, non-zero, killed by a signal) from
 the scheduler's answer, the nodes a job ran on, the event record, a job the scheduler forgot
 answered by its status file (none: an error), a pending job removed at the pending timeout,
 a running one cancelled at the run timeout, cancel reporting the signal, a refused
 submission naming the scheduler's words, node states (``usable_nodes``) and validate's one
-allocation (jobs as steps) where the backend offers it. Each scheduler's own planning and
-parsing stays in its own test module (tests/test_validate_pbs.py,
-tests/test_schedulers_lsf.py).
+allocation (jobs as steps: Slurm's, its pilot started as a batch job) where the backend
+offers it. Each scheduler's own planning and parsing stays in its own test module
+(tests/test_slurm_emulator.py, tests/test_validate_pbs.py, tests/test_schedulers_lsf.py).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import os
 import re
 import signal
 import subprocess
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -59,6 +61,7 @@ class Emulated:
     header: str | None = None     # a directive validate's one-node job scripts carry
     first_ids: tuple[str, str] | None = None  # the ids of the first two jobs (None: any)
     cancelled_status: int = 128 + signal.SIGKILL  # a running job's status after cancel()
+    cancelled_state: str = "FAILED"  # ... and its state, as the scheduler then answers
     hold: dict[str, str] = field(default_factory=dict)     # environment: jobs stay pending
     forget: dict[str, str] = field(default_factory=dict)   # environment: ended jobs forgotten
     forgotten: str = ""           # the reason of a job forgotten without a status file
@@ -87,6 +90,24 @@ def _empty(folder: Path) -> Path:
 
 
 EMULATED: dict[str, Emulated] = {
+    "slurm": Emulated(
+        "testbed", "amd_a100nv_8", "slurm_emulator.py",
+        ("sbatch", "scontrol", "sacct", "scancel", "sinfo"), "SLURM_EMULATOR_DIR",
+        header="#SBATCH --nodes=1", first_ids=("1", "2"),
+        cancelled_status=128 + signal.SIGTERM,  # scancel: CANCELLED, ExitCode=0:15
+        cancelled_state="CANCELLED",
+        # Slurm keeps a job cancelled while pending (CANCELLED) until MinJobAge passed, and
+        # accounting knows it after: the test asks after both, so neither answers here
+        hold={"SLURM_EMULATOR_HOLD": "1", "SLURM_EMULATOR_FORGET": "1",
+              "SLURM_EMULATOR_ACCOUNTING": "0"},
+        # MinJobAge passed and no accounting (sacct answering is tests/test_slurm_emulator.py's)
+        forget={"SLURM_EMULATOR_FORGET": "1", "SLURM_EMULATOR_ACCOUNTING": "0"},
+        forgotten="the controller forgot the job and accounting is unavailable",
+        gone=(("scontrol", "show", "job"), 1),  # "Invalid job id specified"
+        refuse=_missing,
+        refused=r"sbatch refused missing\.sh: sbatch: error: Unable to open file \S*missing\.sh",
+        usable_nodes=[HERE],                   # sinfo -h -N -p PARTITION -o '%N %t'
+    ),
     "pbs": Emulated(
         "sockeye", "gpu", "pbs_emulator.py", ("qsub", "qstat", "qdel"), "PBS_EMULATOR_DIR",
         header="#PBS -l select=1:ncpus=", first_ids=("1.pbs-emu", "2.pbs-emu"),
@@ -145,11 +166,7 @@ EMULATED: dict[str, Emulated] = {
 }
 
 # Registered backends no emulator here can stand in for, and why.
-EXCLUDED: dict[str, str] = {
-    "slurm": "no emulator of sbatch, scontrol, sacct, scancel and sinfo exists here; "
-             "SlurmExecutor runs against a real Slurm cluster in tests/testbed/ "
-             "(test_testbed_validate.py, test_testbed_jobs.py), which needs root",
-}
+EXCLUDED: dict[str, str] = {}
 
 REGISTERED = [b.name for b in schedulers.all_backends()]
 
@@ -295,7 +312,7 @@ def test_a_running_job_is_cancelled_at_the_run_timeout(sched: Sched) -> None:
         "cancelled: not finished after 1 s"
     again = replace(h, state="RUNNING", ended=None, reason="")  # what the scheduler says now
     ex.refresh([again])
-    assert again.done and again.state == "FAILED"  # it ended: cancel() stopped it
+    assert again.done and again.state == sched.spec.cancelled_state  # cancel() stopped it
 
 
 def test_cancelling_a_running_job_reports_the_signal(sched: Sched) -> None:
@@ -306,7 +323,7 @@ def test_cancelling_a_running_job_reports_the_signal(sched: Sched) -> None:
     assert h.started is not None
     ex.cancel(h)
     ex.refresh([h])
-    assert (h.state, h.exit_code) == ("FAILED", sched.spec.cancelled_status)
+    assert (h.state, h.exit_code) == (sched.spec.cancelled_state, sched.spec.cancelled_status)
 
 
 # ---- refusal ---------------------------------------------------------------------------
@@ -406,9 +423,11 @@ def test_abort_cancels_the_allocation_with_its_steps_at_once(sched: Sched,
                        lambda queue: allocation_script(o, None, queue))
     (path,) = sched.scripts({"long": "sleep 600"}).values()
     h = ex.submit(path, sched.work / "long.out", sched.work / "long.exit", Placement(1, 1))
-    while h.started is None:  # the step starts (the wait's own deadline guards a hang)
-        ex.wait([h], timeout_s=0.2)
-        assert not h.done, h.reason
+    deadline = time.monotonic() + 60
+    while h.started is None:  # the step starts (wait() would give it up at its timeout)
+        ex.refresh([h])
+        assert not h.done and time.monotonic() < deadline, h.reason
+        time.sleep(0.05)
     (alloc,) = ex.allocations
     gone = ex.abort([h])
     assert gone == [f"allocation {alloc.job_id} (steps {h.job_id})"]

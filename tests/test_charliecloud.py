@@ -183,8 +183,10 @@ def test_a_registry_reference_is_refused(capsys: pytest.CaptureFixture[str], tmp
                                          source: str) -> None:
     path, _, _ = profile(tmp_path, source=source)
     needles = ("registry reference", "ch-image", "ch-convert")
-    assert_one_line_error(cli(capsys, "setup", "--site", str(path), "--dry-run"), 2,
-                          "python.container.source", *needles)
+    line = assert_one_line_error(cli(capsys, "setup", "--site", str(path), "--dry-run"), 2,
+                                 "python.container.source", *needles)
+    # located: the profile's file and the line of python.container.source
+    assert line.startswith(f"hpcprov: error: {path}:7: python.container.source: "), line
     # --container NAME makes the image's entry the source
     path, _, _ = profile(tmp_path)
     assert_one_line_error(cli(capsys, "setup", "--site", str(path), "--container", "hub",

@@ -842,10 +842,12 @@ def test_a_container_job_loads_only_the_runtimes_module_and_no_host_python(
                  "x.py"],
      "shifterimg pull docker:nvcr.io/nvidia/pytorch:24.01-py3",
      "shifter --image=docker:nvcr.io/nvidia/pytorch:24.01-py3 horovodrun -cb"),
+    # podman takes no Shifter name (docker:NAME) and runs no transport (docker://NAME) from
+    # its store: the qualified name, in setup and in the job alike
     ("podman-hpc", ["podman-hpc", "run", "--rm", "--gpu",
-                    "docker:nvcr.io/nvidia/pytorch:24.01-py3", "python", "x.py"],
-     "podman-hpc pull docker:nvcr.io/nvidia/pytorch:24.01-py3",
-     "podman-hpc run --rm docker:nvcr.io/nvidia/pytorch:24.01-py3 horovodrun -cb"),
+                    "nvcr.io/nvidia/pytorch:24.01-py3", "python", "x.py"],
+     "podman-hpc pull nvcr.io/nvidia/pytorch:24.01-py3",
+     "podman-hpc run --rm nvcr.io/nvidia/pytorch:24.01-py3 horovodrun -cb"),
 ])
 def test_hpe_cray_container_runtimes(capsys: pytest.CaptureFixture[str], tmp_path: Path,
                                      runtime: str, launch: list[str], pull: str,

@@ -24,8 +24,11 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import cli, write_profile
 
+from hpcprov import schedulers
 from hpcprov.jobs.launchers import rank_shim_line
 from hpcprov.site.kinds import LauncherKind
+
+SLURM = schedulers.backend("slurm")
 
 CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
             "MASTER_PORT", "HPCPROV_RANK_SOURCE")
@@ -36,9 +39,16 @@ SHOW = ("import json, os; print('RANKENV ' + json.dumps({k: os.environ.get(k) fo
 BATCH = {"SLURM_PROCID": "0", "SLURM_NTASKS": "1", "SLURM_LOCALID": "0", "SLURM_NODEID": "0"}
 
 
+def shim_line(kind: LauncherKind) -> str:
+    """The shim line of ``kind`` in a Slurm job: a container kind's ranks carry the
+    variables of the job's task starter, srun's."""
+    starters = SLURM.task_starters if kind is LauncherKind.container else None
+    return rank_shim_line(kind, starters)
+
+
 def shim(kind: LauncherKind, env: dict[str, str], *args: str) -> dict[str, str | None]:
     """One rank: the shim of ``kind`` run by bash with ``env``, showing its contract."""
-    script = rank_shim_line(kind) + '\nexec bash -c "$hpcprov_rank" hpcprov-rank "$@"\n'
+    script = shim_line(kind) + '\nexec bash -c "$hpcprov_rank" hpcprov-rank "$@"\n'
     proc = subprocess.run(["bash", "-c", script, "job", *args, "--", sys.executable, "-c", SHOW],
                           env={"PATH": os.environ["PATH"], **env}, capture_output=True,
                           text=True, timeout=60)
@@ -104,7 +114,7 @@ def test_an_exported_rendezvous_wins_and_no_starter_in_a_world_of_one_is_one_ran
 def stripped(kind: LauncherKind, env: dict[str, str], size: str) -> subprocess.CompletedProcess:
     """One rank of ``kind``'s shim run with ``env`` (its starter's variables stripped, as a
     wrapper that cleans the environment leaves it) in a planned world of ``size``."""
-    script = rank_shim_line(kind) + '\nexec bash -c "$hpcprov_rank" hpcprov-rank "$@"\n'
+    script = shim_line(kind) + '\nexec bash -c "$hpcprov_rank" hpcprov-rank "$@"\n'
     return subprocess.run(["bash", "-c", script, "job", size, "4", "n", "1", "--",
                            sys.executable, "-c", SHOW], env={"PATH": os.environ["PATH"], **env},
                           capture_output=True, text=True, timeout=60)
@@ -118,7 +128,7 @@ def stripped(kind: LauncherKind, env: dict[str, str], size: str) -> subprocess.C
     (LauncherKind.srun, {"SLURM_PROCID": "1;id", "SLURM_NTASKS": "8"},
      "SLURM_PROCID, FLUX_TASK_RANK"),
     (LauncherKind.jsrun, {}, "JSM_NAMESPACE_RANK, OMPI_COMM_WORLD_RANK, PMIX_RANK"),
-    (LauncherKind.container, {}, "SLURM_PROCID"),
+    (LauncherKind.container, {}, "SLURM_PROCID, FLUX_TASK_RANK"),
 ])
 def test_no_starter_in_a_planned_world_of_eight_stops_the_rank_naming_the_kind(
         kind: LauncherKind, env: dict[str, str], looked: str) -> None:
@@ -174,6 +184,9 @@ def opt(*names):
             if a.startswith(n + "="):
                 return int(a.split("=", 1)[1])
     return None
+if name == "flux" and argv[0] == "hostlist":  # flux hostlist -n 0 local: the first node
+    print("n1")
+    sys.exit(0)
 start = argv.index("apptainer" if "apptainer" in argv else "bash")  # the rank's command
 if name == "srun":
     size = opt("--ntasks") or int(os.environ["SLURM_NTASKS"])
@@ -184,6 +197,9 @@ elif name == "lrun":  # LLNL's: -N<nodes> -T<tasks per node>, no space (lrun's s
     glued = {{a[:2]: int(a[2:]) for a in argv[:start] if a[:2] in ("-N", "-T") and a[2:]}}
     per = glued["-T"]
     size = glued["-N"] * per
+elif name == "flux":  # flux run -N NODES -n TASKS
+    size = opt("-n")
+    per = size // opt("-N")
 elif name == "ibrun":  # TACC's: the job's tasks unless told -n
     size = opt("-n") or int(os.environ["SLURM_NTASKS"])
     per = int(os.environ["SLURM_NTASKS_PER_NODE"])
@@ -203,6 +219,7 @@ for r in range(size):
                      "MV2_COMM_WORLD_LOCAL_RANK": local, "MV2_COMM_WORLD_LOCAL_SIZE": per}},
         "pals": {{"PALS_RANKID": r, "PMI_RANK": r, "PMI_SIZE": size, "PALS_LOCAL_RANKID": local,
                   "PALS_NODEID": node}},
+        "flux": {{"FLUX_TASK_RANK": r, "FLUX_JOB_SIZE": size, "FLUX_TASK_LOCAL_ID": local}},
     }}[os.environ.get("STUB_FLAVOR", name)]
     env = {{**os.environ, **{{k: str(v) for k, v in given.items()}}}}
     procs.append(subprocess.Popen(argv[start:], env=env))
@@ -214,7 +231,7 @@ SCONTROL = '#!/bin/sh\n[ "$1 $2" = "show hostnames" ] && printf "n1\\nn2\\n"\nex
 def stub_bin(root: Path) -> Path:
     folder = root / "bin"
     folder.mkdir()
-    for name in ("srun", "mpiexec", "jsrun", "ibrun", "lrun"):
+    for name in ("srun", "mpiexec", "jsrun", "ibrun", "lrun", "flux"):
         path = folder / name
         path.write_text(STARTER.format(python=sys.executable, name=name))
         path.chmod(0o755)
@@ -502,7 +519,8 @@ def test_on_pbs_mpiexec_starts_every_rank_in_the_image_with_its_contract(
 @pytest.mark.parametrize(("body", "needle"), [
     ("launchers:\n  m: {kind: mpiexec, runtime: pyxis}\n", "pyxis is an option of srun"),
     ("launchers:\n  m: {kind: mpirun, runtime: edf}\n", "edf is an option of srun"),
-    ("launchers:\n  m: {kind: torchrun, runtime: apptainer}\n", "does not read runtime"),
+    ("launchers:\n  m: {kind: torchrun, runtime: pyxis}\n", "pyxis is an option of srun"),
+    ("launchers:\n  m: {kind: horovodrun, runtime: apptainer}\n", "does not read runtime"),
     ("containers:\n  env: {A: \"it's\"}\n", "holds no single quote"),
     ("containers:\n  annotations: {'a b': x}\n", "not an annotation key"),
 ])
@@ -623,3 +641,170 @@ def test_lrun_writes_its_options_without_a_space(
         (line,) = [ln for ln in res.out.splitlines() if ln.startswith("lrun ")]
         assert line.startswith("lrun -N2 -T4 --gpubind=off -M -gpu bash -c \"$hpcprov_rank\" "
                                "hpcprov-rank 8 4 "), line
+
+
+# ------------------------- the task starter is the scheduler's, else the site's MPI (issue 34)
+
+CONTAINER = NO_MODULES + """\
+name: box
+extends: BASE
+containers:
+  runtime: apptainer
+  images: {pytorch: $HOME/images/pytorch.sif}
+  default_image: pytorch
+launchers:
+  box: {kind: container}
+MORE\
+default_launcher: box
+"""
+
+
+def _with_apptainer(script: str, tmp_path: Path) -> str:
+    bindir = tmp_path / "extra"
+    bindir.mkdir()
+    (bindir / "apptainer").write_text(APPTAINER.format(python=sys.executable))
+    (bindir / "apptainer").chmod(0o755)
+    return script.replace("set -eo pipefail", f'set -eo pipefail\nPATH="{bindir}:$PATH"', 1)
+
+
+@pytest.mark.parametrize(("base", "more", "starts", "source"), [
+    # PBS has no task starter: the site's MPI launcher (PALS' mpiexec) starts the ranks
+    # (the first of the site's MPI launchers in its order, where the default is none)
+    ("sockeye", "  mpirun: null\n  pals: {kind: mpiexec, flavor: pals}\n",
+     "mpiexec -n 4 --ppn 2 apptainer", "pals"),
+    # LSF: the site's jsrun
+    ("lsf-example", "  mpirun: null\n  js: {kind: jsrun}\n", "jsrun --nrs=4 --tasks_per_rs=1",
+     "jsrun"),
+    # Flux: its own flux run
+    ("flux-example", "", "flux run -N 2 -n 4 -c ", "flux"),
+])
+def test_a_container_launcher_runs_on_pbs_lsf_and_flux_with_no_kind_of_its_own(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, base: str, more: str,
+        starts: str, source: str) -> None:
+    """The container kind started its ranks with srun only ("it needs a Slurm site"): a
+    container on PBS, LSF or Flux needed a new kind each time. Now the job's task starter
+    starts them, the scheduler's own or the site's MPI launcher, and each rank's contract
+    reads that starter's variables inside the image."""
+    ref = str(write_profile(tmp_path, "box", CONTAINER.replace("BASE", base).replace(
+        "MORE", more)))
+    res = cli(capsys, "jobscript", "--site", ref, "-N", "2", "--tasks-per-node", "2",
+              "-o", "account=st-x-1-gpu", "--", "python", "-c", SHOW)
+    assert res.rc == 0, res.err
+    launch = next(ln for ln in res.out.splitlines() if ln.startswith(starts.split()[0] + " "))
+    assert launch.startswith(starts), launch
+    assert 'apptainer exec "${HOME}/images/pytorch.sif" bash -c "$hpcprov_rank"' in launch
+    assert f'hpcprov_sets=("{source} ' in res.out
+    hosts = tmp_path / "hosts"
+    hosts.write_text("n1\nn1\nn2\nn2\n")
+    env = {"PBS_NODEFILE": str(hosts), "PBS_JOBID": "7.pbs", "PBS_O_WORKDIR": str(tmp_path),
+           "LSB_JOBID": "7", "LSB_DJOB_HOSTFILE": str(hosts), "FLUX_JOB_ID": "f7",
+           "STUB_FLAVOR": source, "PYTHONPATH": "/host/site-packages"}
+    ranks = run_job(_with_apptainer(res.out, tmp_path), tmp_path, env)
+    assert sorted(int(r["RANK"]) for r in ranks) == [0, 1, 2, 3]
+    for r in ranks:
+        assert (r["WORLD_SIZE"], r["LOCAL_RANK"]) == ("4", str(int(r["RANK"]) % 2))
+        assert r["HPCPROV_RANK_SOURCE"] == source and r["MASTER_ADDR"] == "n1"
+        assert r["HPCPROV_TEST_WRAPPED"] == f"image {tmp_path}/images/pytorch.sif"
+
+
+@pytest.mark.parametrize(("base", "more", "starts"), [
+    # PBS: the site's MPI launcher, one process per node (its flavor: PALS' --ppn)
+    ("sockeye", "  mpirun: null\n  pals: {kind: mpiexec, flavor: pals}\n",
+     "mpiexec -n 2 --ppn 1 python -m "),
+    # ... its default mpirun, with the profile's host file and args
+    ("sockeye", "", 'mpirun -np 2 --hostfile "${PBS_NODEFILE}" --map-by ppr:1:node -bind-to'),
+    ("lsf-example", "", 'blaunch -u "$hpcprov_hosts" python -m torch.distributed.run'),
+    ("flux-example", "", "flux run -N 2 -n 2 -c "),
+])
+def test_torchrun_starts_one_agent_per_node_on_every_scheduler(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path, base: str, more: str,
+        starts: str) -> None:
+    """torchrun's agents started only where the scheduler had a per-node starter: on PBS a
+    2-node torchrun ran one agent on the first node and waited for the second forever. Now
+    the site's MPI launcher starts one per node where the scheduler cannot."""
+    body = NO_MODULES + f"name: tr\nextends: {base}\nlaunchers:\n" \
+        "  tr: {kind: torchrun}\n" + more + "default_launcher: tr\n"
+    ref = str(write_profile(tmp_path, "tr", body))
+    res = cli(capsys, "jobscript", "--site", ref, "-N", "2", "-o", "account=st-x-1-gpu",
+              "--", "python", "train.py")
+    assert res.rc == 0, res.err
+    line = res.out.rstrip().splitlines()[-1]
+    assert line.startswith(starts), line
+    assert "torch.distributed.run --nnodes=2 " in line
+
+
+def test_a_pbs_site_with_nothing_to_start_tasks_says_so_everywhere(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """A container-only PBS site: no task starter of PBS's own, no MPI launcher. The job
+    line, validate's plan and site check each say what is missing and the fix."""
+    body = NO_MODULES + """\
+name: bare
+extends: sockeye
+containers:
+  runtime: apptainer
+  images: {pytorch: /images/pytorch.sif}
+  default_image: pytorch
+launchers:
+  mpirun: null
+  torchrun: null
+  box: {kind: container}
+default_launcher: box
+"""
+    ref = str(write_profile(tmp_path, "bare", body))
+    why = ("launcher box (container) needs something to start its ranks: PBS jobs have no "
+           "task starter of their own and the site has no MPI launcher")
+    res = cli(capsys, "jobscript", "--site", ref, "-N", "2", "-o", "account=st-x-1-gpu",
+              "--", "python", "t.py")
+    assert res.rc == 2 and why in res.err and len(res.err.strip().splitlines()) == 1
+    dry = cli(capsys, "validate", "--site", ref, "-N", "2", "-o", "account=st-x-1-gpu",
+              "--workdir", str(tmp_path / "run"), "--env", str(tmp_path / "p"),
+              "--dry-run")
+    assert "SKIPPED" in dry.err and why in dry.err
+    check = cli(capsys, "site", "check", ref)
+    assert why in check.out + check.err
+
+
+def test_torchrun_runs_inside_the_container_one_agent_per_node(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """torchrun inside the container: a torchrun launcher with a runtime starts each node's
+    agent in the site's image (its ranks are the agent's children, so they are in it too);
+    the host's Python stays out and no environment is activated."""
+    body = NO_MODULES + """\
+name: trimg
+extends: testbed
+containers:
+  runtime: apptainer
+  gpu_flag: --nv
+  images: {pytorch: /images/pytorch.sif}
+  default_image: pytorch
+launchers:
+  trimg: {kind: torchrun, runtime: apptainer}
+default_launcher: trimg
+"""
+    ref = str(write_profile(tmp_path, "trimg", body))
+    res = cli(capsys, "jobscript", "--site", ref, "-N", "2", "--gpus-per-node", "2",
+              "--", "python", "train.py")
+    assert res.rc == 0, res.err
+    line = res.out.rstrip().splitlines()[-1]
+    assert line.startswith("srun --ntasks-per-node=1 --ntasks=2 ")
+    assert " apptainer exec --nv /images/pytorch.sif python -m torch.distributed.run " \
+        "--nnodes=2 --nproc_per_node=2 " in line
+    assert "unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV" in res.out
+    assert "/activate" not in res.out
+
+
+def test_srun_args_where_srun_starts_nothing_are_refused_not_dropped(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    body = NO_MODULES + """\
+name: tr
+extends: sockeye
+launchers:
+  tr: {kind: torchrun, srun_args: [--cpu-bind=none]}
+default_launcher: tr
+"""
+    ref = str(write_profile(tmp_path, "tr", body))
+    res = cli(capsys, "jobscript", "--site", ref, "-N", "2", "-o", "account=st-x-1-gpu",
+              "--", "python", "train.py")
+    assert res.rc == 2 and len(res.err.strip().splitlines()) == 1
+    assert "srun_args '--cpu-bind=none' cannot be honoured: launcher mpirun (mpirun) " \
+        "starts this site's tasks, not srun" in res.err

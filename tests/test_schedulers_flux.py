@@ -88,8 +88,10 @@ def test_torchrun_starts_once_per_node_with_flux_run(capsys: pytest.CaptureFixtu
     assert res.rc == 0, res.err
     assert "# flux: -n 2" in res.out and "# flux: -g 4" in res.out  # one slot per node
     line = res.out.rstrip().splitlines()[-1]
-    assert line.startswith("flux run -N 2 -n 2 python -m torch.distributed.run --nnodes=2 "
-                           "--nproc_per_node=4 --rdzv_id=\"$FLUX_JOB_ID\"")
+    # each agent gets its node's GPUs of the job (-g 4: a task given none sees none) and its
+    # CPUs (-c: the job shell binds a task to its cores, the ranks it spawns with it)
+    assert line.startswith("flux run -N 2 -n 2 -c 96 -g 4 python -m torch.distributed.run "
+                           "--nnodes=2 --nproc_per_node=4 --rdzv_id=\"$FLUX_JOB_ID\"")
 
 
 def test_srun_is_refused_on_flux_and_flux_run_off_it(
@@ -102,7 +104,7 @@ def test_srun_is_refused_on_flux_and_flux_run_off_it(
                   "launchers:\n  flux: {kind: flux}\n")
     monkeypatch.setenv("HPCPROV_SITES_PATH", str(sites))
     res = cli(capsys, "jobscript", "--site", "flux-srun", "-l", "srun", "--", "python", "t.py")
-    assert res.rc != 0 and "needs a Slurm site" in res.err
+    assert res.rc != 0 and "needs a site with scheduler: slurm" in res.err
     res = cli(capsys, "jobscript", "--site", "slurm-flux", "-l", "flux", "--", "python", "t.py")
     assert res.rc != 0 and "needs a site with scheduler: flux" in res.err, res.err
 

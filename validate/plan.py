@@ -155,8 +155,11 @@ def _backend_args(o: Options) -> tuple[str, ...]:
             *(("--fallback-backend", fallback) if fallback else ()))
 
 
-def _any_launcher(site: SiteView) -> str:
-    return torch_launcher(site) or next(iter(site.launchers))
+def _any_launcher(site: SiteView) -> str | None:
+    """The launcher the env check runs through: the torch launcher, else the first that
+    starts ranks here (horovodrun); None where none does (a SKIPPED row says why)."""
+    return torch_launcher(site) or next(
+        (n for n in site.launchers if roles.unusable(site, n) is None), None)
 
 
 def plan_env(o: Options) -> list[Job]:
@@ -165,8 +168,9 @@ def plan_env(o: Options) -> list[Job]:
     v = vendor(o)  # how the node's GPUs are counted, without torch too
     gpus = ("--gpu-device", v.torch_device, "--gpu-count-command", " ".join(v.count.argv),
             "--gpu-count-pattern", v.count.pattern, "--visible-devices", v.visible_devices)
+    any_one = _any_launcher(o.site)
     names = [n for n in o.launchers if roles.unusable(o.site, n) is None] if o.launchers \
-        else [_any_launcher(o.site)]
+        else [any_one] if any_one is not None else []
     return [Job(f"env{_via(o, n)}", "env", f"env{_via(o, n)}", o.nodes, 1, n, "envcheck.py",
                 ("--imports", _imports(o.site), *gpus, *_binding_args(o, visible=False)),
                 timeout_s=300)
@@ -259,6 +263,8 @@ def plan_skipped(o: Options) -> list[Skipped]:
     if o.launchers:
         return out
     backend = _backend(o)
+    if "env" in wanted and _any_launcher(site) is None:
+        out.append(Skipped("env", "env", roles.no_torch_launcher(site)))
     if roles.torch_launcher(site) is None:
         why = roles.no_torch_launcher(site)
         if "allreduce" in wanted:

@@ -106,16 +106,19 @@ def launcher_kinds() -> list[str]:
            "Each kind is one unit: its facts below (`hpcprov/site/launcher_kinds.py`) and its "
            "builder (`hpcprov/jobs/launchers/KIND.py`). *Keys*: the launcher keys it reads "
            "beyond `kind`, `description`, `args` and `modules` (any other is refused at its "
-           "line). *Ranks*: tasks of the scheduler's starter (srun: step options such as "
-           "`--cpu-bind` go on its line; it needs Slurm), one process per node spawning that "
-           "node's ranks, or started by the launcher. *Env*: inherited from the job's shell, "
-           "or only the variables named to it (`-x NAME`: the site env, the network "
+           "line). *Ranks*: tasks of one scheduler's own starter (srun, flux run: step "
+           "options such as `--cpu-bind` go on its line), tasks of the job's task starter "
+           "(the scheduler's own where it has one, else the site's MPI launcher: mpiexec, "
+           "mpirun, jsrun, lrun or ibrun; any scheduler), one process per node spawning that "
+           "node's ranks (the scheduler's per-node starter: srun, flux run, blaunch; else the "
+           "site's MPI launcher), or started by the launcher. *Env*: inherited from the "
+           "job's shell, or only the variables named to it (`-x NAME`: the site env, the network "
            "variables and `export_env` are named). *Validation*: the role it plays in "
            "`hpcprov validate`.", "",
            "| kind | keys | ranks | env | validation |", "|---|---|---|---|---|"]
     for name, k in KINDS.items():
-        ranks = ("scheduler's tasks" if k.task_starter else
-                 f"tasks of {k.scheduler}'s starter (needs {k.scheduler})" if k.scheduler
+        ranks = (f"tasks of {k.scheduler}'s starter (needs {k.scheduler})" if k.scheduler
+                 else "tasks of the job's task starter" if k.task_starter
                  else "one per node" if k.per_node else "started by it")
         if k.container:
             ranks += ", inside the image"
@@ -133,6 +136,7 @@ def rank_contract() -> list[str]:
     """The reference's section on the rank contract: what each rank gets, from which
     starter's variables, and which values are evaluated where."""
     from hpcprov.jobs.ranks import STARTERS
+    from hpcprov.schedulers import all_backends
     from hpcprov.site.launcher_kinds import KINDS
 
     out = ["## The rank contract", "",
@@ -157,6 +161,10 @@ def rank_contract() -> list[str]:
            "command substitution, globbing or word splitting, whatever a value holds.", "",
            "| launcher kind | starters read, first found first |", "|---|---|"]
     out += [f"| {name} | {', '.join(k.starters)} |" for name, k in KINDS.items() if k.starters]
+    out += [f"| {name} | the job's task starter's: " + ", ".join(
+        f"{b.task_starter_name} ({', '.join(b.task_starters)})" for b in all_backends()
+        if b.task_starters) + "; elsewhere the site's MPI launcher's |"
+        for name, k in KINDS.items() if k.container]
     out += ["", "| starter | rank | size | local rank | local size | node rank |",
             "|---|---|---|---|---|---|"]
     out += [f"| {name} | " + " | ".join(f"`{v}`" if v else "-" for v in starter) + " |"
@@ -235,7 +243,7 @@ def compatibility() -> str:
 
 # the walks of docs/onboarding.md, in order: one example profile of each kind of site
 WALKS = ("pbs-pals", "slurm-apptainer", "torchrun-mpi", "edf", "uenv", "intel-gpus",
-         "lsf-jsrun", "lsf-lrun")
+         "lsf-jsrun", "lsf-lrun", "flux", "pbs-container", "flux-torchrun-image")
 
 
 def _walk_args(line: str) -> tuple[dict[str, object], tuple[str, ...]]:

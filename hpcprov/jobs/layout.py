@@ -77,6 +77,11 @@ class Layout:
     def images(self) -> Template:
         return self._under("images")
 
+    def pulled_image(self, name: str, suffix: str) -> Template:
+        """Where setup pulls the image ``containers.images.NAME`` names by a registry
+        reference, the file the jobs read (``suffix``: .sif, or enroot's .sqsh)."""
+        return self._under("images", name + suffix)
+
     @property
     def activate_file(self) -> Template:
         return self._under("activate")

@@ -581,8 +581,11 @@ def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError
     for loc, problem in [*gpu_binding_findings(site), *framework_index_findings(site)]:
         # warnings: the profile stays ok
         warn(str(ProfileError(*layer.where(loc), problem)))
-    from hpcprov.jobs.roles import validation_gaps
+    from hpcprov.jobs.roles import unstartable, validation_gaps
 
+    for name in site.launchers:  # a launcher nothing on this site can start
+        if (why := unstartable(site, name)) is not None:
+            warn(str(ProfileError(*layer.where(("launchers", name)), why)))
     for problem in validation_gaps(site):  # validate would check the environment alone
         warn(str(ProfileError(*layer.where(("launchers",)), problem)))
     return errors

@@ -24,23 +24,70 @@ if TYPE_CHECKING:
 
 # the kinds that start Horovod's ranks over MPI, for a fix's wording
 MPI_KINDS = tuple(name for name, k in KINDS.items() if k.horovod == "mpi")
+# the kinds of the site's launchers that start a job's tasks where the scheduler has no
+# starter of its own (an MPI's launchers); ibrun only for ranks (it takes the job's tasks)
+MPI_STARTER_KINDS = tuple(name for name, k in KINDS.items()
+                          if k.horovod == "mpi" and k.scheduler is None)
+PER_NODE_KINDS = tuple(k for k in MPI_STARTER_KINDS if k != "ibrun")
+
+
+def mpi_launcher(site: SiteView, *, per_node: bool = False) -> str | None:
+    """The site's launcher that starts a job's tasks (one per node where ``per_node``) where
+    the scheduler has no starter of its own: the default launcher where it is of an MPI
+    kind, else the first such in the profile's order; None where the site has none."""
+    kinds = PER_NODE_KINDS if per_node else MPI_STARTER_KINDS
+    able = [n for n, launcher in site.launchers.items() if str(launcher.kind.value) in kinds]
+    if site.default_launcher in able:
+        return site.default_launcher
+    return able[0] if able else None
+
+
+def no_starter(site: SiteView, name: str, *, per_node: bool = False) -> str | None:
+    """Why nothing can start launcher ``name``'s tasks (its ranks, or one process per node
+    where ``per_node``): the scheduler has no starter of its own and the site no MPI
+    launcher; None where something can."""
+    backend = schedulers.of(site)
+    own = backend.node_starter_name if per_node else backend.task_starters
+    if own or mpi_launcher(site, per_node=per_node) is not None:
+        return None
+    launcher = site.launchers[name]
+    what = "one process per node" if per_node else "its ranks"
+    kinds = ", ".join(PER_NODE_KINDS if per_node else MPI_STARTER_KINDS)
+    return (f"launcher {name} ({launcher.kind.value}) needs something to start {what}: "
+            f"{backend.title} jobs have no task starter of their own and the site has no "
+            f"MPI launcher ({kinds}) to start them: add one under launchers")
 
 
 def unusable(site: SiteView, name: str) -> str | None:
-    """Why launcher ``name`` cannot start ranks on this site (None where it can)."""
+    """Why launcher ``name`` cannot start ranks on this site (None where it can): nothing
+    starts them (:func:`unstartable`), or they start in an image and the site names none."""
+    if (why := unstartable(site, name)) is not None:
+        return why
+    launcher = site.launchers[name]
+    if (kind_of(launcher.kind).container or launcher.runtime) \
+            and not site.containers.default_image:
+        return (f"launcher {name} starts its ranks in the site's image, and the site names "
+                "none: set containers.default_image")
+    return None
+
+
+def unstartable(site: SiteView, name: str) -> str | None:
+    """Why nothing on this site can start launcher ``name``'s ranks (None where something
+    can): its kind's starter is another scheduler's, or it needs a task or per-node starter
+    the site lacks. The one rule for validate, site check and every launch line."""
     launcher = site.launchers[name]
     kind = kind_of(launcher.kind)
     backend = schedulers.of(site)
-    if kind.task_starter and not backend.starts_tasks:
-        return (f"launcher {name} ({launcher.kind.value}) starts its ranks with "
-                f"srun, which {backend.title} jobs do not have")
     if kind.scheduler and kind.scheduler != backend.name:
         return (f"launcher {name} ({launcher.kind.value}) starts its ranks with "
                 f"{schedulers.backend(kind.scheduler).title}'s own starter, which "
-                f"{backend.title} jobs do not have")
-    if (kind.container or launcher.runtime) and not site.containers.default_image:
-        return (f"launcher {name} starts its ranks in the site's image, and the site names "
-                "none: set containers.default_image")
+                f"{backend.title} jobs do not have: it needs a site with scheduler: "
+                f"{kind.scheduler}")
+    if kind.task_starter and (why := no_starter(site, name)):
+        return why
+    if kind.per_node and launcher.per_node_wrapper in ("scheduler", "srun") \
+            and (why := no_starter(site, name, per_node=True)):
+        return why
     return None
 
 

@@ -137,7 +137,12 @@ class Backend:
     variable_example = ""           # shown when another scheduler's variable is used
     monitor = "jobs"                # the command line a user watches their jobs with
     max_nodes: int | None = None    # None: as many as the partition has
-    starts_tasks = False            # has an srun-like task starter (srun launchers)
+    # the starters (hpcprov.jobs.ranks) whose rank variables the tasks of its own task
+    # starter carry (:meth:`tasks`); none: it has no task starter of its own
+    task_starters: tuple[str, ...] = ()
+    task_starter_name = ""          # its task starter in prose (``srun``, ``flux run``)
+    # its own way of starting one process per node (:meth:`per_node`), in prose; "": none
+    node_starter_name = ""
     horovodrun_gloo = True          # `horovodrun --gloo` works in its jobs
     # `hpcprov site draft`: the command whose presence on PATH says this scheduler is here
     # (tried in registry order, kinds.SCHEDULER_BACKENDS); None: the draft cannot ask it
@@ -234,8 +239,17 @@ class Backend:
         """Shell word for the job id; None where jobs have none (one node, no scheduler)."""
         return None
 
+    def tasks(self, req: JobRequest, *, allocation: bool) -> PerNode | None:
+        """How the scheduler's own task starter starts the request's ranks as its tasks
+        (``req.ranks_per_node`` on each of ``req.nodes`` nodes, with the job's CPU and GPU
+        binding), the geometry written out where ``allocation`` (a line typed in an
+        interactive allocation); None where the scheduler has no task starter of its own
+        (PBS, LSF: an MPI launcher of the site starts them, hpcprov.jobs.launchers.tasks)."""
+        return None
+
     def per_node(self, req: JobRequest) -> PerNode | None:
-        """How to start one process on each node of the job, or None (not possible)."""
+        """How the scheduler starts one process on each node of the job, or None (it cannot
+        itself: an MPI launcher of the site does, hpcprov.jobs.launchers.tasks)."""
         return None
 
     def task_step(self, req: JobRequest, cpus: int | None) -> PerNode:

@@ -125,6 +125,10 @@ class Flux(Backend):
     variable_example = "$FLUX_JOB_ID"
     monitor = "flux jobs"
 
+    task_starters = ("flux",)
+    task_starter_name = "flux run"
+    node_starter_name = "flux run"
+
     geometry_options = GEOMETRY_OPTIONS
 
     def _tasks(self, req: JobRequest) -> list[Option]:
@@ -171,9 +175,33 @@ class Flux(Backend):
     def job_id(self) -> str | None:
         return Raw('"$FLUX_JOB_ID"')
 
+    def tasks(self, req: JobRequest, *, allocation: bool) -> PerNode:
+        """``flux run`` with the job's nodes and tasks, CPUs and GPUs per task, and the GPU
+        affinity. Inside a Flux job it starts tasks in that job's instance and always
+        carries the geometry (without it, one task runs): ``-N NODES -n TASKS``, ``-c``
+        CPUs and ``-g`` GPUs per task. Every task sees all of its node's GPUs of the job
+        unless ``-o gpu-affinity=per-task`` gives each its own (the partition's
+        ``gpus.per_rank: one``)."""
+        argv = ["flux", "run", "-N", str(req.nodes), "-n", str(req.world_size)]
+        if req.task_cpus:
+            argv += ["-c", str(req.task_cpus)]
+        per_task = req.gpus // req.ranks_per_node if req.gpus > 0 else 0
+        if per_task:
+            argv += ["-g", str(per_task)]
+        if req.gpus > 0 and req.part.gpus.per_rank == "one":
+            argv += ["-o", "gpu-affinity=per-task"]
+        return PerNode(argv)
+
     def per_node(self, req: JobRequest) -> PerNode:
-        """``flux run -N NODES -n NODES``: one task on each node of the job."""
-        return PerNode(["flux", "run", "-N", str(req.nodes), "-n", str(req.nodes)])
+        """``flux run -N NODES -n NODES``: one task on each node of the job, with the node's
+        GPUs of the job (``-g``: a task given none sees none) and its CPUs (``-c``, else
+        ``-o cpu-affinity=off``: the job shell would bind the task, and every process it
+        spawns, to the one core a task gets by default)."""
+        argv = ["flux", "run", "-N", str(req.nodes), "-n", str(req.nodes)]
+        argv += ["-c", str(req.task_cpus)] if req.task_cpus else ["-o", "cpu-affinity=off"]
+        if req.gpus > 0:
+            argv += ["-g", str(req.gpus)]
+        return PerNode(argv)
 
     def pin(self, nodes: str) -> dict[str, str] | None:
         """``--requires=host:LIST`` (a constraint on the hosts, RFC 31)."""
@@ -204,7 +232,7 @@ class Flux(Backend):
         b = Block()
         b.add("flux", plain(kind="flux", rendezvous_env=True),
               "flux run: Flux's task starter; MASTER_ADDR/MASTER_PORT for torch.distributed")
-        b.add("torchrun", plain(kind="torchrun", per_node_wrapper="srun"),
+        b.add("torchrun", plain(kind="torchrun"),
               "one agent per node, started by flux run")
         b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
         return b, "flux"

@@ -180,6 +180,8 @@ class Lsf(Backend):
     def job_id(self) -> str | None:
         return Raw('"$LSB_JOBID"')
 
+    node_starter_name = "blaunch"
+
     def per_node(self, req: JobRequest) -> PerNode:
         """``blaunch -u FILE`` runs the command once per line of FILE: the job's hosts."""
         setup = ['hpcprov_hosts="$(mktemp)"', f'{self._hosts(req)} > "$hpcprov_hosts"']

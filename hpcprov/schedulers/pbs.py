@@ -191,15 +191,16 @@ class Pbs(Backend):
 
     # ---- `hpcprov site draft` (discovery: hpcprov.schedulers.discovery) --------------
     def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
-        """mpirun on $PBS_NODEFILE (the default), torchrun on one node, horovodrun."""
+        """mpirun on $PBS_NODEFILE (the default), torchrun with one agent per node started
+        by that mpirun (PBS has no starter of its own), horovodrun."""
         from hpcprov.core.yaml_writer import Block, plain
 
         b = Block()
         b.add("mpirun", plain(kind="mpirun", hosts="hostfile", hostfile="$PBS_NODEFILE",
                               oversubscribe=True, rendezvous_env=True),
               "$PBS_NODEFILE lists one line per slot")
-        b.add("torchrun", plain(kind="torchrun", per_node_wrapper="none",
-                                description="single node only"))
+        b.add("torchrun", plain(kind="torchrun"),
+              "one agent per node, started by the site's mpirun (PBS has no task starter)")
         b.add("horovodrun", plain(kind="horovodrun"))
         return b, "mpirun"
 

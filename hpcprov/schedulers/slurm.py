@@ -102,7 +102,11 @@ class Slurm(Backend):
     variable = re.compile(r"\$\{?SLURM_[A-Z_]+")
     variable_example = "$SLURM_JOB_NODELIST"
     monitor = "squeue -u $USER"
-    starts_tasks = True
+    # (Slurm-like wrappers over Flux set only part of Slurm's variables: the tasks carry
+    # Flux's too)
+    task_starters = ("slurm", "flux")
+    task_starter_name = "srun"
+    node_starter_name = "srun"
 
     geometry_options = GEOMETRY_OPTIONS
 
@@ -200,6 +204,18 @@ class Slurm(Backend):
     def job_id(self) -> str | None:
         return Raw('"$SLURM_JOB_ID"')
 
+    def tasks(self, req: JobRequest, *, allocation: bool) -> PerNode:
+        """``srun``: the launcher's MPI plugin (``--mpi=``), the geometry in an allocation
+        (a job script's srun takes the job's), and the job's CPU and GPU binding."""
+        step = self.task_step(req, req.task_cpus)
+        argv = ["srun"]
+        if req.launch.mpi:
+            argv.append(f"--mpi={req.launch.mpi}")
+        if allocation:
+            per = req.ranks_per_node
+            argv += [f"--ntasks={per * req.nodes}", f"--ntasks-per-node={per}"]
+        return PerNode([*argv, *step.argv], step.setup)
+
     def per_node(self, req: JobRequest) -> PerNode | None:
         return PerNode(["srun", "--ntasks-per-node=1", f"--ntasks={req.nodes}"])
 
@@ -282,8 +298,7 @@ class Slurm(Backend):
                      f"{default_mpi or '?'} (scontrol show config)")
         srun.add("rendezvous_env", True, "MASTER_ADDR/MASTER_PORT for torch.distributed")
         b.add("srun", srun)
-        b.add("torchrun", plain(kind="torchrun", per_node_wrapper="srun",
-                                rdzv_host="first_node"))
+        b.add("torchrun", plain(kind="torchrun", rdzv_host="first_node"))
         b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
         b.add("horovodrun", plain(kind="horovodrun"))
         return b, "srun"
@@ -317,6 +332,7 @@ class SlurmExecutor(Executor):
 
     name = "slurm"
     HEALTH_EVERY_S = 2.0  # how often the nodes of running jobs are asked after
+    UNKNOWN_JOB = "Invalid job id specified"  # scontrol's words for a job it does not know
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         super().__init__(env)
@@ -365,7 +381,9 @@ class SlurmExecutor(Executor):
         proc = self._run("scontrol", "show", "job", "-o", h.job_id)
         info = dict(re.findall(r"(\w+)=(\S*)", proc.stdout)) if proc.returncode == 0 else {}
         if not info:
-            self._forgotten(h)
+            if proc.returncode == 0 or self.UNKNOWN_JOB in proc.stderr:
+                self._forgotten(h)
+            # else the controller did not answer (busy, restarting): ask again next time
             return
         state = info.get("JobState", "UNKNOWN")
         if state != h.state:
@@ -375,7 +393,7 @@ class SlurmExecutor(Executor):
             h.started = time.monotonic()
         if info.get("NodeList") not in (None, "(null)"):
             h.nodes = info["NodeList"]
-        h.reason = info.get("Reason", "") if info.get("Reason") != "None" else ""
+        h.reason = _reason(info.get("Reason", ""))
         if state in TERMINAL:
             h.exit_code = exit_code(info.get("ExitCode", ""))
             if h.exit_code is None:
@@ -383,16 +401,22 @@ class SlurmExecutor(Executor):
             h.ended = time.monotonic()
 
     def _forgotten(self, h: Handle) -> None:
-        """The controller purged the job: ask accounting, else read the status file."""
-        if shutil.which("sacct"):
+        """The controller purged the job: ask accounting (sacct on the executor's PATH, not
+        necessarily on hpcprov's own), else read the status file. A job accounting has not
+        seen end (its controller lost it running) is asked after again."""
+        if shutil.which("sacct", path=self.env.get("PATH") if self.env is not None else None):
             proc = self._run("sacct", "-n", "-X", "-P", "-j", h.job_id, "-o",
                              "State,ExitCode,NodeList")
             fields = proc.stdout.strip().split("|") if proc.returncode == 0 else []
             if len(fields) >= 2 and fields[0]:
                 h.state = fields[0].split()[0]
-                h.exit_code = exit_code(fields[1])
-                h.nodes = fields[2] if len(fields) > 2 else h.nodes
-                h.ended = time.monotonic()
+                if len(fields) > 2 and fields[2] != "None assigned":
+                    h.nodes = fields[2]
+                if h.state in TERMINAL:
+                    h.exit_code = exit_code(fields[1])
+                    h.ended = time.monotonic()
+                elif h.state == "RUNNING" and h.started is None:
+                    h.started = time.monotonic()
                 return
         h.exit_code = read_exit(h.exit_file)
         h.state = final_state(h.exit_code)
@@ -411,6 +435,14 @@ def exit_code(text: str) -> int | None:
         return None
     rc, sig = int(m.group(1)), int(m.group(2))
     return rc if sig == 0 else 128 + sig
+
+
+def _reason(text: str) -> str:
+    """Slurm's Reason of a job, less what says nothing or restates its exit status: None,
+    NonZeroExitCode (a FAILED job's), RaisedSignal:9_Killed (that of one a signal killed),
+    which ExitCode gives exactly; left in, they would stand for the job's state and exit code
+    where validate says why a job failed."""
+    return "" if re.fullmatch(r"None|NonZeroExitCode|RaisedSignal:.*", text) else text
 
 
 def _dead(state: str) -> bool:

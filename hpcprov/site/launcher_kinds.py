@@ -33,8 +33,9 @@ class Kind(NamedTuple):
     """the starters whose rank variables its ranks may carry, first found first; none: the
     kind gives its ranks torch's environment itself"""
     task_starter: bool = False
-    """its ranks are tasks of the scheduler's task starter (srun): step options go on its
-    line, and it needs a scheduler that starts tasks"""
+    """its ranks are tasks of the job's task starter: the scheduler's own (srun, flux run:
+    step options go on its line), else the site's MPI launcher
+    (hpcprov.jobs.launchers.tasks)"""
     per_node: bool = False
     """it starts one process per node, which spawns that node's ranks"""
     env: Env = "inherited"
@@ -65,7 +66,8 @@ _RDZV = frozenset({"rendezvous_env", "rdzv_host", "port", "host_name", "wrapper"
 KINDS: dict[str, Kind] = {
     # ("flux": Slurm-like wrappers over Flux set only part of Slurm's variables; the ranks
     # that flux run starts under them carry Flux's)
-    "srun": Kind(_RDZV | {"mpi"}, ("slurm", "flux"), task_starter=True, torch_order=1),
+    "srun": Kind(_RDZV | {"mpi"}, ("slurm", "flux"), task_starter=True, torch_order=1,
+                 scheduler="slurm"),
     "mpirun": Kind(_RDZV | _HOSTS | {"oversubscribe", "export_env", "set_cuda_visible_devices"},
                    # an MPI starter never reads Slurm's: mpirun started inside a batch
                    # script inherits the batch step's SLURM_PROCID=0 (every rank would be 0)
@@ -84,11 +86,15 @@ KINDS: dict[str, Kind] = {
     "horovodrun": Kind(_HOSTS | {"host_name", "wrapper", "controller"},
                        ("horovod", "openmpi", "hydra"), horovod="controller",
                        first_node_baseline=True),
+    # one agent per node (the scheduler's per-node starter, else the site's MPI launcher),
+    # in the site's image where it names a runtime
     "torchrun": Kind(frozenset({"rdzv_backend", "rdzv_host", "port", "per_node_wrapper",
-                                "host_name", "srun_args"}), per_node=True, torch_order=2),
-    # started by srun (the container launcher's task starter)
+                                "host_name", "srun_args", "runtime"}), per_node=True,
+                     torch_order=2),
+    # each rank a task of the job's task starter, in the image; the rank variables read are
+    # that starter's (no starters of its own: hpcprov.jobs.launchers.tasks)
     "container": Kind(frozenset({"mpi", "runtime", "wrapper", "srun_args", "wrap_in_bash",
-                                 "unbuffered", "per_task_output"}), ("slurm",),
+                                 "unbuffered", "per_task_output"}),
                       task_starter=True, container=True, torch_order=8),
 }
 

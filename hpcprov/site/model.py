@@ -14,11 +14,13 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ValidationError,
     ValidationInfo,
     create_model,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from hpcprov.core.text import FREE_TEXT, SINGLE_LINE_RULE, TEXT_RULE, has_control
 from hpcprov.core.walltime import walltime_seconds
@@ -27,6 +29,7 @@ from hpcprov.core.walltime import walltime_seconds
 # snapshots of hpcprov.site.view; importing them from here keeps working
 from hpcprov.site.conda_channels import tos_channels
 from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
+from hpcprov.site.image_refs import image_problems
 from hpcprov.site.kinds import LauncherKind, ModuleSystem, Scheduler
 from hpcprov.site.launcher_kinds import LAUNCHER_KEYS, readers
 from hpcprov.site.sections import DEFAULT_SCHEDULER, SCHEDULERS, Setting
@@ -478,8 +481,18 @@ class VenvSpec(Strict):
 class ContainerSpec(Strict):
     """Provisioning through a container image instead of a Python environment."""
 
-    image: Name = Field(description="name in containers.images: where the image is kept")
-    source: str = Field(description="what to import, e.g. docker://nvcr.io#nvidia/pytorch:22.09-py3")
+    image: Name = Field(description="name in containers.images: where the image is kept "
+                        "and the jobs read it (a path); where that entry is a registry "
+                        "reference, or missing, setup pulls source into "
+                        "$PREFIX/images/NAME.sif (NAME.sqsh with enroot), the file the jobs "
+                        "read")
+    source: str = Field(description="what setup pulls or imports: a registry reference "
+                        "(docker://nvcr.io/nvidia/pytorch:24.01-py3, enroot's "
+                        "nvcr.io#nvidia/pytorch:24.01-py3, oras://, library://, a name with "
+                        "a tag), written for the runtime by setup (enroot: "
+                        "docker://REGISTRY#IMAGE:TAG; apptainer/singularity: "
+                        "docker://REGISTRY/IMAGE:TAG), one it cannot pull refused at this "
+                        "line; or the path of the site's own image, used where it lies")
     add_horovod: bool = Field(False, description="the image lacks Horovod: install it inside")
 
 
@@ -672,10 +685,12 @@ class Launcher(Strict):
         "first_node", description="rendezvous host: $(hostname) or the first node of the job"
     )
     port: int = _count(29500, ge=1024, le=65535, description="an unprivileged TCP port")
-    per_node_wrapper: Literal["srun", "mpirun", "mpiexec", "none"] = Field(
-        "srun", description="torchrun: start one per node with the scheduler's task starter "
-        "(srun; LSF: blaunch), with mpirun (--map-by ppr:1:node) or mpiexec (one per node), "
-        "or run directly (one node)"
+    per_node_wrapper: Literal["scheduler", "srun", "mpirun", "mpiexec", "none"] = Field(
+        "scheduler", description="torchrun: start one agent per node with the scheduler's "
+        "own per-node starter (scheduler; Slurm: srun, Flux: flux run, LSF: blaunch; PBS "
+        "and others: the site's MPI launcher, one per node; srun is the older spelling of "
+        "the same), with mpirun (--map-by ppr:1:node) or mpiexec (one per node), or run "
+        "directly (one node)"
     )
     # srun
     mpi: str | None = Field(None, description="srun --mpi=<plugin>, e.g. pmix")
@@ -751,13 +766,25 @@ class Containers(Strict):
     runtime: Literal["singularity", "apptainer", "enroot", "shifter", "podman-hpc",
                      "charliecloud"] | None = \
         Field(None, description="the runtime setup --container prepares images with "
-              "(enroot: for pyxis launchers; shifter: shifterimg pull; podman-hpc: "
-              "podman-hpc pull; charliecloud: no pull, the image a directory built with "
-              "ch-image or ch-convert, checked and run with ch-run)")
+              "(none: singularity; singularity/apptainer: pull into a .sif for "
+              "singularity/apptainer launchers; enroot: import into a .sqsh for pyxis and "
+              "edf launchers; shifter: shifterimg pull; podman-hpc: podman-hpc pull; "
+              "charliecloud: no pull, the image a directory built with ch-image or "
+              "ch-convert, checked and run with ch-run)")
     module: str | None = Field(None, description="module that provides the runtime")
-    images: dict[Name, str] = Field(default_factory=dict, description="name -> image "
-                                    "path/URI; NAME: null drops an inherited image")
-    default_image: Name | None = None
+    images: dict[Name, str] = Field(
+        default_factory=dict, description="name -> image: an absolute path (or one under a "
+        "$VAR; a glob: its newest match, when the job runs), or a registry reference "
+        "(docker://REGISTRY/IMAGE:TAG, REGISTRY#IMAGE:TAG, oras://, library://, a name with "
+        "a tag): singularity/apptainer, pyxis and edf jobs then read the file setup pulls "
+        "once into $PREFIX/images/NAME.sif (.sqsh: enroot's), not the reference (every rank "
+        "would pull it), Shifter and podman-hpc jobs the name setup pulled into their store "
+        "(docker:REGISTRY/IMAGE:TAG; REGISTRY/IMAGE:TAG); a reference that setup could not "
+        "pull to where the jobs read it (containers.runtime's tool), a Charliecloud one, and "
+        "a relative path setup would write are refused at their line; NAME: null drops an "
+        "inherited image")
+    default_image: Name | None = Field(None, description="the name in images the jobs run "
+                                       "in (--image NAME|PATH picks another)")
     mounts: list[str] = Field(default_factory=list, description="SRC:DST, for pyxis and edf, "
                               "and charliecloud's --bind=SRC[:DST] (onto a directory the "
                               "image has) ($VARS are expanded by the job's shell)")
@@ -962,6 +989,19 @@ class _SiteBase(SiteMethods, Strict, EnvMixin):
         if img and img not in value.images:
             raise ValueError(f"default_image {img!r} is not in images")
         return value
+
+    @model_validator(mode="after")
+    def _images_setup_can_pull(self) -> _SiteBase:
+        """A registry reference setup could not pull, or not where the jobs read it, and a
+        relative image path setup would write, each refused at its own key's line."""
+        problems = image_problems(self)
+        if problems:
+            raise ValidationError.from_exception_data("Site", [
+                InitErrorDetails(type=PydanticCustomError("image_reference", "{reason}",
+                                                          {"reason": why}),
+                                 loc=loc, input=None)
+                for loc, why in problems])
+        return self
 
 
 def _key_path_problem(data: dict[str, Any], path: str) -> str | None:

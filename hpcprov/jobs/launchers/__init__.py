@@ -13,7 +13,6 @@ import importlib
 from collections.abc import Callable
 from dataclasses import replace
 
-from hpcprov import schedulers
 from hpcprov.core.errors import UsageError
 from hpcprov.jobs.launchers.common import (
     RANK_SHIM,
@@ -28,6 +27,8 @@ from hpcprov.jobs.launchers.common import (
     rank_shim_line,
 )
 from hpcprov.jobs.launchers.images import HOST_PYTHON_OUT, runtime_words
+from hpcprov.jobs.launchers.tasks import task_starter
+from hpcprov.jobs.roles import unstartable
 from hpcprov.request.job import JobRequest
 from hpcprov.site.launcher_kinds import builder_module, kind_of
 
@@ -52,19 +53,17 @@ def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
         raise UsageError("no command given: add it after --, e.g. -- python train.py")
     name = req.launch.kind.value
     kind = kind_of(name)
-    if kind.task_starter and not schedulers.of(req.site).starts_tasks:
-        raise UsageError(f"launcher {req.launcher_name!r} ({name}) starts its ranks with "
-                         "srun: it needs a Slurm site")
-    if kind.scheduler and kind.scheduler != schedulers.of(req.site).name:
-        raise UsageError(f"launcher {req.launcher_name!r} ({name}) starts its ranks with "
-                         f"{schedulers.backend(kind.scheduler).title}'s own starter: it "
-                         f"needs a site with scheduler: {kind.scheduler}")
+    if (why := unstartable(req.site, req.launcher_name)) is not None:
+        raise UsageError(why)
     build = builder(name)
+    if kind.container:  # the rank contract runs inside the image: the builder places it,
+        # reading the variables of whatever starts the job's tasks
+        launch = build(req, context)
+        starters = task_starter(req, context).starters
+        return Launch(launch.argv, [rank_shim_line(kind, starters), *launch.setup],
+                      launch.notes)
     if not kind.starters:  # the kind gives its ranks torch's environment itself
         return build(req, context)
-    if kind.container:  # the rank contract runs inside the image: the builder places it
-        launch = build(req, context)
-        return Launch(launch.argv, [rank_shim_line(kind), *launch.setup], launch.notes)
     command = rank_command(req, req.command)
     runtime, resolve = req.launch.runtime, []
     if runtime is not None:  # each rank started in the site's image through the runtime

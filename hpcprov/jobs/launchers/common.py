@@ -159,22 +159,6 @@ def host_slots(req: JobRequest, horovodrun: bool = False) -> tuple[list[str], li
                                                template=template), []
 
 
-def srun_geometry(req: JobRequest, context: Context, tasks_per_node: int) -> list[str]:
-    if context == "batch":
-        return []
-    return [f"--ntasks={tasks_per_node * req.nodes}", f"--ntasks-per-node={tasks_per_node}"]
-
-
-def srun_prefix(req: JobRequest, context: Context) -> tuple[list[str], list[str]]:
-    """(``srun ...`` words, setup lines): the MPI plugin, the geometry in an allocation,
-    and the job's CPU and GPU binding."""
-    step = schedulers.of(req.site).task_step(req, req.task_cpus)
-    argv = ["srun"]
-    if req.launch.mpi:
-        argv.append(f"--mpi={req.launch.mpi}")
-    return [*argv, *srun_geometry(req, context, req.ranks_per_node), *step.argv], step.setup
-
-
 def exported_rendezvous(req: JobRequest) -> list[str]:
     """Lines exporting MASTER_ADDR (the first node) and MASTER_PORT, for launchers that pass
     the environment on to their ranks (srun, mpiexec, jsrun)."""
@@ -202,10 +186,11 @@ RANK_SHIM = Path(__file__).parent.with_name("rank_env.sh")
 RANK_SHIM_VAR = "hpcprov_rank"
 
 
-def rank_shim_line(kind: Kind | object) -> str:
+def rank_shim_line(kind: Kind | object, starters: tuple[str, ...] | None = None) -> str:
     """The line that puts the per-rank shim's text in ``$hpcprov_rank``: the kind's name
-    and the table of the starters ``kind``'s ranks may come from (:mod:`hpcprov.jobs.ranks`),
-    then the shim (quoted: the text is data to the job's shell; each rank's bash runs it)."""
+    and the table of the starters ``kind``'s ranks may come from (:mod:`hpcprov.jobs.ranks`;
+    ``starters`` where the job's task starter decides them: a container kind's), then the
+    shim (quoted: the text is data to the job's shell; each rank's bash runs it)."""
     if isinstance(kind, Kind):  # its name: the kind whose facts these are
         name = next((n for n, k in KINDS.items() if k is kind), "")
     else:  # a LauncherKind, or its name
@@ -213,7 +198,8 @@ def rank_shim_line(kind: Kind | object) -> str:
         kind = kind_of(kind)
     code = [ln for ln in fragment(RANK_SHIM) if not ln.lstrip().startswith("#")]
     header = "# the rank contract of hpcprov (docs/reference.md): torch variables on each rank"
-    return assign(RANK_SHIM_VAR, "\n".join([header, table_line(kind.starters, name), *code]))
+    table = table_line(kind.starters if starters is None else starters, name)
+    return assign(RANK_SHIM_VAR, "\n".join([header, table, *code]))
 
 
 def rank_command(req: JobRequest, command: tuple[object, ...]) -> tuple[object, ...]:

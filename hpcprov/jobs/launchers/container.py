@@ -1,21 +1,26 @@
-"""The container launcher: srun starts each rank in the site's image, through the
-runtime's command line (Singularity/Apptainer, Shifter, podman-hpc, Charliecloud's ch-run)
-or srun's own options (pyxis, an EDF-based engine)."""
+"""The container launcher: the job's task starter starts each rank in the site's image,
+through the runtime's command line (Singularity/Apptainer, Shifter, podman-hpc,
+Charliecloud's ch-run) or srun's own options (pyxis, an EDF-based engine). The task starter
+is the scheduler's own (srun, flux run), else the site's MPI launcher (PBS: mpiexec or
+mpirun; LSF: jsrun, lrun or an MPI): :mod:`hpcprov.jobs.launchers.tasks`."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from hpcprov.core.errors import UsageError
 from hpcprov.core.shell import Raw, Template, join
-from hpcprov.jobs.launchers.common import PY, Context, Launch, rank_command, srun_prefix
+from hpcprov.jobs.launchers.common import PY, Context, Launch, rank_command
 from hpcprov.jobs.launchers.images import (
     EDF_VAR,
     HOST_PYTHON_OUT,
+    SRUN_RUNTIMES,
     edf_lines,
     image,
     image_word,
     runtime_words,
 )
+from hpcprov.jobs.launchers.tasks import srun_args, task_starter
 from hpcprov.request.job import JobRequest
 
 
@@ -36,8 +41,13 @@ def build(req: JobRequest, context: Context) -> Launch:
     command = list(rank_command(req, tuple(req.command)))
     if launcher.wrap_in_bash:
         command = list(rank_command(req, ("/bin/bash", "-c", join(req.command))))
-    srun, setup = srun_prefix(req, context)
-    srun = [*srun, *launcher.srun_args]
+    start = task_starter(req, context)
+    srun, setup = [*start.argv, *srun_args(req, start)], start.setup
+    if runtime in SRUN_RUNTIMES and not start.srun:
+        raise UsageError(f"launcher {req.launcher_name!r}: runtime {runtime} is an option of "
+                         f"srun, and {start.name} starts this site's tasks: name a runtime "
+                         "with a command line (apptainer, singularity, shifter, podman-hpc, "
+                         "charliecloud)")
     # the host's Python must not reach into the container's (its packages, its home)
     setup = [*setup, HOST_PYTHON_OUT]
     if runtime == "pyxis":

@@ -16,7 +16,15 @@ from pathlib import Path
 
 from hpcprov.core.errors import UsageError
 from hpcprov.core.shell import Raw, Template, fragment, join, quote
+from hpcprov.jobs.layout import Layout
 from hpcprov.request.job import JobRequest
+from hpcprov.site.image_refs import (
+    CHARLIECLOUD,
+    FILE_READERS,
+    STORE_READERS,
+    registry_reference,
+    spelled,
+)
 
 # the host's Python must not reach into the image's (its packages, its home)
 HOST_PYTHON_OUT = "unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV"
@@ -56,14 +64,49 @@ GLOB = re.compile(r"([*?])")
 IMAGES_VAR = "hpcprov_images"
 
 
+def job_image(req: JobRequest) -> tuple[str, list[str]]:
+    """(the image the job's runtime reads, lines that stop the job where it is missing).
+    An image of ``containers.images`` named by a registry reference is read where setup
+    put it: singularity/apptainer, pyxis and edf read the file setup pulled into the
+    prefix (``PREFIX/images/NAME.sif``, ``.sqsh``: enroot's), not the reference (every
+    rank, or every job, would pull it again), and a job finding no file there stops at
+    once, naming the setup that pulls it; Shifter and podman-hpc read the name setup
+    pulled into their stores (spelled as setup spelled it). Charliecloud runs directory
+    images: a reference is refused. A reference given with ``--image`` is used as written
+    (each job pulls it)."""
+    c = req.site.containers
+    path = image(req)
+    if not registry_reference(path):
+        return path, []
+    name = req.image or c.default_image or ""
+    runtime = req.launch.runtime or c.runtime
+    if runtime == "charliecloud":
+        raise UsageError(f"image {path!r} is a registry reference, but "
+                         + CHARLIECLOUD.format(name=name if name in c.images else "NAME"))
+    if runtime in STORE_READERS:
+        return spelled(path, runtime) or path, []
+    if runtime not in FILE_READERS or name not in c.images:
+        return path, []
+    pulled = Layout.of(req.site, req.prefix).pulled_image(name, FILE_READERS[runtime])
+    spec = req.site.python.container
+    own = req.site.python.backend == "container" and spec is not None and spec.image == name
+    setup = ["hpcprov", "setup", "--site", req.site.name, *([] if own else ["--container", name]),
+             *(["--prefix", req.prefix] if req.prefix else [])]
+    why = join(["echo", f"hpcprov: no image at {pulled}: containers.images.{name} is the "
+                f"registry reference {path}, which setup pulls there once and the jobs read "
+                f"({' '.join(setup)})"])
+    return pulled, [f"[ -r {quote(Template(pulled))} ] || {{ {why} >&2; exit 1; }}"]
+
+
 def image_word(req: JobRequest, prefix: str = "") -> tuple[list[str], object]:
     """(setup lines, shell word) of the job's image, after ``prefix`` (``--image=``). A path
     with ``*`` or ``?`` is a glob the job's shell resolves when it runs (the last match in
-    name order: the newest of versioned names); none matching stops the job, naming it."""
-    path = image(req)
+    name order: the newest of versioned names); none matching stops the job, naming it. A
+    registry reference is read where setup put it (:func:`job_image`)."""
+    path, check = job_image(req)
     setup, word = resolved_image(path)
     if not setup:
-        return [], Template(prefix + path)
+        return check, Template(prefix + path)
     return setup, Raw(f"{quote(prefix)}{word}" if prefix else word)
 
 

@@ -1,13 +1,14 @@
-"""The srun launcher: the scheduler's own task starter (Slurm), one task per rank."""
+"""The srun launcher: the scheduler's own task starter (Slurm), one task per rank (its words:
+:meth:`hpcprov.schedulers.slurm.Slurm.tasks`)."""
 
 from __future__ import annotations
 
-from hpcprov.jobs.launchers.common import Context, Launch, exported_rendezvous, srun_prefix
+from hpcprov.jobs.launchers.common import Context, Launch, exported_rendezvous
+from hpcprov.jobs.launchers.tasks import task_starter
 from hpcprov.request.job import JobRequest
 
 
 def build(req: JobRequest, context: Context) -> Launch:
-    prefix, setup = srun_prefix(req, context)
-    if req.launch.rendezvous_env:
-        setup = [*setup, *exported_rendezvous(req)]
-    return Launch([*prefix, *req.launch.args, *req.command], setup)
+    start = task_starter(req, context)
+    setup = [*start.setup, *(exported_rendezvous(req) if req.launch.rendezvous_env else [])]
+    return Launch([*start.argv, *req.launch.args, *req.command], setup)

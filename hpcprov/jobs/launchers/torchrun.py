@@ -1,5 +1,7 @@
-"""The torchrun launcher: one agent per node (started by the scheduler's task starter
-or an MPI), which starts that node's ranks with torch's environment."""
+"""The torchrun launcher: one agent per node (started by the scheduler's per-node starter,
+else the site's MPI launcher, or an MPI the launcher names), which starts that node's ranks
+with torch's environment; in the site's image where the launcher names a runtime (torchrun
+inside the container: the agent and its ranks run there)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,10 @@ from hpcprov import schedulers
 from hpcprov.core.errors import UsageError
 from hpcprov.core.shell import Raw
 from hpcprov.jobs.launchers.common import PY, Context, Launch, first_node, mpi_per_node
+from hpcprov.jobs.launchers.images import HOST_PYTHON_OUT, SRUN_RUNTIMES, runtime_words
+from hpcprov.jobs.launchers.tasks import Starter, node_starter, srun_args
 from hpcprov.jobs.ranks import STARTERS
+from hpcprov.jobs.roles import no_starter
 from hpcprov.request.job import JobRequest
 from hpcprov.site.launcher_kinds import kind_of
 
@@ -40,18 +45,12 @@ def torchrun_program(command: tuple[str, ...]) -> list[str]:
     return [python, "-m", "torch.distributed.run"]
 
 
-def _node_rank(req: JobRequest) -> str:
+def _node_rank(req: JobRequest, starters: tuple[str, ...]) -> str:
     """The shell expression, evaluated by each node's agent, of its node's rank: the rank of
-    the one process per node its starter gave it, or the starter's node index (MPI's: those
-    of the mpirun or mpiexec kind's starters; the scheduler's own starter's, where
-    :mod:`hpcprov.jobs.ranks` lists it under the scheduler's name: Slurm's SLURM_NODEID)."""
-    wrapper = req.launch.per_node_wrapper
-    if wrapper in ("mpirun", "mpiexec"):
-        starters = kind_of(wrapper).starters
-    else:
-        name = schedulers.of(req.site).name
-        starters = (name,) if name in STARTERS else ()
-    names = list(dict.fromkeys(STARTERS[s].node_rank or STARTERS[s].rank for s in starters))
+    the one process per node its starter gave it, or the starter's node index (``starters``:
+    those whose variables the agents carry, :mod:`hpcprov.jobs.ranks`)."""
+    names = list(dict.fromkeys(STARTERS[s].node_rank or STARTERS[s].rank
+                               for s in starters if s in STARTERS))
     if not names:
         raise UsageError(
             f"launcher {req.launcher_name}: rdzv_backend: static needs each node's rank, and "
@@ -64,12 +63,44 @@ def _node_rank(req: JobRequest) -> str:
     return expr
 
 
-def _static(req: JobRequest, torchrun: list[str]) -> list[str]:
+def _static(req: JobRequest, torchrun: list[object], starters: tuple[str, ...]
+            ) -> list[object]:
     """torchrun words for a static rendezvous (no store hands out node ranks): each node's
     agent adds ``--node_rank`` from its starter's variables, evaluated on that node (the
     batch shell has one value for every node), after torchrun's three program words."""
-    script = f'exec "${{@:1:3}}" --node_rank="{_node_rank(req)}" "${{@:4}}"'
+    script = f'exec "${{@:1:3}}" --node_rank="{_node_rank(req, starters)}" "${{@:4}}"'
     return ["bash", "-c", script, "hpcprov-torchrun", *torchrun]
+
+
+def _agents(req: JobRequest, context: Context) -> Starter | None:
+    """What starts one torchrun agent per node: mpirun or mpiexec where the launcher names
+    one, else the scheduler's per-node starter or the site's MPI launcher
+    (:func:`node_starter`); None where the agent runs directly (one node)."""
+    wrapper = req.launch.per_node_wrapper
+    if wrapper in ("mpirun", "mpiexec"):
+        # one torchrun agent per node, started by MPI; its node's ranks are its children
+        argv, setup = mpi_per_node(req, wrapper)
+        return Starter(list(argv), setup, kind_of(wrapper).starters, wrapper)
+    if wrapper == "none" or (req.nodes == 1 and no_starter(
+            req.site, req.launcher_name, per_node=True) is not None):
+        return None
+    return node_starter(req, context)
+
+
+def _in_image(req: JobRequest) -> tuple[list[str], list[object]]:
+    """(setup lines, words before torchrun) that start each node's agent in the site's
+    image where the launcher names a runtime (the agent and its ranks then all run there),
+    through the runtime's command line."""
+    runtime = req.launch.runtime
+    if runtime is None:
+        return [], []
+    if runtime in SRUN_RUNTIMES:
+        raise UsageError(f"launcher {req.launcher_name!r}: runtime {runtime} is an option of "
+                         "srun, which starts ranks (a container launcher): torchrun's agents "
+                         "start in the image through a runtime with a command line "
+                         "(apptainer, singularity, shifter, podman-hpc, charliecloud)")
+    resolve, words = runtime_words(req, runtime, [])
+    return [*resolve, HOST_PYTHON_OUT], list(words)
 
 
 def build(req: JobRequest, context: Context) -> Launch:
@@ -77,12 +108,13 @@ def build(req: JobRequest, context: Context) -> Launch:
     target = _torchrun_target(req.command)
     per_node = [f"--nproc_per_node={req.ranks_per_node}"]
     program = torchrun_program(req.command)
+    image_setup, image = _in_image(req)
     job_id = schedulers.of(req.site).job_id()
     if job_id is None:
-        standalone = [*program, "--standalone", "--nnodes=1", *per_node]
-        return Launch([*standalone, *launcher.args, *target])
+        standalone = [*image, *program, "--standalone", "--nnodes=1", *per_node]
+        return Launch([*standalone, *launcher.args, *target], image_setup)
     endpoint = Raw(f"{first_node(req)}:{req.rendezvous_port}")
-    torchrun = [
+    torchrun: list[object] = [
         *program,
         f"--nnodes={req.nodes}",
         *per_node,
@@ -92,19 +124,12 @@ def build(req: JobRequest, context: Context) -> Launch:
         *launcher.args,
         *target,
     ]
-    backend = schedulers.of(req.site)
-    if launcher.rdzv_backend == "static" and launcher.per_node_wrapper != "none":
-        torchrun = _static(req, torchrun)
-    if launcher.per_node_wrapper in ("mpirun", "mpiexec"):
-        # one torchrun agent per node, started by MPI; its node's ranks are its children
-        argv, setup = mpi_per_node(req, launcher.per_node_wrapper)
-        return Launch([*argv, *torchrun], setup)
-    starter = None if launcher.per_node_wrapper == "none" else backend.per_node(req)
-    if starter is not None:
-        # one task per node running every rank: the job's CPUs per task are all of them,
-        # and no per-task CPU mask binds it (its ranks would share the first task's CPUs)
-        step = backend.agent_step(req, req.task_cpus)
-        srun_args = launcher.srun_args if backend.starts_tasks else []  # srun starts it
-        return Launch([*starter.argv, *step.argv, *srun_args, *torchrun],
-                      [*starter.setup, *step.setup])
-    return Launch(torchrun)
+    agents = _agents(req, context)
+    if agents is None:
+        return Launch([*image, *torchrun], image_setup)
+    if launcher.rdzv_backend == "static":
+        torchrun = _static(req, torchrun, agents.starters)
+    # one agent per node running every rank: the job's CPUs per task are all of them, and
+    # no per-task CPU mask binds it (its ranks would share the first task's CPUs)
+    return Launch([*agents.argv, *srun_args(req, agents), *image, *torchrun],
+                  [*agents.setup, *image_setup])
