@@ -93,16 +93,18 @@ def _jobscripts(ctx: Context, site: Any) -> list[Result]:
 
 
 def _plans(ctx: Context, site: Any) -> list[Result]:
+    from hpcprov.request.job import JobRequest
     from hpcprov.validate.plan import Options, job_script, plan_jobs
 
     names = tuple(node_names(NODES))
-    o = Options(site=site, partition="big", nodes=2, checks=("pernode",), node_names=names)
+    o = Options(JobRequest(site, partition="big", nodes=2, prefix="/scratch/hpcprov"),
+                checks=("pernode",), node_names=names)
     jobs = plan_jobs(o)
     assert len(jobs) == NODES
 
     def scripts() -> None:
         for job in plan_jobs(o):
-            job_script(job, o, "/scratch/hpcprov", "/scratch/run", ("python", "allreduce.py"))
+            job_script(job, o, "/scratch/run", ("python", "allreduce.py"))
 
     return [
         Result(f"validation plan, pernode, {NODES:,} nodes (`plan_jobs`)", "s",
@@ -159,9 +161,10 @@ def _extends(ctx: Context) -> list[Result]:
 def _rounds(ctx: Context, site: Any) -> list[Result]:
     from dataclasses import replace
 
+    from hpcprov.request.job import JobRequest
     from hpcprov.validate.plan import Options, plan_jobs
 
-    o = Options(site=site, partition="big", nodes=2, checks=("pernode",))
+    o = Options(JobRequest(site, partition="big", nodes=2), checks=("pernode",))
     out = []
     for n in SEARCH_SIZES:
         jobs = [j for j in plan_jobs(replace(o, node_names=tuple(node_names(n))))

@@ -516,25 +516,12 @@ def emulated_scheduler(tmp_path: Path, emulator: Path, tools: Sequence[str],
             state_var: str(tmp_path / f"{name}-state")}
 
 
-def validation_scripts(site: str, partition: str, work: Path,
-                       bodies: dict[str, str]) -> dict[str, Path]:
-    """validate's own job scripts for a site, each running one body: the scheduler header
-    and the status trap (the lines validate's status_trap writes, as they are) are kept, the
-    site's module and launcher lines (which cannot run here) are replaced by the body."""
-    from dataclasses import replace
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "last: run after every other test (it waits on a "
+                            "build CI runs beside the tests, e.g. .ci/tf-variant)")
 
-    from hpcprov.site.profiles import load_site
-    from hpcprov.validate.plan import Options, job_script, plan_jobs, status_trap
 
-    o = Options(load_site(site), partition, 1, ("env",))
-    env_job = plan_jobs(o)[0]
-    out = {}
-    for name, body in bodies.items():
-        text = job_script(replace(env_job, id=name), o, None, str(work), ("bash", "-c", body))
-        trap = status_trap(f"{work}/{name}.exit")
-        lines = text.splitlines()
-        assert all(line in lines for line in trap), (trap, text)
-        head = [ln for ln in lines if ln.startswith("#") or ln in trap]
-        out[name] = work / f"{name}.sh"
-        out[name].write_text("\n".join([*head, body]) + "\n")
-    return out
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``last`` go after the others, in their order: what they wait for (a
+    build .ci/run started beside the tests) is then most likely done."""
+    items.sort(key=lambda item: item.get_closest_marker("last") is not None)

@@ -15,22 +15,19 @@ from hpcprov_tests import process_gone
 
 from hpcprov.core.shell import quote
 from hpcprov.schedulers.allocation import OneAllocation, pilot_lines
-from hpcprov.schedulers.base import Backend, Placement
+from hpcprov.schedulers.base import Placement, Steps
 from hpcprov.schedulers.local import LocalExecutor
 from hpcprov.site.profiles import load_site
 
 
-class TwoNodes(Backend):
-    """A backend whose 'allocation' has two named nodes, and whose steps see theirs in
-    STEP_NODES (as Slurm's see SLURM_JOB_NODELIST)."""
+class TwoNodes(Steps):
+    """Steps of an 'allocation' that has two named nodes, which see theirs in STEP_NODES (as
+    Slurm's see SLURM_JOB_NODELIST)."""
 
-    name = "two"
-    title = "Two"
-
-    def allocation_nodes(self) -> str:
+    def nodes(self) -> str:
         return "printf 'n1\\nn2\\n'"
 
-    def step_env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
+    def env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
         env = {"STEP_NODES": ",".join(place.nodes), "STEP_TASKS": str(place.tasks_per_node)}
         if place.starts_tasks:
             env["STEP_HOSTFILE"] = str(hostfile)
@@ -47,12 +44,18 @@ def job(tmp_path: Path, name: str, body: str) -> tuple[Path, Path, Path]:
     return script, out, status
 
 
+class TwoNodeExecutor(LocalExecutor):
+    """Local processes as the scheduler's jobs, run as steps of TwoNodes' allocation."""
+
+    steps = TwoNodes()
+
+
 def executor(tmp_path: Path, idle_s: int = 300) -> OneAllocation:
     def script(queue: Path) -> str:
-        return "\n".join(["#!/bin/bash", *pilot_lines(str(queue), TwoNodes().allocation_nodes(),
+        return "\n".join(["#!/bin/bash", *pilot_lines(str(queue), TwoNodes().nodes(),
                                                       idle_s)]) + "\n"
 
-    return OneAllocation(LocalExecutor(), TwoNodes(), tmp_path / "alloc", script)
+    return OneAllocation(TwoNodeExecutor(), tmp_path / "alloc", script)
 
 
 def test_jobs_run_as_steps_of_one_allocation_on_their_nodes(tmp_path: Path) -> None:
@@ -75,6 +78,11 @@ def test_jobs_run_as_steps_of_one_allocation_on_their_nodes(tmp_path: Path) -> N
     started = [e for e in ex.events if e["event"] == "started"]       # the local 'submit'
     assert len(started) == 1 and started[0]["job"] == alloc.job_id
     assert {a.job_id, b.job_id, c.job_id} == {f"{alloc.job_id}.{i}" for i in (1, 2, 3)}
+
+
+def test_only_an_executor_whose_jobs_run_as_steps_holds_one_allocation(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="local jobs cannot run other jobs as steps"):
+        OneAllocation(LocalExecutor(), tmp_path / "alloc", lambda queue: "")
 
 
 def test_a_step_past_its_time_is_stopped_with_its_processes(tmp_path: Path) -> None:
@@ -150,11 +158,12 @@ def test_the_pilot_quotes_its_queue_folder(tmp_path: Path, hostile: str) -> None
 # ---- planning: the allocation's script and request, the options ---------------------------
 
 def test_the_allocation_script_holds_the_runs_nodes_and_runs_the_pilot(tmp_path: Path) -> None:
+    from hpcprov.request.job import JobRequest
     from hpcprov.validate.plan import Options, allocation_script, placement, plan_jobs
 
-    site = load_site("testbed")
-    o = Options(site, "amd_a100nv_8", 2, ("env", "allreduce", "train"), device="cpu")
-    text = allocation_script(o, "/p", tmp_path / "q")
+    run = JobRequest(load_site("testbed"), partition="amd_a100nv_8", nodes=2, prefix="/p")
+    o = Options(run, ("env", "allreduce", "train"), device="cpu")
+    text = allocation_script(o, tmp_path / "q")
     assert "#SBATCH --nodes=2" in text and "#SBATCH --partition=amd_a100nv_8" in text
     assert "#SBATCH --job-name=hpcprov-validate" in text
     assert ('\nhpcprov_allocation_nodes() {\n  scontrol show hostnames "$SLURM_JOB_NODELIST"\n}\n'
@@ -163,9 +172,8 @@ def test_the_allocation_script_holds_the_runs_nodes_and_runs_the_pilot(tmp_path:
     proc = subprocess.run(["bash", "-n"], input=text, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     # the pernode check pins the whole partition's nodes to the one allocation
-    every = Options(site, "amd_a100nv_8", 2, ("pernode",), device="cpu",
-                    node_names=("gpu01", "gpu02", "gpu03"))
-    text = allocation_script(every, "/p", tmp_path / "q")
+    every = Options(run, ("pernode",), device="cpu", node_names=("gpu01", "gpu02", "gpu03"))
+    text = allocation_script(every, tmp_path / "q")
     assert "#SBATCH --nodes=3" in text and "#SBATCH --nodelist=gpu01,gpu02,gpu03" in text
     assert "#SBATCH --ntasks-per-node=2" in text
     places = {j.id: placement(j, o) for j in plan_jobs(o)}
@@ -178,14 +186,16 @@ def test_the_allocation_script_holds_the_runs_nodes_and_runs_the_pilot(tmp_path:
 def test_slurm_steps_see_only_their_nodes_and_srun_gets_a_host_file(tmp_path: Path) -> None:
     from hpcprov.schedulers.slurm import BACKEND
 
-    env, hosts = BACKEND.step_env(Placement(2, 2, ("gpu01", "gpu03"), starts_tasks=True),
-                                  tmp_path / "h")
+    steps = BACKEND.executor().steps
+    assert steps is not None
+    env, hosts = steps.env(Placement(2, 2, ("gpu01", "gpu03"), starts_tasks=True),
+                           tmp_path / "h")
     assert env["SLURM_JOB_NODELIST"] == "gpu[01,03]" and env["SLURM_NNODES"] == "2"
     assert env["SLURM_NTASKS"] == "4" and env["SLURM_TASKS_PER_NODE"] == "2(x2)"
     assert env["SLURM_HOSTFILE"] == str(tmp_path / "h")
     assert env["SLURM_DISTRIBUTION"] == "arbitrary"
     assert hosts == "gpu01\ngpu01\ngpu03\ngpu03\n"
-    env, hosts = BACKEND.step_env(Placement(1, 1, ("gpu02",)), tmp_path / "h")
+    env, hosts = steps.env(Placement(1, 1, ("gpu02",)), tmp_path / "h")
     assert hosts is None and "SLURM_HOSTFILE" not in env
 
 
@@ -211,10 +221,11 @@ def test_one_allocation_is_slurms_default_and_refused_where_steps_cannot_run(
     assert fast.options.max_bytes == QUICK["max_bytes"] and fast.options.iters == 7
     assert fast.options.train_steps == QUICK["steps"]
     # ... and no 1-node training baselines: the smoke run does not measure scaling
-    from hpcprov.validate.plan import plan_jobs
+    from hpcprov.validate.plan import Options, plan_jobs
 
-    def trains(opts: object) -> list[str]:
-        return [j.id for j in plan_jobs(replace(opts, nodes=2, checks=("train",)))]
+    def trains(opts: Options) -> list[str]:
+        two = replace(opts, job=replace(opts.job, nodes=2), checks=("train",))
+        return [j.id for j in plan_jobs(two)]
 
     full = prepared("testbed")
     assert any(j.endswith("-1node") for j in trains(full.options))

@@ -35,13 +35,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import emulated_scheduler, validation_scripts
+from hpcprov_tests import emulated_scheduler
 
 from hpcprov import schedulers
 from hpcprov.core.errors import HpcprovError, UsageError
+from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.base import Backend, Executor, Handle, Placement
+from hpcprov.site.profiles import load_site
 from hpcprov.site.sections import SCHEDULERS
 from hpcprov.validate.judge import JobResult, judge
+from hpcprov.validate.plan import Options, job_script, plan_jobs, status_trap
 
 TESTS = Path(__file__).parent
 HERE = os.uname().nodename  # every emulator runs its jobs on this machine
@@ -174,6 +177,25 @@ REGISTERED = [b.name for b in schedulers.all_backends()]
 def unconformed(registered: Iterable[str]) -> list[str]:
     """The registered backends this suite neither runs nor excludes with a reason."""
     return [n for n in registered if n not in EMULATED and not EXCLUDED.get(n, "").strip()]
+
+
+def validation_scripts(site: str, partition: str, work: Path,
+                       bodies: dict[str, str]) -> dict[str, Path]:
+    """validate's own job scripts for a site, each running one body: the scheduler header
+    and the status trap (the lines validate's status_trap writes, as they are) are kept, the
+    site's module and launcher lines (which cannot run here) are replaced by the body."""
+    o = Options(JobRequest(load_site(site), partition=partition, activate=False), ("env",))
+    env_job = plan_jobs(o)[0]
+    out = {}
+    for name, body in bodies.items():
+        text = job_script(replace(env_job, id=name), o, str(work), ("bash", "-c", body))
+        trap = status_trap(f"{work}/{name}.exit")
+        lines = text.splitlines()
+        assert all(line in lines for line in trap), (trap, text)
+        head = [ln for ln in lines if ln.startswith("#") or ln in trap]
+        out[name] = work / f"{name}.sh"
+        out[name].write_text("\n".join([*head, body]) + "\n")
+    return out
 
 
 @dataclass
@@ -361,7 +383,7 @@ def test_validate_runs_one_allocation_only_where_jobs_can_run_as_steps(
             prefix=str(tmp_path / "env"), workdir=str(tmp_path / "v"),
             allocation=allocation)).allocation
 
-    steps = sched.backend.allocation_nodes() is not None
+    steps = sched.executor().steps is not None
     assert prepared(None) == ("one" if steps else "per-job")
     assert prepared("per-job") == "per-job"
     if steps:
@@ -374,15 +396,15 @@ def test_validate_runs_one_allocation_only_where_jobs_can_run_as_steps(
 
 def test_jobs_run_as_steps_of_one_allocation(sched: Sched, tmp_path: Path) -> None:
     from hpcprov.schedulers.allocation import OneAllocation
-    from hpcprov.site.profiles import load_site
-    from hpcprov.validate.plan import Options, allocation_script
+    from hpcprov.validate.plan import allocation_script
 
-    if sched.backend.allocation_nodes() is None:
-        pytest.skip(f"{sched.name}: allocation_nodes() is None, so its jobs cannot run "
+    if sched.executor().steps is None:
+        pytest.skip(f"{sched.name}: its executor has no steps, so its jobs cannot run "
                     "other jobs as steps of one allocation: validate runs a job per check")
-    o = Options(load_site(sched.spec.site), sched.spec.partition, 1, ("env",))
-    ex = OneAllocation(sched.executor(), sched.backend, tmp_path / "alloc",
-                       lambda queue: allocation_script(o, None, queue))
+    o = Options(JobRequest(load_site(sched.spec.site), partition=sched.spec.partition,
+                           activate=False), ("env",))
+    ex = OneAllocation(sched.executor(), tmp_path / "alloc",
+                       lambda queue: allocation_script(o, queue))
     scripts = sched.scripts({"ok": "echo fine", "bad": "exit 3"})
     handles = [ex.submit(p, sched.work / f"{n}.out", sched.work / f"{n}.exit",
                          Placement(1, 1)) for n, p in scripts.items()]
@@ -413,14 +435,14 @@ def test_abort_cancels_every_live_job_at_once_and_names_them(sched: Sched) -> No
 def test_abort_cancels_the_allocation_with_its_steps_at_once(sched: Sched,
                                                              tmp_path: Path) -> None:
     from hpcprov.schedulers.allocation import OneAllocation
-    from hpcprov.site.profiles import load_site
-    from hpcprov.validate.plan import Options, allocation_script
+    from hpcprov.validate.plan import allocation_script
 
-    if sched.backend.allocation_nodes() is None:
+    if sched.executor().steps is None:
         pytest.skip(f"{sched.name}: no allocation of steps")
-    o = Options(load_site(sched.spec.site), sched.spec.partition, 1, ("env",))
-    ex = OneAllocation(sched.executor(), sched.backend, tmp_path / "alloc",
-                       lambda queue: allocation_script(o, None, queue))
+    o = Options(JobRequest(load_site(sched.spec.site), partition=sched.spec.partition,
+                           activate=False), ("env",))
+    ex = OneAllocation(sched.executor(), tmp_path / "alloc",
+                       lambda queue: allocation_script(o, queue))
     (path,) = sched.scripts({"long": "sleep 600"}).values()
     h = ex.submit(path, sched.work / "long.out", sched.work / "long.exit", Placement(1, 1))
     deadline = time.monotonic() + 60

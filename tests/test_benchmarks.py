@@ -116,6 +116,7 @@ def test_the_reframe_job_is_the_job_hpcprov_generates_for_its_allreduce_check(
     from dataclasses import replace
 
     from hpcprov.core.shell import join
+    from hpcprov.request.job import JobRequest
     from hpcprov.site.profiles import load_site
     from hpcprov.validate.plan import Options, job_script, plan_jobs
     from hpcprov.validate.run import command_for
@@ -123,15 +124,15 @@ def test_the_reframe_job_is_the_job_hpcprov_generates_for_its_allreduce_check(
     b = bench_reframe_module
     prefix, rundir = "/scratch/bench/prefix", tmp_path / "run"
     quick = {"max_bytes": 4 * 1024 * 1024, "iters": 5}
-    testbed = Options(load_site("testbed"), b.PARTITION, b.NODES, ("allreduce",),
-                      device="cpu", **quick)
-    bench_site = replace(testbed, site=load_site(str(b.site_profile(tmp_path / "site"))))
+    testbed = Options(JobRequest(load_site("testbed"), partition=b.PARTITION, nodes=b.NODES,
+                                 prefix=prefix), ("allreduce",), device="cpu", **quick)
+    bench_site = replace(testbed, job=replace(
+        testbed.job, site=load_site(str(b.site_profile(tmp_path / "site")))))
     [job] = plan_jobs(bench_site)
     assert job.id == b.JOB_ID and len(plan_jobs(testbed)) > 1  # the Horovod jobs left out
-    script = job_script(job, bench_site, prefix, str(rundir),
-                        command_for(job, bench_site, rundir))
+    script = job_script(job, bench_site, str(rundir), command_for(job, bench_site, rundir))
     original = next(j for j in plan_jobs(testbed) if j.id == b.JOB_ID)
-    assert script == job_script(original, testbed, prefix, str(rundir),
+    assert script == job_script(original, testbed, str(rundir),
                                 command_for(original, testbed, rundir))
 
     spec = _reframe_spec(prefix)

@@ -18,6 +18,7 @@ from hpcprov_tests import REPO, assert_one_line_error, cli
 
 from hpcprov.core import fsutil
 from hpcprov.core.errors import HpcprovError
+from hpcprov.request.job import JobRequest
 from hpcprov.site.profiles import load_site
 from hpcprov.validate.plan import Options, plan_jobs, program_check
 from hpcprov.validate.run import copy_programs
@@ -221,7 +222,7 @@ def test_validate_refuses_a_group_writable_run_folder_before_writing(
 
 
 def _job_lines(rundir: Path) -> str:
-    o = Options(load_site("local"), "local", 1, ("env",))
+    o = Options(JobRequest(load_site("local"), partition="local"), ("env",))
     job = plan_jobs(o)[0]
     return "\n".join(["set -eo pipefail", *program_check(job, str(rundir)), "echo RAN"])
 

@@ -13,7 +13,7 @@ import pytest
 from hpcprov_tests import Result, assert_one_line_error, cli, write_profile
 
 from hpcprov.core.findings import LintFailed
-from hpcprov.jobs.api import JobOptions, plan_jobscript
+from hpcprov.jobs.api import plan_jobscript, request
 
 NODES, TASKS, GPUS, TIME, QUEUE = ("-N/--nodes", "--tasks-per-node", "-G/--gpus-per-node",
                                    "-t/--time", "-p/--partition")
@@ -115,8 +115,8 @@ def test_launch_refuses_them_too(capsys: pytest.CaptureFixture[str],
 
 def test_the_api_refuses_them() -> None:
     with pytest.raises(LintFailed, match=r"-o gpus-per-task=64 .*-G/--gpus-per-node"):
-        plan_jobscript(JobOptions(command=("python", "train.py"), site="neuron",
-                                  options=("comment=python", "gpus-per-task=64")))
+        plan_jobscript(request("neuron", ("comment=python", "gpus-per-task=64"),
+                               command=("python", "train.py")))
 
 
 def test_validate_refuses_them(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import REPO, cli, write_profile
 
+from hpcprov.request.job import JobRequest
 from hpcprov.site.profiles import load_site
 from hpcprov.validate.judge import JobResult, judge, shaped_records
 from hpcprov.validate.plan import Options, job_script, plan_jobs
@@ -139,14 +140,15 @@ def run_training(tmp_path: Path, binding: str, per_rank: str) -> tuple[JobResult
     """validate's torch training job on the profile's partition, on its GPUs, run by the
     stub starter: its result as validate reads it, and which node GPU each rank set."""
     path, partition = profile(tmp_path, binding, per_rank)
-    o = Options(load_site(str(path)), partition, 1, ("train",), device="cuda", train_steps=2)
+    o = Options(JobRequest(load_site(str(path)), partition=partition, activate=False),
+                ("train",), device="cuda", train_steps=2)
     (job,) = [j for j in plan_jobs(o) if j.check == "train" and j.impl == "torch-ddp"]
     job = replace(job, port=free_port())
     rundir = tmp_path / "run"
     rundir.mkdir()
     copy_programs(rundir)
     script = rundir / "job.sh"
-    script.write_text(job_script(job, o, None, str(rundir), command_for(job, o, rundir)))
+    script.write_text(job_script(job, o, str(rundir), command_for(job, o, rundir)))
     hosts = tmp_path / "hosts"  # LSF's: the launch node, then a slot a line
     hosts.write_text("localhost\nlocalhost\nlocalhost\n")
     log = tmp_path / "gpus.log"

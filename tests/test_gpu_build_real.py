@@ -10,8 +10,8 @@ only for the profile's architecture (cuobjdump); the wheelhouse key names CUDA a
 
 Inputs (the folders are big, so they are made once by .ci/run, or by hand):
 * HPCPROV_TEST_TORCH_CUDA: `pip install --target DIR torch==2.14.1` (Python 3.11);
-* HPCPROV_TEST_GPU_RUN: where .ci/run already ran .ci/gpu-build with it (else the test runs
-  it, about 4 minutes on 2 cores);
+* HPCPROV_TEST_GPU_RUN: where .ci/run runs .ci/gpu-build beside the tests, writing DIR/rc when
+  it ends (the tests wait for that file); else the test runs it, about 4 minutes on 2 cores;
 * HPCPROV_TEST_TORCH_CUDA_312 (+ pyenv's 3.12.1, or HPCPROV_TEST_PYTHON_312): the same on
   Python 3.12, with setuptools only from PYTHONPATH (torch's own dependency there).
 Without them the tests skip, unless HPCPROV_REQUIRE_GPU_BUILD=1 (CI), where they fail.
@@ -24,12 +24,14 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+# slow; last: CI builds it beside the other tests (.ci/run), which this module waits for
+pytestmark = [pytest.mark.slow, pytest.mark.last]
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE = os.environ.get("HPCPROV_REQUIRE_GPU_BUILD") == "1"
@@ -83,6 +85,14 @@ def gpu_build(dir: Path, torch: Path, python: str | None = None) -> GpuRun:
     return GpuRun(proc.returncode, proc.stdout + proc.stderr, dir, torch)
 
 
+def _wait_for_file(path: Path, timeout: float) -> None:
+    """Poll for ``path`` (a build's status file, written last), failing after ``timeout``."""
+    end = time.monotonic() + timeout
+    while not path.is_file():
+        assert time.monotonic() < end, f"{path} did not appear in {timeout:.0f} s"
+        time.sleep(1)
+
+
 @pytest.fixture(scope="module", params=["3.11", "3.12"])
 def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> GpuRun:
     if request.param == "3.11":
@@ -90,7 +100,8 @@ def run(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
         if not torch or not Path(torch, "torch").is_dir():
             _missing("no CUDA PyTorch folder (HPCPROV_TEST_TORCH_CUDA)")
         done = os.environ.get("HPCPROV_TEST_GPU_RUN")
-        if done and (Path(done) / "out" / "run.log").exists():
+        if done:  # .ci/run's build, beside the tests: over when its status file is there
+            _wait_for_file(Path(done) / "rc", 3600)
             log = (Path(done) / "out" / "run.log").read_text(errors="replace")
             rc = 0 if Path(done, "out", "doctor.json").exists() and \
                 "setup rc=0" in log else 1

@@ -13,14 +13,15 @@ from hpcprov_tests import BUNDLED
 
 from hpcprov.jobs.jobscript import build_jobscript
 from hpcprov.request.job import JobRequest
+from hpcprov.site.launcher_kinds import KINDS
 from hpcprov.site.profiles import load_site
 
 NODES = 10_000
-# every program a launch line may start, replaced by a function that prints its words
-# (python: torchrun runs as `python -m torch.distributed.run`)
-LAUNCHERS = ("srun", "mpirun", "mpiexec", "jsrun", "lrun", "ibrun", "flux", "horovodrun",
-             "torchrun",
-             "blaunch", "apptainer", "singularity", "ch-run", "python")
+# every program a launch line may start, replaced by a function that prints its words: each
+# launcher kind's (named for its program; a function named "container" is never called), the
+# schedulers' per-node starter and the container runtimes (python: torchrun runs as
+# `python -m torch.distributed.run`)
+LAUNCHERS = (*KINDS, "blaunch", "apptainer", "singularity", "ch-run", "python")
 
 
 def _fake_schedulers(bindir: Path, work: Path) -> dict[str, str]:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import process_gone
+from hpcprov_tests import BUNDLED, process_gone
 
 from hpcprov import schedulers
 from hpcprov.core.commands import run_command
@@ -32,7 +32,7 @@ def test_every_registered_scheduler_is_a_backend_with_its_profile_section() -> N
             assert name in Site.model_fields
 
 
-@pytest.mark.parametrize("site_name", ["neuron", "sockeye", "lsf-example", "local"])
+@pytest.mark.parametrize("site_name", BUNDLED)  # every backend a bundled profile uses
 def test_each_backend_plans_a_job_without_asking_which_scheduler_it_is(site_name: str) -> None:
     site = load_site(site_name)
     backend = schedulers.of(site)

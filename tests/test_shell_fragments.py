@@ -19,6 +19,7 @@ from hpcprov_tests import BUNDLED, REPO, needs_shellcheck, write_profile
 from hpcprov.app import guide
 from hpcprov.provision import library
 from hpcprov.provision.plan import build_plan, dispatcher, render_script
+from hpcprov.request.job import JobRequest
 from hpcprov.schedulers import allocation
 from hpcprov.site.profiles import load_site
 from hpcprov.validate import plan as validate_plan
@@ -112,8 +113,9 @@ def test_an_installed_copy_carries_the_files_and_renders_the_same(tmp_path: Path
 @pytest.mark.parametrize("queue", ["/q", *HOSTILE])
 def test_the_allocation_script_carries_the_pilot_file_verbatim(queue: str,
                                                                tmp_path: Path) -> None:
-    o = validate_plan.Options(load_site("testbed"), "amd_a100nv_8", 2, ("env",), device="cpu")
-    text = validate_plan.allocation_script(o, "/p", tmp_path / queue)
+    o = validate_plan.Options(JobRequest(load_site("testbed"), partition="amd_a100nv_8",
+                                         nodes=2, prefix="/p"), ("env",), device="cpu")
+    text = validate_plan.allocation_script(o, tmp_path / queue)
     head, carried = text.split("\n# hpcprov/schedulers/allocation_pilot.sh, verbatim", 1)
     assert "# hpcprov/schedulers/allocation_pilot.sh, verbatim" + carried == body(PILOT)
     assert head.endswith("\n".join([
@@ -123,9 +125,10 @@ def test_the_allocation_script_carries_the_pilot_file_verbatim(queue: str,
 
 
 def test_job_scripts_carry_the_status_trap_file_verbatim() -> None:
-    o = validate_plan.Options(load_site("sockeye"), "gpu", 1, ("allreduce",))
+    o = validate_plan.Options(JobRequest(load_site("sockeye"), partition="gpu", activate=False),
+                              ("allreduce",))
     job = validate_plan.plan_jobs(o)[0]
-    script = validate_plan.job_script(job, o, None, "/run dir", ("python", "a.py"))
+    script = validate_plan.job_script(job, o, "/run dir", ("python", "a.py"))
     assert f"\nhpcprov_exit_file='/run dir/{job.id}.exit'\n" + body(TRAP) in script
 
 

@@ -41,9 +41,9 @@ def test_a_quick_cpu_run_has_env_alone_then_the_measurement_jobs_in_one_round(
     ports = [j.port for j in shared]
     assert len(set(ports)) == len(ports) and None not in ports
     # the allocation holds a task per node for every job of the round
-    assert allocation_request(o, "/p").ranks_per_node == sum(j.ranks_per_node for j in shared)
+    assert allocation_request(o).ranks_per_node == sum(j.ranks_per_node for j in shared)
     # each torch job's script exports its own port
-    exported = {j.id: [ln for ln in job_script(j, o, "/p", "/run", ("python", "x.py"))
+    exported = {j.id: [ln for ln in job_script(j, o, "/run", ("python", "x.py"))
                        .splitlines() if "MASTER_PORT=" in ln] for j in shared
                 if j.launcher == "srun"}
     assert len(exported) == 2 and exported["allreduce-torch-gloo"] != exported["train-torch-ddp"]
@@ -65,7 +65,7 @@ def test_the_default_run_gpu_runs_and_nodes_too_small_keep_one_job_at_a_time(
     small = prepared(tmp_path, "small", quick=True, device="cpu")
     assert not small.side_by_side
     assert all(len(r) == 1 for r in job_rounds(plan_jobs(small)))
-    assert allocation_request(small, "/p").ranks_per_node == 1
+    assert allocation_request(small).ranks_per_node == 1
 
 
 def test_a_requests_own_port_reaches_every_rendezvous() -> None:

@@ -188,10 +188,9 @@ def test_a_status_file_that_is_a_fifo_or_too_large_is_no_status(tmp_path: Path) 
 def test_an_allocation_nodes_file_that_is_a_fifo_or_too_large_is_not_known_yet(
         tmp_path: Path) -> None:
     from hpcprov.schedulers.allocation import OneAllocation
-    from hpcprov.schedulers.base import Backend
-    from hpcprov.schedulers.local import LocalExecutor
+    from hpcprov.schedulers.slurm import SlurmExecutor
 
-    ex = OneAllocation(LocalExecutor(), Backend(), tmp_path, lambda queue: "")
+    ex = OneAllocation(SlurmExecutor(), tmp_path, lambda queue: "")
     nodes = tmp_path / "nodes"
     os.mkfifo(nodes)
     _returns(ex._read_nodes, nodes)

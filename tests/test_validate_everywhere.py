@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import REPO, assert_one_line_error, cli, hpcprov_argv, write_profile
 
+from hpcprov.request.job import JobRequest
 from hpcprov.site.launcher_kinds import KINDS
 from hpcprov.site.profiles import load_site
 from hpcprov.validate.plan import Options, plan_jobs
@@ -148,7 +149,7 @@ def test_launchers_all_runs_the_checks_through_every_launcher(
 
 def test_launchers_all_on_a_horovodrun_site_gives_it_horovods_checks(tmp_path: Path) -> None:
     site = load_site("local")
-    jobs = plan_jobs(Options(site, "local", 1, ("allreduce", "train"),
+    jobs = plan_jobs(Options(JobRequest(site, partition="local"), ("allreduce", "train"),
                              launchers=tuple(site.launchers)))
     by_launcher: dict[str, set[str]] = {}
     for j in jobs:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
+from hpcprov.request.job import JobRequest
 from hpcprov.site.model import Reference
 from hpcprov.site.profiles import load_site
 from hpcprov.validate.judge import JobResult
@@ -219,13 +220,13 @@ def test_the_outcome_names_the_node_and_the_pairs_that_convicted_it() -> None:
 
 def test_a_pair_job_pins_both_nodes_with_one_rank_each() -> None:
     site = load_site("testbed")
-    o = Options(site, "amd_a100nv_8", 2, ("links",), node_names=("gpu01", "gpu02"),
-                link_bytes=1 << 20)
+    o = Options(JobRequest(site, partition="amd_a100nv_8", nodes=2, prefix="/p"), ("links",),
+                node_names=("gpu01", "gpu02"), link_bytes=1 << 20)
     job = link_job(o, ("gpu01", "gpu02"), 1)
     assert job.nodes == 2 and job.ranks_per_node == 1 and job.node == "gpu01,gpu02"
     assert job.args[job.args.index("--min-bytes") + 1] == str(1 << 20)
     assert job.args[job.args.index("--max-bytes") + 1] == str(1 << 20)
-    script = job_script(job, o, "/p", "/run", ("python", "/run/allreduce.py"))
+    script = job_script(job, o, "/run", ("python", "/run/allreduce.py"))
     assert "#SBATCH --nodelist=gpu01,gpu02" in script
     assert "#SBATCH --ntasks-per-node=1" in script
 
@@ -254,8 +255,9 @@ class FakeRounds:
 
 
 def four_node_options() -> Options:
-    return Options(load_site("testbed"), "amd_a100nv_8", 2, ("links",),
-                   node_names=("gpu01", "gpu02", "gpu03", "gpu04"), link_bytes=1 << 20)
+    return Options(JobRequest(load_site("testbed"), partition="amd_a100nv_8", nodes=2),
+                   ("links",), node_names=("gpu01", "gpu02", "gpu03", "gpu04"),
+                   link_bytes=1 << 20)
 
 
 def ci_speed(pair: Pair, jobs: int) -> float:

@@ -14,6 +14,7 @@ from hpcprov_tests import write_profile
 
 from hpcprov.core.shell import quote
 from hpcprov.jobs.jobscript import build_jobscript
+from hpcprov.request.job import JobRequest
 from hpcprov.site.model import Reference
 from hpcprov.site.profiles import load_site
 from hpcprov.validate.judge import JUDGES, JobResult, judge, parse_records, size_label
@@ -35,13 +36,13 @@ from hpcprov.validate.run import command_for, copy_programs
 
 def test_testbed_plan_has_every_implementation_and_a_1_node_baseline() -> None:
     site = load_site("testbed")
-    o = Options(site, "amd_a100nv_8", 2, ("env", "allreduce", "train", "pernode"),
-                node_names=("gpu01", "gpu02"))
+    o = Options(JobRequest(site, partition="amd_a100nv_8", nodes=2, prefix="/p"),
+                ("env", "allreduce", "train", "pernode"), node_names=("gpu01", "gpu02"))
     jobs = {j.id: j for j in plan_jobs(o)}
     assert {"allreduce-torch-gloo", "allreduce-horovod-gloo", "allreduce-horovod-mpi"} <= set(jobs)
     assert jobs["train-torch-ddp-1node"].baseline and jobs["train-torch-ddp-1node"].nodes == 1
     assert [j.node for j in plan_jobs(o) if j.check == "pernode"] == ["gpu01", "gpu02"]
-    script = job_script(jobs["pernode-gpu02"], o, "/p", "/run", ("python", "/run/a.py"))
+    script = job_script(jobs["pernode-gpu02"], o, "/run", ("python", "/run/a.py"))
     assert "#SBATCH --nodelist=gpu02" in script
     assert "\nhpcprov_exit_file=/run/pernode-gpu02.exit\nhpcprov_t0=$(date +%s.%N)\n" in script
     assert ("trap 'printf \"%s %s %s\\n\" \"$?\" \"$hpcprov_t0\" \"$(date +%s.%N)\" > "
@@ -63,10 +64,11 @@ def test_the_status_trap_is_the_job_scripts_prolog_and_the_script_parses(
     pipefail` and the scheduler's own prolog, before the environment and the launch; the
     rest of the script is the generated one, line for line."""
     site = load_site(site_name)
-    o = Options(site, partition or next(iter(site.partitions)), 1, ("allreduce",))
+    o = Options(JobRequest(site, partition=partition or next(iter(site.partitions)),
+                           activate=False), ("allreduce",))
     job = plan_jobs(o)[0]
     rundir = str(tmp_path / "run dir")  # a space: quoted by hpcprov.core.shell
-    script = job_script(job, o, None, rundir, ("python", f"{rundir}/allreduce.py"))
+    script = job_script(job, o, rundir, ("python", f"{rundir}/allreduce.py"))
     lines = script.splitlines()
     at = lines.index("set -eo pipefail")
     if scheduler_prolog:
@@ -78,7 +80,7 @@ def test_the_status_trap_is_the_job_scripts_prolog_and_the_script_parses(
     assert shlex.split(lines[at + 1]) == [f"hpcprov_exit_file={rundir}/{job.id}.exit"]
     check = program_check(job, rundir)  # then the programs' digests, checked
     assert lines[at + 1 + len(trap):at + 1 + len(trap) + len(check)] == check
-    plain = build_jobscript(replace(job_request(job, o, None, f"hpcprov-{job.id}"),
+    plain = build_jobscript(replace(job_request(job, o, f"hpcprov-{job.id}"),
                                     command=("python", f"{rundir}/allreduce.py")))
     added = at + 1, at + 1 + len(trap) + len(check)
     assert lines[:added[0]] + lines[added[1]:] == plain.splitlines()
@@ -90,8 +92,9 @@ def test_the_status_trap_is_the_job_scripts_prolog_and_the_script_parses(
 
 
 def test_build_jobscript_places_prolog_and_epilog_and_leaves_the_rest_alone() -> None:
-    o = Options(load_site("sockeye"), "gpu", 1, ("allreduce",))
-    req = replace(job_request(plan_jobs(o)[0], o, None, "j"), command=("python", "x.py"))
+    o = Options(JobRequest(load_site("sockeye"), partition="gpu", activate=False),
+                ("allreduce",))
+    req = replace(job_request(plan_jobs(o)[0], o, "j"), command=("python", "x.py"))
     plain = build_jobscript(req)
     assert build_jobscript(req, prolog=(), epilog=()) == plain
     lines = build_jobscript(req, prolog=["echo first"], epilog=["echo last"]).splitlines()
@@ -108,7 +111,8 @@ def test_the_checks_are_one_registry_of_planners_and_judges() -> None:
     # every judge the judgement dispatches to is its check's in the registry
     assert {n: c.judge for n, c in REGISTRY.items() if c.judge is not None} == JUDGES
     site = load_site("testbed")
-    o = Options(site, "amd_a100nv_8", 2, CHECKS, node_names=("gpu01", "gpu02"))
+    o = Options(JobRequest(site, partition="amd_a100nv_8", nodes=2), CHECKS,
+                node_names=("gpu01", "gpu02"))
     jobs = plan_jobs(o)
     assert all(REGISTRY[j.check].plan is not None for j in jobs)
     assert [j.check for j in jobs] == sorted((j.check for j in jobs), key=CHECKS.index)
@@ -127,11 +131,12 @@ def test_every_program_and_their_runtime_are_copied_and_env_answers_cb_where_bui
     copy_programs(tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["allreduce.py", "envcheck.py",
                                                           "runtime.py", "train.py"]
-    o = Options(load_site("testbed"), "amd_a100nv_8", 1, ("env",))
+    o = Options(JobRequest(load_site("testbed"), partition="amd_a100nv_8"), ("env",))
     (env,) = plan_jobs(o)
     assert command_for(env, o, tmp_path) == (
         "python", str(tmp_path / "envcheck.py"), *env.args, "--check-build")
-    container = Options(load_site("technion"), next(iter(load_site("technion").partitions)), 1,
+    technion = load_site("technion")
+    container = Options(JobRequest(technion, partition=next(iter(technion.partitions))),
                         ("env",))
     (env,) = plan_jobs(container)
     assert "--check-build" not in command_for(env, container, tmp_path)
@@ -144,10 +149,10 @@ def test_the_status_file_gives_exit_status_and_the_jobs_own_run_time(tmp_path) -
     from hpcprov.schedulers.base import read_run_seconds
 
     site = load_site("local")
-    o = Options(site, "local", 1, ("allreduce",))
+    o = Options(JobRequest(site, partition="local", activate=False), ("allreduce",))
     job = plan_jobs(o)[0]
     script = tmp_path / "j.sh"
-    script.write_text(job_script(job, o, None, str(tmp_path), ("bash", "-c", "exit 3")))
+    script.write_text(job_script(job, o, str(tmp_path), ("bash", "-c", "exit 3")))
     proc = subprocess.run(["bash", str(script)], capture_output=True, timeout=60)
     status = tmp_path / f"{job.id}.exit"
     assert proc.returncode != 0 and _read_exit(status) == proc.returncode
@@ -158,7 +163,7 @@ def test_the_status_file_gives_exit_status_and_the_jobs_own_run_time(tmp_path) -
 
 def test_the_tensorflow_env_trains_with_both_apis_so_keras_drift_is_caught() -> None:
     site = load_site("local-tf")
-    ids = [j.id for j in plan_jobs(Options(site, "local", 1, ("train",)))]
+    ids = [j.id for j in plan_jobs(Options(JobRequest(site, partition="local"), ("train",)))]
     assert "train-horovod-tf-tape" in ids and "train-horovod-tf-keras" in ids
 
 
@@ -268,7 +273,7 @@ def test_the_default_node_count_fits_the_partition(tmp_path: Path) -> None:
     testbed = prepare(ValidateOptions(site="testbed", prefix=str(tmp_path),
                                       workdir=str(tmp_path)))
     assert (local.options.nodes, testbed.options.nodes) == (1, 2)
-    assert local.prefix == tmp_path
+    assert local.options.job.prefix == str(tmp_path) and local.options.job.activate
 
 
 def test_a_gpu_partition_is_validated_on_its_gpus_by_default(tmp_path: Path) -> None:
@@ -290,9 +295,9 @@ def test_horovod_on_gpus_is_named_by_its_data_path() -> None:
     from hpcprov.validate.plan import Options, plan_jobs
 
     site = load_site("neuron")   # Horovod built with NCCL, launched by horovodrun and mpirun
-    gpu = [j.id for j in plan_jobs(Options(site, "amd_a100nv_8", 2, ("allreduce",),
-                                           device="cuda"))]
-    cpu = [j.id for j in plan_jobs(Options(site, "amd_a100nv_8", 2, ("allreduce",)))]
+    run = JobRequest(site, partition="amd_a100nv_8", nodes=2)
+    gpu = [j.id for j in plan_jobs(Options(run, ("allreduce",), device="cuda"))]
+    cpu = [j.id for j in plan_jobs(Options(run, ("allreduce",)))]
     assert [i for i in gpu if i.startswith("allreduce-horovod-")] == \
         ["allreduce-horovod-nccl-via-mpi"]
     assert "allreduce-torch-nccl" in gpu and "allreduce-torch-gloo" in cpu
@@ -325,7 +330,7 @@ def test_two_validations_never_share_a_run_folder(
 
     from hpcprov.validate.run import RUN_LOCK, default_rundir
 
-    o = Options(load_site("testbed"), "amd_a100nv_8", 1, ("env",))
+    o = Options(JobRequest(load_site("testbed"), partition="amd_a100nv_8"), ("env",))
     assert default_rundir(o) != default_rundir(o)
     # a folder given by --workdir is held for the run's life: a second run there is refused
     prefix = tmp_path / "prefix"

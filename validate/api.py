@@ -12,20 +12,19 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcprov import schedulers
 from hpcprov.core.errors import UsageError
 from hpcprov.core.text import shown
+from hpcprov.jobs.api import request
 from hpcprov.jobs.layout import expand_prefix, is_provisioned
 from hpcprov.jobs.lint import cpus_exceeded
-from hpcprov.request.job import pick_partition
-from hpcprov.request.options import GEOMETRY, parse_option
+from hpcprov.request.options import GEOMETRY
 from hpcprov.schedulers.allocation import OneAllocation
 from hpcprov.schedulers.base import Executor
-from hpcprov.site.catalog import load
 from hpcprov.site.gpu_vendors import VENDORS
 from hpcprov.validate import report as rep
 from hpcprov.validate.judge import Outcome
@@ -48,16 +47,21 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ValidateOptions:
-    """Everything `hpcprov validate` takes (the CLI's flags, by name)."""
+    """Everything `hpcprov validate` takes (the CLI's flags, by name): the job the checks
+    run as, as typed (``prepare`` makes it the request every job of the run starts from:
+    :attr:`Options.job`), and validate's own flags."""
 
+    # the job, as typed
     site: str | None = None
-    partition: str | None = None
+    partition: str | None = None       # default: the queue jobscript picks for each job
     nodes: int | None = None           # default: 2, or the partition's 1 node
+    options: tuple[str, ...] = ()       # NAME=VALUE scheduler options for every job
+    prefix: str | None = None          # --env: the provisioned prefix (default: the site's)
+    # validate's own
     checks: tuple[str, ...] | None = None  # None: the default checks (DEFAULT_CHECKS)
     # the launchers every check runs through: ("all",) for every one the profile defines;
     # empty: the site's default torch launcher and Horovod's launchers
     launchers: tuple[str, ...] = ()
-    prefix: str | None = None
     ranks_per_node: int | None = None
     device: str | None = None          # default: cuda where the partition has GPUs
     max_bytes: int = 256 * 1024 * 1024
@@ -67,12 +71,10 @@ class ValidateOptions:
     timeout: float = 1800
     pending_timeout: float = 600
     workdir: str | None = None
-    options: tuple[str, ...] = ()       # NAME=VALUE scheduler options for every job
     junit: str | None = None
     report: str | None = None
     compare: str | None = None           # "latest" or a stored run's file
     history: bool = True
-    extra: dict[str, str] = field(default_factory=dict)
     # "one": every job a step of one allocation (one wait in the queue); "per-job": a job
     # each; None: one allocation where the scheduler can run steps (Slurm), else per job
     allocation: str | None = None
@@ -88,11 +90,11 @@ ALLOCATIONS = ("one", "per-job")
 
 @dataclass(frozen=True)
 class Prepared:
-    """A validation resolved against its site: the plan's options, prefix and run folder,
-    and what of its checks cannot run there (each a SKIPPED row of its reports)."""
+    """A validation resolved against its site: the plan's options (the prefix the jobs run
+    in among their job's fields), its run folder, and what of its checks cannot run there
+    (each a SKIPPED row of its reports)."""
 
     options: Options
-    prefix: Path | None
     rundir: Path
     allocation: str = "per-job"           # "one" or "per-job", resolved for the scheduler
     skipped: tuple[Skipped, ...] = ()
@@ -135,13 +137,14 @@ def _unplannable(o: ValidateOptions, opts: Options, skipped: list[Skipped]) -> N
             raise UsageError(f"--checks {check}: cannot run on site {opts.site.name}: {why}")
 
 
-def _allocation(o: ValidateOptions, backend: Any, site: str) -> str:
+def _allocation(o: ValidateOptions, backend: Any, site: SiteView) -> str:
     if o.allocation is not None and o.allocation not in ALLOCATIONS:
         raise UsageError(f"--allocation {o.allocation!r}: choose from {', '.join(ALLOCATIONS)}")
-    steps = backend.allocation_nodes() is not None
+    steps = backend.site_executor(site).steps is not None
     if o.allocation == "one" and not steps:
         raise UsageError(f"--allocation one: {backend.title} jobs cannot run other jobs as "
-                         f"steps of one allocation (site {site}); use --allocation per-job")
+                         f"steps of one allocation (site {site.name}); use --allocation "
+                         "per-job")
     return o.allocation or ("one" if steps else "per-job")
 
 
@@ -158,7 +161,7 @@ def _side_by_side(opts: Options) -> Options:
     overlapping), where every node has the cores for all of them at once; else as planned.
     CPU runs only: jobs on GPUs would share the node's GPUs."""
     shared = replace(opts, side_by_side=True)
-    return opts if cpus_exceeded(allocation_request(shared, None)) else shared
+    return opts if cpus_exceeded(allocation_request(shared)) else shared
 
 
 def _device(asked: str | None, site: SiteView, partition: str) -> str:
@@ -188,7 +191,7 @@ SETS_ITSELF = {"nodes": "-N/--nodes", "tasks": "--ranks-per-node",
 def _no_geometry(opts: Options, backend: Any) -> None:
     """Refuse a -o that would set the jobs' geometry, naming what validate sets it with
     (the scheduler's spellings: the backend's ``geometry_of``)."""
-    found = backend.geometry_set(allocation_request(opts, None))
+    found = backend.geometry_set(allocation_request(opts))
     if found:
         given, kind = found[0]
         raise UsageError(f"-o {shown(given)} would set the jobs' {GEOMETRY[kind][0]}, "
@@ -200,16 +203,16 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
     ``dry_run`` writes nothing (not even the profile cache) and needs no provisioned
     prefix."""
     o = _quick(o)
-    s = load(o.site, store=not dry_run)
+    job = request(o.site, o.options, store=not dry_run)  # the site and -o, as typed
+    s = job.site
     wanted = _checked(o)
     has = s.partitions[s.partition(o.partition)[0]].nodes  # None: no count published
     nodes = o.nodes if o.nodes is not None else (2 if has is None else min(2, has))
-    # the queue jobscript would pick for a job of this size (one rule: pick_partition)
-    pname = pick_partition(s, o.partition, nodes)
+    job = replace(job, nodes=nodes, partition=o.partition)
+    pname = job.partition_name  # the queue jobscript picks for a job of this size
     has = s.partitions[pname].nodes
     if has is not None and nodes > has:
         raise UsageError(f"--nodes {nodes}: partition {pname} has {has} node(s)")
-    extra = {**dict(parse_option(x) for x in o.options), **o.extra}
     backend = schedulers.of(s)
     per_node = {"pernode", "links"} & set(wanted)
     if "links" in wanted and backend.pin("node") is None:
@@ -219,11 +222,10 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
               else None)
     here = (os.uname().nodename,) if per_node else ()
     device = _device(o.device, s, pname)
-    opts = Options(s, pname, nodes, wanted, ranks_per_node=o.ranks_per_node,
+    opts = Options(job, wanted, ranks_per_node=o.ranks_per_node,
                    device=device, max_bytes=o.max_bytes, iters=o.iters,
                    train_steps=o.steps, node_names=tuple(usable) if usable is not None else here,
-                   extra=extra, link_bytes=o.link_bytes, baselines=not o.quick,
-                   launchers=_launchers(o, s), partition_named=o.partition is not None)
+                   link_bytes=o.link_bytes, baselines=not o.quick, launchers=_launchers(o, s))
     _no_geometry(opts, backend)
     skipped = plan_skipped(opts)
     _unplannable(o, opts, skipped)
@@ -231,11 +233,12 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
         opts = _side_by_side(opts)
     rundir = Path(expand_prefix(o.workdir or default_rundir(opts), "--workdir DIR",
                                 "the run folder"))
-    allocation = _allocation(o, backend, s.name)
+    allocation = _allocation(o, backend, s)
     if allocation == "one":  # steps go where they are told: baselines on nodes of their own
         opts = replace(opts, apart=True)
-    return Prepared(opts, _ready(s, o.prefix, provisioned=not dry_run), rundir, allocation,
-                    tuple(skipped))
+    prefix = _ready(s, o.prefix, provisioned=not dry_run)
+    job = replace(opts.job, prefix=str(prefix) if prefix else None, activate=prefix is not None)
+    return Prepared(replace(opts, job=job), rundir, allocation, tuple(skipped))
 
 
 def _ready(site: SiteView, prefix: str | None, provisioned: bool = True) -> Path | None:
@@ -356,12 +359,10 @@ def plan_validation(o: ValidateOptions) -> DryRun:
 
     ready = prepare(o, dry_run=True)
     opts, rundir = ready.options, ready.rundir
-    prefix = str(ready.prefix) if ready.prefix else None
     out: list[PlannedScript] = []
     if ready.allocation == "one":
         queue = rundir / "allocation" / "allocation-1"
-        out.append(PlannedScript(queue / "allocation.sh",
-                                 allocation_script(opts, prefix, queue)))
+        out.append(PlannedScript(queue / "allocation.sh", allocation_script(opts, queue)))
     jobs = [j for rnd in job_rounds(plan_jobs(opts)) for j in rnd]
     if "links" in opts.checks:
         from hpcprov.validate.links import LinkSearch
@@ -370,7 +371,7 @@ def plan_validation(o: ValidateOptions) -> DryRun:
         jobs += [link_job(opts, pair, 1) for pair in pairs]
     for job in jobs:
         out.append(PlannedScript(rundir / f"{job.id}.sh", job_script(
-            job, opts, prefix, str(rundir), command_for(job, opts, rundir))))
+            job, opts, str(rundir), command_for(job, opts, rundir))))
     return DryRun(out, ready.skipped)
 
 
@@ -410,7 +411,6 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
     verdict."""
     ready = prepare(o)
     site = ready.options.site
-    prefix = str(ready.prefix) if ready.prefix else None
     # what the run ends with is checked before it starts: the baseline, the report files,
     # the history folder
     baseline = _baseline(site.name, o.compare, o.quick, say) if o.compare else None
@@ -425,10 +425,10 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
     backend = schedulers.of(site)
     executor: Executor = backend.site_executor(site)
     if ready.allocation == "one":
-        executor = OneAllocation(executor, backend, ready.rundir / "allocation",
-                                 lambda queue: allocation_script(ready.options, prefix, queue))
-    data = run_validation(ready.options, prefix, ready.rundir, executor, o.timeout,
-                          o.pending_timeout, say)
+        executor = OneAllocation(executor, ready.rundir / "allocation",
+                                 lambda queue: allocation_script(ready.options, queue))
+    data = run_validation(ready.options, ready.rundir, executor, o.timeout, o.pending_timeout,
+                          say)
     data["allocation"] = ready.allocation
     data["quick"] = o.quick
     _add_skipped(data, ready)

@@ -11,7 +11,7 @@ system.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
@@ -330,11 +330,15 @@ DEFAULT_CHECKS = tuple(name for name, check in REGISTRY.items() if check.default
 
 @dataclass(frozen=True)
 class Options:
-    """What the user asked for, resolved against the site."""
+    """What the user asked for, resolved against the site: the job every job of the run
+    starts from, and what validate's own flags ask of the checks."""
 
-    site: SiteView
-    partition: str
-    nodes: int
+    # the request every job of the run is derived from (:func:`job_request`): the site, the
+    # run's nodes, the queue where -p named one (None: each job goes where jobscript sends a
+    # job of its size, so a by-size queue can send the 1-node baselines elsewhere), the
+    # scheduler options (-o), and the provisioned prefix the jobs activate (None: a
+    # container site's, which activate none)
+    job: JobRequest
     checks: tuple[str, ...] = DEFAULT_CHECKS
     ranks_per_node: int | None = None
     device: str = "cpu"
@@ -343,7 +347,6 @@ class Options:
     iters: int = 20
     train_steps: int = 30
     node_names: tuple[str, ...] = ()  # the partition's nodes (pernode), found at run time
-    extra: dict[str, str] = field(default_factory=dict)  # scheduler options (-o)
     link_bytes: int = 64 * 1024 * 1024  # the message size of the links check's pair jobs
     baselines: bool = True  # the 1-node training runs scaling efficiency divides by
     # a smoke run (--quick on CPUs): the jobs of the side_by_side checks run at the same
@@ -355,15 +358,25 @@ class Options:
     # the launchers every check runs through (--launchers); empty: the site's default
     # torch launcher and Horovod's launchers (:mod:`hpcprov.jobs.roles`)
     launchers: tuple[str, ...] = ()
-    # the partition was named (-p): every job goes there; else each job goes where
-    # jobscript sends a job of its size (a by-size queue: the 1-node baselines elsewhere)
-    partition_named: bool = True
+
+    @property
+    def site(self) -> SiteView:
+        return self.job.site
+
+    @property
+    def nodes(self) -> int:
+        """The run's nodes (a 1-node baseline asks for fewer)."""
+        return self.job.nodes
+
+    @property
+    def partition(self) -> str:
+        """The run's partition: the one named, else the queue jobscript picks for the run's
+        size."""
+        return self.job.partition_name
 
     @property
     def part(self) -> Partition:
-        """The run's partition (resolved once, in validate's prepare: the queue jobscript
-        picks for the run's size, or the one named)."""
-        return self.site.partitions[self.partition]
+        return self.job.part
 
     @property
     def node_picks(self) -> dict[str, str | None] | None:
@@ -464,18 +477,15 @@ def link_job(o: Options, pair: tuple[str, str], rnd: int) -> Job:
                node=",".join(pair), timeout_s=600)
 
 
-def job_request(job: Job, o: Options, prefix: str | None, job_name: str) -> JobRequest:
-    """The JobRequest that generates this job's script (via hpcprov's own generators)."""
-    options = dict(o.extra)
+def job_request(job: Job, o: Options, job_name: str) -> JobRequest:
+    """The JobRequest that generates this job's script (via hpcprov's own generators): the
+    run's (:attr:`Options.job`) with this job's nodes, ranks, launcher, name and port, and
+    the options that pin it to its node where it is pinned."""
     pin = schedulers.of(o.site).pin(job.node) if job.node else None
-    options.update(pin or {})
-    # not named: the request jobscript makes, which picks the queue by the job's size
-    partition = o.partition if o.partition_named else None
-    return JobRequest(site=o.site, nodes=job.nodes, partition=partition,
-                      launcher=job.launcher, tasks_per_node=job.ranks_per_node,
-                      gpus_per_node=None if o.device != "cpu" else 0,
-                      command=(), job_name=job_name, options=options, prefix=prefix,
-                      activate=prefix is not None, port=job.port)
+    return replace(o.job, nodes=job.nodes, launcher=job.launcher,
+                   tasks_per_node=job.ranks_per_node,
+                   gpus_per_node=None if o.device != "cpu" else 0, job_name=job_name,
+                   options={**o.job.options, **(pin or {})}, port=job.port)
 
 
 STATUS_TRAP = Path(__file__).parent / "scripts" / "status_trap.sh"
@@ -534,7 +544,7 @@ def placement(job: Job, o: Options) -> Placement:
                      starts_tasks=kind.task_starter, first=job.slot or 0)
 
 
-def allocation_request(o: Options, prefix: str | None) -> JobRequest:
+def allocation_request(o: Options) -> JobRequest:
     """The one allocation of a run: the run's nodes (every partition node the pernode and
     links checks use, pinned), as many tasks per node as its biggest job, or as the shared
     jobs together (they run at once on the same nodes). It runs no launch itself, so it
@@ -544,29 +554,28 @@ def allocation_request(o: Options, prefix: str | None) -> JobRequest:
               shared_tasks_per_node(plan_jobs(o)))
     whole = Job("allocation", "allocation", "allocation", max(o.nodes, len(pinned)), rpn,
                 _any_launcher(o.site), "", (), node=",".join(pinned) or None)
-    return replace(job_request(whole, o, prefix, "hpcprov-validate"), activate=False)
+    return replace(job_request(whole, o, "hpcprov-validate"), activate=False)
 
 
-def allocation_script(o: Options, prefix: str | None, queue: Path) -> str:
+def allocation_script(o: Options, queue: Path) -> str:
     """The script of the run's one allocation: the scheduler's directives, then the pilot
     that runs the jobs as steps (hpcprov/schedulers/allocation.py)."""
-    req = allocation_request(o, prefix)
+    req = allocation_request(o)
     backend = schedulers.of(o.site)
-    nodes = backend.allocation_nodes()
-    if nodes is None:
+    steps = backend.site_executor(o.site).steps
+    if steps is None:
         raise ValueError(f"{backend.title} jobs cannot run steps of one allocation")
     lines = [f"#!{backend.shell(req)}", *backend.directives(req),
              f"# Generated by hpcprov: one allocation for a validation of site {o.site.name}",
-             *backend.prolog(req), *pilot_lines(str(queue), nodes)]
+             *backend.prolog(req), *pilot_lines(str(queue), steps.nodes())]
     return "\n".join(lines) + "\n"
 
 
-def job_script(job: Job, o: Options, prefix: str | None, rundir: str, command: tuple[str, ...]
-               ) -> str:
+def job_script(job: Job, o: Options, rundir: str, command: tuple[str, ...]) -> str:
     """The job script: hpcprov's generated script, its launch running `command`, with the
     status trap (:func:`status_trap`) and the program check (:func:`program_check`) in
     its prolog."""
-    req = job_request(job, o, prefix, f"hpcprov-{job.id}")
+    req = job_request(job, o, f"hpcprov-{job.id}")
     return build_jobscript(replace(req, command=command),
                            prolog=[*status_trap(f"{rundir}/{job.id}.exit"),
                                    *program_check(job, rundir)])

@@ -87,10 +87,10 @@ class _Rounds:
     """Submits rounds of jobs (a round's jobs run at the same time) within the run's time,
     and keeps what every job left."""
 
-    def __init__(self, o: Options, prefix: str | None, rundir: Path, executor: Executor,
-                 timeout_s: float, pending_timeout_s: float | None,
-                 progress: Callable[[str], None], guard: Guard | None = None) -> None:
-        self.o, self.prefix, self.rundir, self.executor = o, prefix, rundir, executor
+    def __init__(self, o: Options, rundir: Path, executor: Executor, timeout_s: float,
+                 pending_timeout_s: float | None, progress: Callable[[str], None],
+                 guard: Guard | None = None) -> None:
+        self.o, self.rundir, self.executor = o, rundir, executor
         self.guard = guard or Guard()
         self.handles: list[Handle] = []  # every job submitted: what an interrupt cancels
         self.timeout_s, self.pending_timeout_s, self.progress = (timeout_s, pending_timeout_s,
@@ -129,7 +129,7 @@ class _Rounds:
                 results.append(_not_run(job, why))
                 continue
             script = self.rundir / f"{job.id}.sh"
-            fsutil.write_code(script, job_script(job, self.o, self.prefix, str(self.rundir),
+            fsutil.write_code(script, job_script(job, self.o, str(self.rundir),
                                                  command_for(job, self.o, self.rundir)),
                               what=f"the job script {script.name}", runs=RUNS)
             (self.rundir / f"{job.id}.exit").unlink(missing_ok=True)
@@ -224,8 +224,8 @@ def _no_gpu_seen(o: Options, results: list[JobResult]) -> str | None:
             "checks would all fail there); --device cpu checks the CPU paths")
 
 
-def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,
-                   timeout_s: float, pending_timeout_s: float | None = None,
+def run_validation(o: Options, rundir: Path, executor: Executor, timeout_s: float,
+                   pending_timeout_s: float | None = None,
                    progress: Callable[[str], None] = lambda s: None) -> dict:
     """Run every job of the plan; return the run's data (judged, not yet reported)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%S%z")
@@ -233,8 +233,8 @@ def run_validation(o: Options, prefix: str | None, rundir: Path, executor: Execu
     # write or swap it; refused in one line before anything is written)
     fsutil.code_folder(rundir, "the validation's programs and job scripts", RUNS)
     with _lock_rundir(rundir), cancelling() as guard:
-        return _run_validation(o, prefix, rundir, executor, timeout_s, pending_timeout_s,
-                               progress, started, guard)
+        return _run_validation(o, rundir, executor, timeout_s, pending_timeout_s, progress,
+                               started, guard)
 
 
 RUN_LOCK = ".hpcprov-validate.lock"
@@ -251,12 +251,11 @@ def _lock_rundir(rundir: Path) -> contextlib.AbstractContextManager[int]:
     return fsutil.exclusive_lock(rundir / RUN_LOCK, held)
 
 
-def _run_validation(o: Options, prefix: str | None, rundir: Path, executor: Executor,
-                    timeout_s: float, pending_timeout_s: float | None,
-                    progress: Callable[[str], None], started: str, guard: Guard) -> dict:
+def _run_validation(o: Options, rundir: Path, executor: Executor, timeout_s: float,
+                    pending_timeout_s: float | None, progress: Callable[[str], None],
+                    started: str, guard: Guard) -> dict:
     copy_programs(rundir)
-    rounds = _Rounds(o, prefix, rundir, executor, timeout_s, pending_timeout_s, progress,
-                     guard)
+    rounds = _Rounds(o, rundir, executor, timeout_s, pending_timeout_s, progress, guard)
     results: list[JobResult] = []
     links: dict | None = None
     stopped: str | None = None

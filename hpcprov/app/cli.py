@@ -248,10 +248,10 @@ def _job_options(func: Any) -> Any:
         click.option("--hosts", "-H", multiple=True,
                      help="node list for mpirun/horovodrun -H, e.g. gpu[32-33]"),
         click.option("--image", help="container image name or path (container launcher)"),
-        click.option("--option", "-o", "raw_options", multiple=True, metavar="NAME=VALUE",
+        click.option("--option", "-o", "options", multiple=True, metavar="NAME=VALUE",
                      help="scheduler option, e.g. comment=pytorch, account=def-pi (not nodes, "
                      "tasks, GPUs, time or queue: their flags set those)"),
-        click.option("--time", "-t", "walltime", help="walltime, e.g. 24:00:00"),
+        click.option("--time", "-t", help="walltime, e.g. 24:00:00"),
         click.option("--job-name", "-J"),
         click.option("--cpus-per-task", type=click.IntRange(min=1)),
         json_option,
@@ -262,15 +262,12 @@ def _job_options(func: Any) -> Any:
     return func
 
 
-def _job_options_of(kw: dict[str, Any], **extra: Any) -> Any:
-    from hpcprov.jobs.api import JobOptions
+def _job_request(kw: dict[str, Any], **more: Any) -> Any:
+    """The job the flags describe: each flag of :func:`_job_options` is named as the request's
+    field it sets (``--json`` aside)."""
+    from hpcprov.jobs.api import request
 
-    return JobOptions(
-        command=tuple(kw["command"]), site=kw["site"], nodes=kw["nodes"],
-        gpus_per_node=kw["gpus_per_node"], partition=kw["partition"], launcher=kw["launcher"],
-        tasks_per_node=kw["tasks_per_node"], hosts=tuple(kw["hosts"]), image=kw["image"],
-        options=tuple(kw["raw_options"]), walltime=kw["walltime"], job_name=kw["job_name"],
-        cpus_per_task=kw["cpus_per_task"], **extra)
+    return request(**{k: v for k, v in kw.items() if k != "as_json"}, **more)
 
 
 def _warn_all(warnings: list[Any]) -> None:
@@ -286,7 +283,7 @@ def launch_cmd(allocate: bool, **kw: Any) -> None:
     and the partition's variables and the lines it needs first."""
     from hpcprov.jobs.api import plan_launch
 
-    launch = plan_launch(_job_options_of(kw), allocate=allocate)
+    launch = plan_launch(_job_request(kw), allocate=allocate)
     _warn_all(launch.warnings)
     if kw["as_json"]:
         _emit_json(launch.to_json())
@@ -306,8 +303,7 @@ def jobscript_cmd(prefix: str | None, no_activate: bool, out_path: str | None,
     """Print a batch script (sbatch, PBS, or bash) that runs CMD with the site's rules."""
     from hpcprov.jobs.api import plan_jobscript
 
-    job = plan_jobscript(_job_options_of(kw, prefix=prefix, activate=not no_activate),
-                         out_path)
+    job = plan_jobscript(_job_request(kw, prefix=prefix, activate=not no_activate), out_path)
     _warn_all(job.warnings)
     if kw["as_json"]:
         _emit_json(job.to_json())

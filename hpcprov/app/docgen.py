@@ -269,7 +269,7 @@ def _walk_args(line: str) -> tuple[dict[str, object], tuple[str, ...]]:
 def walk(example: Path) -> list[str]:
     """One walk: what the example says it is, its profile, and what hpcprov generates from
     it (the job script, the rank contract's shim elided; the setup steps)."""
-    from hpcprov.jobs.api import JobOptions, plan_jobscript, request
+    from hpcprov.jobs.api import plan_jobscript, request
     from hpcprov.jobs.launchers import rank_shim_line
     from hpcprov.provision.plan import build_plan
     from hpcprov.site.profiles import load_site
@@ -280,9 +280,8 @@ def walk(example: Path) -> list[str]:
     command = next(ln for ln in lead if ln.startswith("walk: ")).removeprefix("walk: ")
     opts, argv = _walk_args(command)
     ref = f"docs/examples/{example.name}"
-    o = JobOptions(**{**JobOptions(site=str(example), command=argv)._asdict(), **opts})
-    script = plan_jobscript(o).script
-    req = request(o)
+    req = request(str(example), command=argv, **opts)
+    script = plan_jobscript(req).script
     shim = rank_shim_line(req.launch.kind)
     if shim in script:
         script = script.replace(shim, "hpcprov_rank='...'  # the rank contract's shim "

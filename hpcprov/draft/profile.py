@@ -2,8 +2,8 @@
 
 Pure: each section is built as a commented YAML tree (:mod:`hpcprov.core.yaml_writer`) in which
 every value's comment names the command it came from; what is particular to one scheduler
-(its launchers, its own section, hints to a question) comes from its backend's draft
-methods (:class:`hpcprov.schedulers.base.Backend`). What only the site's documentation
+(its launchers, its own section, hints to a question) comes from its backend's drafting
+part (:class:`hpcprov.schedulers.facts.Drafting`). What only the site's documentation
 can say (mandatory and forbidden job options, internet on compute nodes, the rendezvous
 network, scratch, the framework versions) is written commented out under a ``QUESTION``
 line; what had to be guessed is listed in ``unverified:``. As written, the draft passes
@@ -154,7 +154,7 @@ def _policies(findings: Findings) -> Block:
     internet on compute nodes (all commented out)."""
     p = Block()
     c = findings.cluster
-    hint = schedulers.backend(c.scheduler).draft_option_hints(c)
+    hint = schedulers.backend(c.scheduler).drafting().option_hints(c)
     req = Block()
     account = Block()
     account.add("example", "def-yourgroup")
@@ -287,10 +287,11 @@ def profile(findings: Findings, name: str | None = None) -> tuple[Block, list[st
         hv = Block()
         hv.add("gpu_operations", "nccl", "GPUs on the nodes and a CUDA module")
         doc.add("horovod", hv)
-    launchers, default = backend.draft_launchers(c)
+    drafting = backend.drafting()
+    launchers, default = drafting.launchers(c)
     doc.add("launchers", launchers)
     doc.add("default_launcher", default)
-    section = backend.draft_section(c, gpus)
+    section = drafting.section(c, gpus)
     if section is not None:
         doc.add(backend.name, section)
     doc.add("unverified", unverified, "what the draft guessed: confirm, then take it out")

@@ -8,8 +8,8 @@ draft calls it (``module -t avail``, not the shell line behind it). Each command
 session (process group) of its own, so a timeout or a Ctrl-C kills it and whatever it
 started at once; its output is read up to :data:`OUTPUT_CAP` bytes, and more is an error
 (:class:`OutputTooLarge`), never a draft missing what did not fit. :func:`discover` asks the
-scheduler's backend, the module system, the host's GPUs and network interfaces, and returns
-the :class:`~hpcprov.draft.plan.Findings` the pure layers plan from.
+scheduler (its backend's drafting part), the module system, the host's GPUs and network
+interfaces, and returns the :class:`~hpcprov.draft.plan.Findings` the pure layers plan from.
 """
 
 from __future__ import annotations
@@ -84,8 +84,8 @@ def detect_scheduler(env: dict[str, str] | None = None) -> str:
 
 
 def scheduler_facts(scheduler: str, run: Recorder) -> Cluster:
-    """The cluster as the scheduler's backend discovers it."""
-    return schedulers.backend(scheduler).discover(run)
+    """The cluster as the scheduler's drafting part discovers it."""
+    return schedulers.backend(scheduler).drafting().discover(run)
 
 
 def module_facts(run: Recorder, gpus: bool,

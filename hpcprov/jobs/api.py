@@ -1,20 +1,21 @@
 """`hpcprov launch`, `hpcprov jobscript` and `hpcprov site check` as Python functions, with
-typed options and typed results.
+typed requests and typed results.
 
-    from hpcprov.jobs.api import JobOptions, plan_jobscript
-    job = plan_jobscript(JobOptions(site="neuron", nodes=2, command=("python", "train.py")))
+    from hpcprov.jobs.api import plan_jobscript, request
+    job = plan_jobscript(request("neuron", nodes=2, command=("python", "train.py")))
     print(job.script)             # what `hpcprov jobscript` prints
     print(job.warnings)           # lint warnings (errors raise LintFailed)
 
 Planning only: nothing here submits or runs anything (the file a script is written to is
-the one effect, and only where asked). The CLI parses flags into these objects and prints
-what comes back.
+the one effect, and only where asked). The CLI parses flags into a :class:`JobRequest`
+(through :func:`request`) and prints what comes back.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from hpcprov.core.findings import Finding
 from hpcprov.core.fsutil import write_output
@@ -24,37 +25,19 @@ if TYPE_CHECKING:
     from hpcprov.core.errors import ProfileError
 
 
-class JobOptions(NamedTuple):
-    """What `hpcprov launch` and `hpcprov jobscript` take (the CLI's flags, by name)."""
-
-    command: tuple[str, ...]
-    site: str | None = None
-    nodes: int = 1
-    gpus_per_node: int | None = None
-    partition: str | None = None
-    launcher: str | None = None
-    tasks_per_node: int | None = None
-    hosts: tuple[str, ...] = ()
-    image: str | None = None
-    options: tuple[str, ...] = ()  # NAME=VALUE scheduler options, as typed
-    walltime: str | None = None
-    job_name: str | None = None
-    cpus_per_task: int | None = None
-    prefix: str | None = None  # jobscript: the environment to activate (default: the site's)
-    activate: bool = True
-
-
-def request(o: JobOptions) -> JobRequest:
-    """The job request of ``o`` against its site (an option typo is a one-line error)."""
+def request(site: str | None = None, options: Iterable[str] = (), store: bool = True,
+            **fields: Any) -> JobRequest:
+    """The job a command line describes, as the request every generator reads. Two of its
+    fields are typed in another form than :class:`JobRequest` holds them, and become its
+    own here: ``site``, a profile's name or path (None: the default site; ``store`` off:
+    the profile cache is read, never written), and ``options``, the scheduler options as
+    typed (``NAME=VALUE``: a typo is a one-line error). Every other field is passed as it
+    is, by its own name (``nodes=2``, ``time="1:00:00"``, ``command=(...)``)."""
     from hpcprov.request.options import parse_option
     from hpcprov.site.catalog import load
 
-    return JobRequest(
-        site=load(o.site), nodes=o.nodes, gpus_per_node=o.gpus_per_node,
-        command=tuple(o.command), partition=o.partition, launcher=o.launcher,
-        tasks_per_node=o.tasks_per_node, cpus_per_task=o.cpus_per_task, time=o.walltime,
-        job_name=o.job_name, options=dict(parse_option(opt) for opt in o.options),
-        hosts=tuple(o.hosts), image=o.image, prefix=o.prefix, activate=o.activate)
+    return JobRequest(site=load(site, store), options=dict(parse_option(opt) for opt in options),
+                      **fields)
 
 
 class Geometry(NamedTuple):
@@ -107,7 +90,7 @@ class LaunchPlan(NamedTuple):
                 "warnings": [w.to_json() for w in self.warnings]}
 
 
-def plan_launch(o: JobOptions, allocate: bool = False) -> LaunchPlan:
+def plan_launch(req: JobRequest, allocate: bool = False) -> LaunchPlan:
     """Lint and plan a launch (lint errors raise LintFailed). With ``allocate`` the job
     options are linted as the allocation's; without, as a line typed inside one, which
     passes none of the mandatory options."""
@@ -115,7 +98,6 @@ def plan_launch(o: JobOptions, allocate: bool = False) -> LaunchPlan:
     from hpcprov.jobs.launchers import build_launch, env_lines
     from hpcprov.jobs.lint import check
 
-    req = request(o)
     warnings = check(req, allocation=allocate)
     launch = build_launch(req, "allocation")
     return LaunchPlan(Geometry.of(req), [str(a) for a in launch.argv], launch.line,
@@ -137,13 +119,12 @@ class JobScript(NamedTuple):
                 "submit": self.submit, "warnings": [w.to_json() for w in self.warnings]}
 
 
-def plan_jobscript(o: JobOptions, path: str | None = None) -> JobScript:
+def plan_jobscript(req: JobRequest, path: str | None = None) -> JobScript:
     """Lint and write out a job's batch script (errors raise LintFailed); with ``path``,
     the script is also written there (an unwritable path is a one-line UsageError)."""
     from hpcprov.jobs.jobscript import build_jobscript, submit_argv
     from hpcprov.jobs.lint import check
 
-    req = request(o)
     warnings = check(req)
     text = build_jobscript(req)
     if path:

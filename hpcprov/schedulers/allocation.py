@@ -5,13 +5,13 @@ another waits in the queue eight times. Here one job holds the nodes for the who
 script (:func:`pilot_lines`, the bash of allocation_pilot.sh) starts every step file the
 harness drops into a queue folder, in the background, and ends when told (an ``END`` file),
 after a quiet spell, or at its time limit. A step is a job's own generated script run with
-the variables its backend gives (:meth:`Backend.step_env`), so that its launchers see only
-its nodes and tasks; its EXIT trap writes the status file as in a job of its own. The
+the variables its scheduler's executor gives (:meth:`Steps.env`), so that its launchers see
+only its nodes and tasks; its EXIT trap writes the status file as in a job of its own. The
 harness's view does not change: a Handle per job, the shared wait(), timeouts, cancellation
 and node faults.
 
-Only backends whose jobs can run other jobs' launches as steps offer this
-(:meth:`Backend.allocation_nodes`); the others keep a job per check.
+Only executors whose jobs can run other jobs' launches as steps offer this (their
+``steps``, a :class:`Steps`); the others keep a job per check.
 """
 
 from __future__ import annotations
@@ -25,10 +25,10 @@ import hostlist
 from hpcprov.core.fsutil import atomic_write, write_code
 from hpcprov.core.shell import assign, fragment, join, quote
 from hpcprov.schedulers.base import (
-    Backend,
     Executor,
     Handle,
     Placement,
+    Steps,
     final_state,
     interrupted,
     read_exit,
@@ -45,20 +45,24 @@ def pilot_lines(queue: str, nodes_command: str, idle_s: int = IDLE_S) -> list[st
 
     The pilot is the shell file allocation_pilot.sh (shellchecked as a file), carried
     verbatim after its header; the lines before it set its variables, quoted, and define
-    the function that prints the nodes (``nodes_command``, the backend's shell text)."""
+    the function that prints the nodes (``nodes_command``: :meth:`Steps.nodes`)."""
     return [assign("q", queue), assign("idle_s", str(int(idle_s))),
             "hpcprov_allocation_nodes() {", f"  {nodes_command}", "}",
             *fragment(PILOT)]
 
 
 class OneAllocation(Executor):
-    """Runs the jobs it is given as steps of one allocation, submitted (through ``inner``)
-    with the first job; a new one if the allocation ended (a node failed) before the run."""
+    """Runs the jobs it is given as steps of one allocation, submitted (through ``inner``,
+    whose ``steps`` say how its jobs run as steps) with the first job; a new one if the
+    allocation ended (a node failed) before the run. ``script``: the allocation's script."""
 
-    def __init__(self, inner: Executor, backend: Backend, folder: Path,
-                 script: Callable[[Path], str]) -> None:
+    def __init__(self, inner: Executor, folder: Path, script: Callable[[Path], str]) -> None:
+        if inner.steps is None:
+            raise ValueError(f"{inner.name} jobs cannot run other jobs as steps of one "
+                             "allocation")
         super().__init__(inner.env)
-        self.inner, self.backend, self.folder, self.script = inner, backend, folder, script
+        self.inner, self.folder, self.script = inner, folder, script
+        self.inner_steps: Steps = inner.steps
         self.name = inner.name
         self.events = inner.events         # one record of submissions and states
         self.allocations: list[Handle] = []
@@ -123,7 +127,7 @@ class OneAllocation(Executor):
             self._event(h, h.reason)
             return
         fixed = Placement(len(nodes), place.tasks_per_node, tuple(nodes), place.starts_tasks)
-        env, hosts = self.backend.step_env(fixed, base.with_suffix(".hosts"))
+        env, hosts = self.inner_steps.env(fixed, base.with_suffix(".hosts"))
         if hosts is not None:
             atomic_write(base.with_suffix(".hosts"), hosts)
         body = [f"export {assign(k, v)}" for k, v in env.items()]

@@ -1,18 +1,27 @@
 """What every scheduler backend provides, and the polling loop they share.
 
-A backend is everything hpcprov knows about one scheduler, in one module:
+Everything hpcprov knows about one scheduler is in three parts, each loaded for its own work:
 
-* **its profile section** (``settings``: the keys of ``site.<name>``, as plain data from which
-  :mod:`hpcprov.site.model` builds the pydantic section, so this module needs no pydantic);
-* **planning** (pure): the job options and directive lines, the job script's interpreter
-  and prolog, the submit and interactive-allocation commands, and the shell expressions
-  launchers ask for (the first node, host:slots lists, a host file, the job id, a
-  one-process-per-node starter), lint rules of its own;
-* **effects**: an :class:`Executor` that submits, polls, cancels and asks about nodes,
-  recording every submission and state change in ``events``;
-* **drafting** (``hpcprov site draft``), where it can: the command whose presence on PATH
-  says this scheduler is here (``marker``), the discovery of queues and nodes, and what a
-  drafted profile writes for it (launchers, its own section, hints to the questions).
+* **the backend** (:class:`Backend`; its module, ``hpcprov/schedulers/NAME.py``, exports
+  one as ``BACKEND``): its profile section (``settings``: the keys of ``site.<name>``, as
+  plain data from which :mod:`hpcprov.site.model` builds the pydantic section, so this
+  module needs no pydantic) and **planning**, pure: the job options and directive lines,
+  the job script's interpreter and prolog, the submit and interactive-allocation commands,
+  the shell expressions launchers ask for (the first node, host:slots lists, a host file,
+  the job id, its own task and one-process-per-node starters), lint rules of its own. It
+  is the factory of the other two parts (:meth:`Backend.executor`,
+  :meth:`Backend.site_executor`, :meth:`Backend.drafting`) and holds none of their code.
+* **the executor** (an :class:`Executor` subclass in the same module): the effects. It
+  submits, polls, cancels and asks about nodes, recording every submission and state
+  change in ``events``; where the scheduler's jobs can run other jobs' launches as steps
+  of one allocation (:mod:`hpcprov.schedulers.allocation`), its ``steps`` (:class:`Steps`)
+  say how: the shell text that prints the allocation's nodes, the variables of a step.
+* **drafting** (``hpcprov site draft``), where it can: the backend declares the command
+  whose presence on PATH says this scheduler is here (``marker``) and the module of its
+  drafting part (``discovery``, in :mod:`hpcprov.schedulers.discovery`), whose
+  ``DRAFTING`` (a :class:`hpcprov.schedulers.facts.Drafting`) asks the scheduler
+  for its queues and nodes and says what a drafted profile writes for it (launchers, its
+  own section, hints to the questions). Only a draft loads it (:meth:`Backend.drafting`).
 
 Launchers, job scripts, lint, the guide, the draft and the validation suite ask the backend
 (``hpcprov.schedulers.of(site)``) and never test which scheduler a site has.
@@ -34,10 +43,9 @@ from hpcprov.site.sections import Setting
 
 if TYPE_CHECKING:
     from hpcprov.core.findings import Finding
-    from hpcprov.core.yaml_writer import Block
     from hpcprov.request.job import JobRequest
     from hpcprov.request.options import Option
-    from hpcprov.schedulers.facts import Cluster, Run
+    from hpcprov.schedulers.facts import Drafting
     from hpcprov.site.view import SiteView
 
 
@@ -147,7 +155,8 @@ class Backend:
     # `hpcprov site draft`: the command whose presence on PATH says this scheduler is here
     # (tried in registry order, kinds.SCHEDULER_BACKENDS); None: the draft cannot ask it
     marker: str | None = None
-    # the module whose ``discover(run)`` asks the scheduler (hpcprov.schedulers.discovery)
+    # the module of its drafting part, whose ``DRAFTING`` asks the scheduler and says what a
+    # draft writes for it (hpcprov.schedulers.discovery.NAME, loaded by :meth:`drafting`)
     discovery: str | None = None
 
     # the job options of this scheduler that set the job's geometry, by name as -o gives
@@ -283,19 +292,7 @@ class Backend:
         """Problems of a request that only this scheduler has."""
         return []
 
-    # ---- steps of one allocation (hpcprov/schedulers/allocation.py) --------------------
-    def allocation_nodes(self) -> str | None:
-        """Shell text that prints the allocation's nodes, one per line, inside a job; None
-        where a job's script cannot run other jobs' launches as steps of its allocation."""
-        return None
-
-    def step_env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
-        """The variables that make a job script, run as a step inside a larger allocation,
-        see only its own nodes and tasks (its launchers read them), and the text of a host
-        file to write at ``hostfile`` where they name one (None: no file)."""
-        raise NotImplementedError
-
-    # ---- effects -----------------------------------------------------------------------
+    # ---- its executor (effects) --------------------------------------------------------
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         raise NotImplementedError
 
@@ -304,38 +301,17 @@ class Backend:
         (Flux: ``flux.submit``); :meth:`executor` where nothing in it does."""
         return self.executor(env)
 
-    # ---- `hpcprov site draft` (backends with a ``marker``) -----------------------------
-    def discover(self, run: Run) -> Cluster:
-        """The cluster as this scheduler's read-only commands (run through ``run``) say:
-        the ``discover`` function of the backend's ``discovery`` module, loaded only now
-        (planning and running jobs never load a discovery module)."""
+    # ---- its drafting part (`hpcprov site draft`, backends with a ``marker``) -----------
+    def drafting(self) -> Drafting:
+        """What `hpcprov site draft` asks this scheduler and writes for it: the ``DRAFTING``
+        of the backend's ``discovery`` module, loaded only now (planning and running jobs
+        never load a discovery module)."""
         if self.discovery is None:
             raise NotImplementedError(f"hpcprov site draft cannot ask {self.title}")
         import importlib
 
-        found: Cluster = importlib.import_module(self.discovery).discover(run)
+        found: Drafting = importlib.import_module(self.discovery).DRAFTING
         return found
-
-    def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
-        """The launchers a drafted profile offers, and its default one: here mpirun,
-        horovodrun and torchrun as they are, mpirun the default."""
-        from hpcprov.core.yaml_writer import Block, plain
-
-        b = Block()
-        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
-        b.add("horovodrun", plain(kind="horovodrun"))
-        b.add("torchrun", plain(kind="torchrun"))
-        return b, "mpirun"
-
-    def draft_section(self, cluster: Cluster, gpus: bool) -> Block | None:
-        """This scheduler's own profile section (``site.<name>``) in a draft, or None
-        (none written); ``gpus``: some partition has GPUs."""
-        return None
-
-    def draft_option_hints(self, cluster: Cluster) -> list[str]:
-        """Lines under the draft's question on mandatory job options: what the scheduler
-        showed that bears on it."""
-        return []
 
 
 @dataclass(frozen=True)
@@ -348,6 +324,22 @@ class Placement:
     nodes: tuple[str, ...] = ()
     starts_tasks: bool = False
     first: int = 0  # where nodes are not named: the first of the allocation's nodes it takes
+
+
+class Steps:
+    """How a scheduler's jobs run other jobs' launches as steps of one allocation
+    (:mod:`hpcprov.schedulers.allocation`), held by its executor as ``steps``; an executor
+    whose jobs cannot has none."""
+
+    def nodes(self) -> str:
+        """Shell text that prints the allocation's nodes, one per line, inside a job."""
+        raise NotImplementedError
+
+    def env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
+        """The variables that make a job script, run as a step inside a larger allocation,
+        see only its own nodes and tasks (its launchers read them), and the text of a host
+        file to write at ``hostfile`` where they name one (None: no file)."""
+        raise NotImplementedError
 
 
 @dataclass
@@ -377,6 +369,8 @@ class Executor:
     """Submits and follows jobs; subclasses submit, refresh and cancel, wait() is shared."""
 
     name = "base"
+    # how its jobs run others as steps of one allocation; None: they cannot (a job per check)
+    steps: Steps | None = None
 
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self.env = env

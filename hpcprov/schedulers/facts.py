@@ -1,9 +1,11 @@
-"""What `hpcprov site draft` learns from a cluster, as plain data.
+"""What `hpcprov site draft` learns from a cluster, as plain data, and what a scheduler's
+drafting part provides (:class:`Drafting`).
 
-The scheduler backends (:mod:`hpcprov.schedulers`) fill these from their commands' text with
-pure parsers; :mod:`hpcprov.draft.run` runs the commands (bounded in time and output) and
-records each one as a :class:`Ran`; :mod:`hpcprov.draft.plan` turns the facts into a
-profile. Nothing here runs a process or imports pydantic.
+The scheduler's drafting part (its module in :mod:`hpcprov.schedulers.discovery`) fills
+these from its commands' text with pure parsers; :mod:`hpcprov.draft.run` runs the commands
+(bounded in time and output) and records each one as a :class:`Ran`;
+:mod:`hpcprov.draft.plan` turns the facts into a profile. Nothing here runs a process or
+imports pydantic; like the discovery modules, only a draft loads this module.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, Protocol
 from hpcprov.core.errors import HpcprovError
 from hpcprov.core.text import ascii_decimal, ascii_int
 from hpcprov.core.walltime import walltime_seconds
+from hpcprov.core.yaml_writer import Block, plain
 
 if TYPE_CHECKING:
     import re
@@ -96,6 +99,39 @@ class Cluster:
     mpi_plugins: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     sources: dict[str, str] = field(default_factory=dict)  # fact -> command
+
+
+class Drafting:
+    """A scheduler's drafting part: what `hpcprov site draft` asks it (:meth:`discover`) and
+    what a drafted profile writes for it (:meth:`launchers`, :meth:`section`,
+    :meth:`option_hints`). Each module of :mod:`hpcprov.schedulers.discovery` exports one
+    as ``DRAFTING``; the backend names that module (``discovery``) and loads it only for a
+    draft (:meth:`hpcprov.schedulers.base.Backend.drafting`). The defaults here are those
+    of a scheduler with no launcher or section of its own."""
+
+    def discover(self, run: Run) -> Cluster:
+        """The cluster as this scheduler's read-only commands (run through ``run``, the
+        draft's recorder) say."""
+        raise NotImplementedError
+
+    def launchers(self, cluster: Cluster) -> tuple[Block, str]:
+        """The launchers a drafted profile offers, and its default one: here mpirun,
+        horovodrun and torchrun as they are, mpirun the default."""
+        b = Block()
+        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
+        b.add("horovodrun", plain(kind="horovodrun"))
+        b.add("torchrun", plain(kind="torchrun"))
+        return b, "mpirun"
+
+    def section(self, cluster: Cluster, gpus: bool) -> Block | None:
+        """This scheduler's own profile section (``site.<name>``) in a draft, or None
+        (none written); ``gpus``: some partition has GPUs."""
+        return None
+
+    def option_hints(self, cluster: Cluster) -> list[str]:
+        """Lines under the draft's question on mandatory job options: what the scheduler
+        showed that bears on it."""
+        return []
 
 
 def command_text(argv: Sequence[str]) -> str:

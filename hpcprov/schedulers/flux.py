@@ -48,8 +48,6 @@ from hpcprov.schedulers.base import (
 from hpcprov.site.sections import settings_of
 
 if TYPE_CHECKING:
-    from hpcprov.core.yaml_writer import Block
-    from hpcprov.schedulers.facts import Cluster
     from hpcprov.site.view import SiteView
 
 # Flux spellings of the generic option names; the rest become --NAME=VALUE
@@ -223,19 +221,6 @@ class Flux(Backend):
 
     def site_executor(self, site: SiteView, env: dict[str, str] | None = None) -> Executor:
         return FluxExecutor(env, self.section(site).submit)
-
-    # ---- `hpcprov site draft` (discovery: hpcprov.schedulers.discovery.flux) ----------
-    def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
-        """flux run (the default), torchrun started on each node by flux run, mpirun."""
-        from hpcprov.core.yaml_writer import Block, plain
-
-        b = Block()
-        b.add("flux", plain(kind="flux", rendezvous_env=True),
-              "flux run: Flux's task starter; MASTER_ADDR/MASTER_PORT for torch.distributed")
-        b.add("torchrun", plain(kind="torchrun"),
-              "one agent per node, started by flux run")
-        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
-        return b, "flux"
 
 
 BACKEND = Flux()

@@ -20,12 +20,12 @@ from __future__ import annotations
 import math
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hpcprov.core.errors import HpcprovError, UsageError
 from hpcprov.core.findings import Finding
 from hpcprov.core.shell import Raw, Template
 from hpcprov.core.text import status_number
+from hpcprov.core.walltime import walltime_seconds
 from hpcprov.request.job import JobRequest
 from hpcprov.request.options import Option
 from hpcprov.schedulers.base import (
@@ -39,11 +39,6 @@ from hpcprov.schedulers.base import (
 )
 from hpcprov.site.launcher_kinds import horovod_controller, kind_of
 from hpcprov.site.sections import settings_of
-
-if TYPE_CHECKING:
-    from hpcprov.core.yaml_writer import Block
-    from hpcprov.schedulers.facts import Cluster
-from hpcprov.core.walltime import walltime_seconds
 
 FLAGS = {
     "job-name": "-J", "account": "-P", "project": "-P", "partition": "-q", "queue": "-q",
@@ -205,18 +200,6 @@ class Lsf(Backend):
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return LsfExecutor(env)
-
-    # ---- `hpcprov site draft` (discovery: hpcprov.schedulers.discovery) --------------
-    def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
-        """mpirun (the default), horovodrun without --gloo, torchrun."""
-        from hpcprov.core.yaml_writer import Block, plain
-
-        b = Block()
-        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
-        b.add("horovodrun", plain(kind="horovodrun"), notes=[
-            "no --gloo: under LSF horovodrun starts ranks with jsrun or mpirun"])
-        b.add("torchrun", plain(kind="torchrun"))
-        return b, "mpirun"
 
 
 BACKEND = Lsf()

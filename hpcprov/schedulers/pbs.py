@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from hpcprov.core.errors import UsageError
 from hpcprov.core.findings import Finding
@@ -26,10 +25,6 @@ from hpcprov.schedulers.base import (
     unique_hosts,
 )
 from hpcprov.site.sections import SELECT_FIELD, check_select, settings_of
-
-if TYPE_CHECKING:
-    from hpcprov.core.yaml_writer import Block
-    from hpcprov.schedulers.facts import Cluster
 
 # PBS spellings of the generic (Slurm-style) option names; the rest become -l name=value.
 FLAGS = {
@@ -188,21 +183,6 @@ class Pbs(Backend):
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return PbsExecutor(env)
-
-    # ---- `hpcprov site draft` (discovery: hpcprov.schedulers.discovery) --------------
-    def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
-        """mpirun on $PBS_NODEFILE (the default), torchrun with one agent per node started
-        by that mpirun (PBS has no starter of its own), horovodrun."""
-        from hpcprov.core.yaml_writer import Block, plain
-
-        b = Block()
-        b.add("mpirun", plain(kind="mpirun", hosts="hostfile", hostfile="$PBS_NODEFILE",
-                              oversubscribe=True, rendezvous_env=True),
-              "$PBS_NODEFILE lists one line per slot")
-        b.add("torchrun", plain(kind="torchrun"),
-              "one agent per node, started by the site's mpirun (PBS has no task starter)")
-        b.add("horovodrun", plain(kind="horovodrun"))
-        return b, "mpirun"
 
 
 BACKEND = Pbs()

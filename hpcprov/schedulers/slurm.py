@@ -12,7 +12,6 @@ import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import hostlist
 
@@ -26,16 +25,13 @@ from hpcprov.schedulers.base import (
     Handle,
     PerNode,
     Placement,
+    Steps,
     final_state,
     head_options,
     read_exit,
     slots_list,
 )
 from hpcprov.site.sections import SLURM_VERSION, settings_of
-
-if TYPE_CHECKING:
-    from hpcprov.core.yaml_writer import Block
-    from hpcprov.schedulers.facts import Cluster
 
 NODES = '"$SLURM_JOB_NODELIST"'
 HOSTNAMES = f"scontrol show hostnames {NODES}"
@@ -259,10 +255,20 @@ class Slurm(Backend):
                                  "per GPU (--tasks-per-node)"))
         return found
 
-    def allocation_nodes(self) -> str | None:
+    def executor(self, env: dict[str, str] | None = None) -> Executor:
+        return SlurmExecutor(env)
+
+
+BACKEND = Slurm()
+
+
+class SlurmSteps(Steps):
+    """Steps of one allocation: its nodes from scontrol, srun's and mpirun's variables."""
+
+    def nodes(self) -> str:
         return HOSTNAMES
 
-    def step_env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
+    def env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
         """What srun, mpirun (Open MPI reads the allocation from these) and the generated
         host lists read. srun takes -N and -n from SLURM_NNODES and SLURM_NTASKS but no node
         list from the environment: a step that starts its tasks with srun gets a host file
@@ -280,57 +286,12 @@ class Slurm(Backend):
         env.update(SLURM_HOSTFILE=str(hostfile), SLURM_DISTRIBUTION="arbitrary")
         return env, "".join(f"{node}\n" * per for node in nodes)
 
-    def executor(self, env: dict[str, str] | None = None) -> Executor:
-        return SlurmExecutor(env)
-
-    # ---- `hpcprov site draft` (discovery: hpcprov.schedulers.discovery) --------------
-    def draft_launchers(self, cluster: Cluster) -> tuple[Block, str]:
-        """srun (with PMIx where Slurm has it but does not default to it), torchrun started
-        on each node by srun, mpirun and horovodrun; srun the default."""
-        from hpcprov.core.yaml_writer import Block, plain
-
-        b = Block()
-        srun = Block()
-        srun.add("kind", "srun")
-        default_mpi = cluster.settings.get("MpiDefault", "")
-        if "pmix" in cluster.mpi_plugins and not default_mpi.startswith("pmix"):
-            srun.add("mpi", "pmix", f"srun --mpi=list offers pmix; MpiDefault="
-                     f"{default_mpi or '?'} (scontrol show config)")
-        srun.add("rendezvous_env", True, "MASTER_ADDR/MASTER_PORT for torch.distributed")
-        b.add("srun", srun)
-        b.add("torchrun", plain(kind="torchrun", rdzv_host="first_node"))
-        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
-        b.add("horovodrun", plain(kind="horovodrun"))
-        return b, "srun"
-
-    def draft_section(self, cluster: Cluster, gpus: bool) -> Block:
-        """The slurm section: its version (srun's CPU inheritance depends on it), GPUs as
-        gres."""
-        from hpcprov.core.yaml_writer import Block
-
-        b = Block()
-        if cluster.version:
-            b.add("version", cluster.version, cluster.sources.get("version", ""))
-        if gpus:
-            b.add("gpu_request", "gres", "GPUs are gres on the nodes (scontrol show node -o)")
-        return b
-
-    def draft_option_hints(self, cluster: Cluster) -> list[str]:
-        """The job_submit plugins Slurm runs, which can refuse jobs."""
-        submit = cluster.settings.get("JobSubmitPlugins", "")
-        if not submit or submit == "(null)":
-            return []
-        return [f"Slurm runs job_submit plugin(s) {submit} here (scontrol show config): they "
-                "can refuse jobs that lack an option."]
-
-
-BACKEND = Slurm()
-
 
 class SlurmExecutor(Executor):
     """sbatch, then scontrol; sacct or the status file once the controller forgot a job."""
 
     name = "slurm"
+    steps: Steps | None = SlurmSteps()
     HEALTH_EVERY_S = 2.0  # how often the nodes of running jobs are asked after
     UNKNOWN_JOB = "Invalid job id specified"  # scontrol's words for a job it does not know
 

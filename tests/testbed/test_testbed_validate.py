@@ -276,6 +276,7 @@ def test_a_job_the_controller_forgot_gets_its_status_from_the_file_or_is_an_erro
     trap wrote; a job without one is UNKNOWN, which the judgement makes an error."""
     from dataclasses import replace
 
+    from hpcprov.request.job import JobRequest
     from hpcprov.schedulers.base import Handle
     from hpcprov.schedulers.slurm import SlurmExecutor
     from hpcprov.site.profiles import load_site
@@ -287,13 +288,14 @@ def test_a_job_the_controller_forgot_gets_its_status_from_the_file_or_is_an_erro
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     copy_programs(work)  # what the scripts check before they run (their digests)
-    o = Options(load_site("testbed"), "amd_a100nv_8", 1, ("env",))
+    o = Options(JobRequest(load_site("testbed"), partition="amd_a100nv_8", activate=False),
+                ("env",))
     env_job = plan_jobs(o)[0]
     ex = SlurmExecutor(no_accounting.environ())
     handles = []
     for name, rc in (("ok", 0), ("bad", 3), ("lost", 0)):
         script = work / f"{name}.sh"  # validate's own job script, with its EXIT trap
-        script.write_text(job_script(replace(env_job, id=name), o, None, str(work),
+        script.write_text(job_script(replace(env_job, id=name), o, str(work),
                                      ("bash", "-c", f"echo {name}; exit {rc}")))
         handles.append(ex.submit(script, work / f"{name}.out", work / f"{name}.exit"))
     ex.wait(handles, timeout_s=120, pending_timeout_s=60)

@@ -1,6 +1,7 @@
-"""Discovery of a Flux system for `hpcprov site draft`: the commands it asks, pure parsers
-of their text, and :func:`discover`, which runs them through the draft's recorder (the
-backend, :mod:`hpcprov.schedulers.flux`, calls it).
+"""Flux's drafting part for `hpcprov site draft`: the commands it asks, pure parsers of
+their text, :func:`discover`, which runs them through the draft's recorder, and
+``DRAFTING``, which also says what a drafted profile writes for Flux (the backend,
+:mod:`hpcprov.schedulers.flux`, loads it for a draft).
 
 Both commands are asked for fields in a fixed order, ``|`` between them (flux-resource(1)
 and flux-queue(1) ``-o/--format``), so no column layout is guessed:
@@ -18,8 +19,10 @@ from __future__ import annotations
 import hostlist
 
 from hpcprov.core.text import ascii_decimal
+from hpcprov.core.yaml_writer import Block, plain
 from hpcprov.schedulers.facts import (
     Cluster,
+    Drafting,
     Node,
     Queue,
     Run,
@@ -124,3 +127,21 @@ def discover(run: Run) -> Cluster:
                    sources={"nodes": " ".join(RESOURCES_CMD[:3]),
                             "queues": " ".join(QUEUES_CMD[:3]),
                             "gpus": " ".join(RESOURCES_CMD[:3])})
+
+
+class FluxDrafting(Drafting):
+    def discover(self, run: Run) -> Cluster:
+        return discover(run)
+
+    def launchers(self, cluster: Cluster) -> tuple[Block, str]:
+        """flux run (the default), torchrun started on each node by flux run, mpirun."""
+        b = Block()
+        b.add("flux", plain(kind="flux", rendezvous_env=True),
+              "flux run: Flux's task starter; MASTER_ADDR/MASTER_PORT for torch.distributed")
+        b.add("torchrun", plain(kind="torchrun"),
+              "one agent per node, started by flux run")
+        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
+        return b, "flux"
+
+
+DRAFTING = FluxDrafting()

@@ -1,14 +1,17 @@
-"""Discovery of a LSF cluster for `hpcprov site draft`: the commands it asks, pure
-parsers of their text, and :func:`discover`, which runs them through the draft's recorder
-(the backend, :mod:`hpcprov.schedulers.lsf`, calls it)."""
+"""LSF's drafting part for `hpcprov site draft`: the commands it asks, pure parsers of
+their text, :func:`discover`, which runs them through the draft's recorder, and
+``DRAFTING``, which also says what a drafted profile writes for LSF (the backend,
+:mod:`hpcprov.schedulers.lsf`, loads it for a draft)."""
 
 from __future__ import annotations
 
 import re
 
 from hpcprov.core.text import ascii_decimal, ascii_int
+from hpcprov.core.yaml_writer import Block, plain
 from hpcprov.schedulers.facts import (
     Cluster,
+    Drafting,
     Node,
     Queue,
     Run,
@@ -189,3 +192,20 @@ def discover(run: Run) -> Cluster:
     return Cluster(scheduler="lsf", queues=queues, nodes=nodes, notes=notes,
                    sources={"nodes": " ".join(HOSTS_CMD), "queues": " ".join(QUEUES_CMD),
                             "gpus": " ".join(GPUS_CMD)})
+
+
+class LsfDrafting(Drafting):
+    def discover(self, run: Run) -> Cluster:
+        return discover(run)
+
+    def launchers(self, cluster: Cluster) -> tuple[Block, str]:
+        """mpirun (the default), horovodrun without --gloo, torchrun."""
+        b = Block()
+        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
+        b.add("horovodrun", plain(kind="horovodrun"), notes=[
+            "no --gloo: under LSF horovodrun starts ranks with jsrun or mpirun"])
+        b.add("torchrun", plain(kind="torchrun"))
+        return b, "mpirun"
+
+
+DRAFTING = LsfDrafting()

@@ -1,14 +1,17 @@
-"""Discovery of a PBS cluster for `hpcprov site draft`: the commands it asks, pure
-parsers of their text, and :func:`discover`, which runs them through the draft's recorder
-(the backend, :mod:`hpcprov.schedulers.pbs`, calls it)."""
+"""PBS's drafting part for `hpcprov site draft`: the commands it asks, pure parsers of
+their text, :func:`discover`, which runs them through the draft's recorder, and
+``DRAFTING``, which also says what a drafted profile writes for PBS (the backend,
+:mod:`hpcprov.schedulers.pbs`, loads it for a draft)."""
 
 from __future__ import annotations
 
 import re
 
 from hpcprov.core.walltime import walltime_seconds
+from hpcprov.core.yaml_writer import Block, plain
 from hpcprov.schedulers.facts import (
     Cluster,
+    Drafting,
     Node,
     Queue,
     Run,
@@ -198,3 +201,23 @@ def discover(run: Run) -> Cluster:
                    nodes=nodes, notes=notes,
                    sources={"version": " ".join(SERVER_CMD), "nodes": " ".join(NODES_CMD),
                             "queues": " ".join(QUEUES_CMD)})
+
+
+class PbsDrafting(Drafting):
+    def discover(self, run: Run) -> Cluster:
+        return discover(run)
+
+    def launchers(self, cluster: Cluster) -> tuple[Block, str]:
+        """mpirun on $PBS_NODEFILE (the default), torchrun with one agent per node started
+        by that mpirun (PBS has no starter of its own), horovodrun."""
+        b = Block()
+        b.add("mpirun", plain(kind="mpirun", hosts="hostfile", hostfile="$PBS_NODEFILE",
+                              oversubscribe=True, rendezvous_env=True),
+              "$PBS_NODEFILE lists one line per slot")
+        b.add("torchrun", plain(kind="torchrun"),
+              "one agent per node, started by the site's mpirun (PBS has no task starter)")
+        b.add("horovodrun", plain(kind="horovodrun"))
+        return b, "mpirun"
+
+
+DRAFTING = PbsDrafting()

@@ -1,6 +1,7 @@
-"""Discovery of a Slurm cluster for `hpcprov site draft`: the commands it asks, pure
-parsers of their text, and :func:`discover`, which runs them through the draft's recorder
-(the backend, :mod:`hpcprov.schedulers.slurm`, calls it)."""
+"""Slurm's drafting part for `hpcprov site draft`: the commands it asks, pure parsers of
+their text, :func:`discover`, which runs them through the draft's recorder, and
+``DRAFTING``, which also says what a drafted profile writes for Slurm (the backend,
+:mod:`hpcprov.schedulers.slurm`, loads it for a draft)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import re
 import hostlist
 
 from hpcprov.core.text import ascii_int
+from hpcprov.core.yaml_writer import Block, plain
 from hpcprov.schedulers.facts import (
     Cluster,
+    Drafting,
     Node,
     Queue,
     Run,
@@ -281,3 +284,46 @@ def discover(run: Run) -> Cluster:
         sources={"version": " ".join(VERSION), "name": " ".join(CONFIG),
                  "settings": " ".join(CONFIG), "mpi_plugins": " ".join(MPI_LIST),
                  "nodes": " ".join(NODES), "queues": " ".join(PARTITIONS)})
+
+
+class SlurmDrafting(Drafting):
+    def discover(self, run: Run) -> Cluster:
+        return discover(run)
+
+    def launchers(self, cluster: Cluster) -> tuple[Block, str]:
+        """srun (with PMIx where Slurm has it but does not default to it), torchrun started
+        on each node by srun, mpirun and horovodrun; srun the default."""
+        b = Block()
+        srun = Block()
+        srun.add("kind", "srun")
+        default_mpi = cluster.settings.get("MpiDefault", "")
+        if "pmix" in cluster.mpi_plugins and not default_mpi.startswith("pmix"):
+            srun.add("mpi", "pmix", f"srun --mpi=list offers pmix; MpiDefault="
+                     f"{default_mpi or '?'} (scontrol show config)")
+        srun.add("rendezvous_env", True, "MASTER_ADDR/MASTER_PORT for torch.distributed")
+        b.add("srun", srun)
+        b.add("torchrun", plain(kind="torchrun", rdzv_host="first_node"))
+        b.add("mpirun", plain(kind="mpirun", rendezvous_env=True))
+        b.add("horovodrun", plain(kind="horovodrun"))
+        return b, "srun"
+
+    def section(self, cluster: Cluster, gpus: bool) -> Block:
+        """The slurm section: its version (srun's CPU inheritance depends on it), GPUs as
+        gres."""
+        b = Block()
+        if cluster.version:
+            b.add("version", cluster.version, cluster.sources.get("version", ""))
+        if gpus:
+            b.add("gpu_request", "gres", "GPUs are gres on the nodes (scontrol show node -o)")
+        return b
+
+    def option_hints(self, cluster: Cluster) -> list[str]:
+        """The job_submit plugins Slurm runs, which can refuse jobs."""
+        submit = cluster.settings.get("JobSubmitPlugins", "")
+        if not submit or submit == "(null)":
+            return []
+        return [f"Slurm runs job_submit plugin(s) {submit} here (scontrol show config): they "
+                "can refuse jobs that lack an option."]
+
+
+DRAFTING = SlurmDrafting()
