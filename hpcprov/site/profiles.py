@@ -24,9 +24,14 @@ if TYPE_CHECKING:
     from hpcprov.site.view import SiteView
 
 
+# pydantic's error types for an unknown key and a missing one (a dataclass's own names)
+EXTRA = ("extra_forbidden", "unexpected_keyword_argument")
+MISSING = ("missing", "missing_argument", "missing_keyword_only_argument")
+
+
 def _hint(err: dict[str, Any], model_fields: list[str], written: str | None = None) -> str:
     kind, value = err["type"], err.get("input")
-    if kind == "extra_forbidden":
+    if kind in EXTRA:
         close = difflib.get_close_matches(str(err["loc"][-1]), model_fields, n=1)
         return f" (did you mean {close[0]!r}?)" if close else ""
     if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
@@ -93,9 +98,9 @@ def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
         file, line = layer.where(loc)
         dotted = ".".join(str(p) for p in loc) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
+        if err["type"] in EXTRA:
             msg = "unknown key"
-        elif err["type"] == "missing":
+        elif err["type"] in MISSING:
             msg = "required key is missing"
         hint = _hint(err, _allowed_fields(loc), layer.sources.get(loc))
         if loc in layer.implied:
@@ -108,10 +113,10 @@ def validated(layer: Layer) -> tuple[Site | None, list[ProfileError]]:
     """The site, or every located problem with the merged profile data."""
     from pydantic import ValidationError
 
-    from hpcprov.site.model import Site
+    from hpcprov.site.model import validate
 
     try:
-        return Site.model_validate(layer.data), []
+        return validate(layer.data), []
     except ValidationError as exc:
         return None, describe(exc, layer)
 
