@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from hpcprov.request.job import JobRequest
     from hpcprov.request.options import Option
     from hpcprov.schedulers.facts import Cluster, Run
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
 @dataclass(frozen=True)
@@ -194,7 +194,7 @@ class Backend:
         Slurm, ``-A`` for PBS, ``-P`` for LSF), for messages."""
         return f"--{name}"
 
-    def section(self, site: SiteView) -> Any:
+    def section(self, site: Site) -> Any:
         """The site's settings for this scheduler (``site.<name>``)."""
         return getattr(site, self.name)
 
@@ -299,7 +299,7 @@ class Backend:
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         raise NotImplementedError
 
-    def site_executor(self, site: SiteView, env: dict[str, str] | None = None) -> Executor:
+    def site_executor(self, site: Site, env: dict[str, str] | None = None) -> Executor:
         """The executor of a site's jobs, where the profile says how they are submitted
         (Flux: ``flux.submit``); :meth:`executor` where nothing in it does."""
         return self.executor(env)

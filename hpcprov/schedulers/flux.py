@@ -50,7 +50,7 @@ from hpcprov.site.sections import settings_of
 if TYPE_CHECKING:
     from hpcprov.core.yaml_writer import Block
     from hpcprov.schedulers.facts import Cluster
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 # Flux spellings of the generic option names; the rest become --NAME=VALUE
 FLAGS = {
@@ -221,7 +221,7 @@ class Flux(Backend):
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return FluxExecutor(env)
 
-    def site_executor(self, site: SiteView, env: dict[str, str] | None = None) -> Executor:
+    def site_executor(self, site: Site, env: dict[str, str] | None = None) -> Executor:
         return FluxExecutor(env, self.section(site).submit)
 
     # ---- `hpcprov site draft` (discovery: hpcprov.schedulers.discovery.flux) ----------

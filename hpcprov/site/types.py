@@ -18,11 +18,24 @@ from the cache), a field's own check raising at that field's location (:func:`in
 from __future__ import annotations
 
 import dataclasses
+import functools
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import MISSING, dataclass, fields
 from enum import Enum
-from typing import TYPE_CHECKING, Annotated, Any, Literal, Optional
+from types import UnionType
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    Any,
+    Literal,
+    Optional,
+    Union,
+    get_args,
+    get_origin,
+    get_type_hints,
+)
 
 from hpcprov.core.errors import UsageError
 from hpcprov.core.text import FREE_TEXT, SINGLE_LINE_RULE, TEXT_RULE, has_control
@@ -1145,3 +1158,59 @@ def dump(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [dump(v) for v in value]
     return value
+
+
+def load(kind: Any, data: Any) -> Any:
+    """What :func:`dump` wrote, read back as ``kind`` (the :class:`Site`, or a part of
+    one), directed by the classes' type hints and built by the classes themselves (so their
+    checks run again: a control character in a single-line value is refused here too).
+    ValueError/TypeError/KeyError for anything :func:`dump` does not write for that type.
+    No pydantic: this is how a site comes back from the profile cache."""
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is Annotated:
+        return load(args[0], data)
+    if kind is Any:
+        return data
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        if type(data) is not dict:
+            raise TypeError(f"{kind.__name__}: not an object")
+        hints = _hints(kind)
+        return kind(**{key: load(hints[key], value) for key, value in data.items()})
+    if origin is Union or origin is UnionType:
+        if data is None and type(None) in args:
+            return None
+        for arm in args:
+            if arm is not type(None):
+                try:
+                    return load(arm, data)
+                except (ValueError, TypeError, KeyError):
+                    continue
+        raise ValueError(f"{data!r} is none of {kind}")
+    if origin is Literal:
+        if not any(type(data) is type(a) and data == a for a in args):
+            raise ValueError(f"{data!r} is not one of {args}")
+        return data
+    if origin is list:
+        if type(data) is not list:
+            raise TypeError("not a list")
+        return [load(args[0], item) for item in data]
+    if origin is dict:
+        if type(data) is not dict:
+            raise TypeError("not an object")
+        return {load(args[0], k): load(args[1], v) for k, v in data.items()}
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind(data)
+    if kind is float and type(data) in (int, float):
+        if not math.isfinite(data):
+            raise ValueError(f"a number that is not finite: {data!r}")
+        return float(data)
+    if kind in (str, int, bool) and type(data) is kind:
+        return data
+    if kind is type(None) and data is None:
+        return None
+    raise TypeError(f"{data!r} is not a {kind}")
+
+
+@functools.cache
+def _hints(kind: type) -> dict[str, Any]:
+    return get_type_hints(kind, include_extras=True)
