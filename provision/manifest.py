@@ -10,7 +10,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,7 +22,7 @@ from hpcprov.jobs.layout import manifest_file
 from hpcprov.provision.compat import for_site
 from hpcprov.provision.journal import Journal
 from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS, Vendor
-from hpcprov.site.types import Modules
+from hpcprov.site.types import Gpus, Modules
 
 if TYPE_CHECKING:
     from hpcprov.site.types import Site
@@ -142,13 +142,8 @@ class RecordedPython(_Record):
     frameworks: dict[str, RecordedFramework] = Field(default_factory=dict)
 
 
-class RecordedGpus(_Record):
-    count: int = Field(0, ge=0)
-    vendor: Literal[tuple(VENDORS)] = DEFAULT_VENDOR  # the vendors: hpcprov.site.gpu_vendors
-
-
 class RecordedPartition(_Record):
-    gpus: RecordedGpus = Field(default_factory=RecordedGpus)
+    gpus: Gpus = Field(default_factory=Gpus)  # the profile's own section, as it validates it
 
 
 class RecordedProfile(_Record):

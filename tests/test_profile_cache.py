@@ -264,7 +264,7 @@ def test_start_up_imports_stay_light(cache: Path) -> None:
 def test_planning_commands_on_a_cached_site_import_neither_yaml_nor_pydantic(
         cache: Path, user_dir: Path, argv: list[str]) -> None:
     """What keeps them within the CLI's start-up budget (benchmarks/bench_cli.py): a warm
-    command plans from the cached snapshot; the same output either way. The profile is a
+    command plans from the cached site; the same output either way. The profile is a
     user's copy of neuron.yaml."""
     (user_dir / "neuron.yaml").write_bytes((bundled_site_dir() / "neuron.yaml").read_bytes())
     cold_heavy, cold_out = planned_in_subprocess(argv, {**os.environ})

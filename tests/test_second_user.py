@@ -479,7 +479,7 @@ def forged_entry(area: Path) -> tuple[str, str]:
         """, genuine, as_root=True)
     head, body = made["text"].splitlines()
     site = json.loads(body)
-    site["__site__"]["description"] = "FORGED by nobody"
+    site["description"] = "FORGED by nobody"
     return made["name"], head + "\n" + json.dumps(site, separators=(",", ":")) + "\n"
 
 

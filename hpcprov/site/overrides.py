@@ -48,4 +48,11 @@ def with_overrides(site: Site, *, env_name: str | None = None,
             raise UsageError(f"--env {env_name!r}: use letters, digits, '.', '_', '+', '-' "
                              "(starting with a letter or digit)") from None
         raise UsageError(f"--container {container!r}: {exc.errors()[0]['msg']}") from None
-    return dataclasses.replace(site, python=stack, horovod=horovod)
+    try:  # the site's own checks again, on the changed site
+        return dataclasses.replace(site, python=stack, horovod=horovod)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        raise UsageError(f"{where}: {err['msg'].removeprefix('Value error, ')}") from None
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
