@@ -148,13 +148,42 @@ def _count(default: Any = MISSING, *, ge: int = 1, le: int, description: str) ->
     return F(default, strict=True, ge=ge, le=le, description=description)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Strict:
     """Base: unknown keys are errors (pydantic: extra forbid); strings that may reach a
     shell hold no control characters; numbers are finite (.inf and .nan are refused; JSON
     has neither)."""
 
     __pydantic_config__ = {"extra": "forbid", "allow_inf_nan": False}
+
+    # one __init__, __eq__ and __repr__ for every class: dataclasses would write and compile
+    # each class its own, which costs every command that reads a site from the profile
+    # cache about ten milliseconds (pydantic builds the objects without __init__, then
+    # calls __post_init__)
+    def __init__(self, **values: Any) -> None:
+        for name, default, factory in _field_specs(type(self)):
+            if name in values:
+                value = values.pop(name)
+            elif default is not MISSING:
+                value = default
+            elif factory is not MISSING:
+                value = factory()
+            else:
+                raise TypeError(f"{type(self).__name__}: {name} is required")
+            setattr(self, name, value)
+        if values:
+            raise TypeError(f"{type(self).__name__} has no {', '.join(sorted(values))}")
+        self.__post_init__()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and all(
+            getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
+
+    __hash__ = None  # mutable: not hashable
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return f"{type(self).__name__}({inner})"
 
     def __post_init__(self) -> None:
         problems = [((f.name,), TEXT_RULE if f.name in FREE_TEXT else SINGLE_LINE_RULE,
@@ -172,6 +201,12 @@ class Strict:
 
     def _check(self) -> None:
         """The checks across fields (ValueError: at this object's location)."""
+
+
+@functools.cache
+def _field_specs(cls: type) -> tuple[tuple[str, Any, Any], ...]:
+    """(name, default, default factory) of each field of a site class."""
+    return tuple((f.name, f.default, f.default_factory) for f in fields(cls))
 
 
 def _refused(name: str, value: Any, check: Callable[[Any], Any]
@@ -196,7 +231,7 @@ def _env_problems(env: dict[str, str]) -> list[tuple[tuple[str | int, ...], str,
     return _refused("env", env, _check_env_names)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class ModuleSet(Strict):
     """Modules to load for one purpose, optionally after `module purge`."""
 
@@ -204,7 +239,7 @@ class ModuleSet(Strict):
     load: list[str] = F(factory=list, description="modules, in load order")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Modules(Strict):
     system: ModuleSystem = ModuleSystem.lmod
     init: str | None = F(
@@ -219,7 +254,7 @@ class Modules(Strict):
     runtime: ModuleSet = F(factory=ModuleSet, description="modules to run jobs")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Gpus(Strict):
     count: int = _count(0, ge=0, le=64, description="GPUs per node (at most 64)")
     vendor: Literal[tuple(VENDORS)] = F(  # the vendors: hpcprov.site.gpu_vendors
@@ -259,7 +294,7 @@ def _check_bins(bins: list[Any]) -> list[Any]:
     return bins
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class WalltimeByNodes(Strict):
     """A wall-clock cap for the jobs of up to ``max_nodes`` nodes."""
 
@@ -278,7 +313,7 @@ def _walltime(value: str | None) -> None:
                          "e.g. '24:00:00' or '2-00:00:00' (quoted), more than zero")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Limits(Strict):
     max_jobs_per_user: int | None = _count(
         None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,} (more than a scheduler queues)")
@@ -313,7 +348,7 @@ class Limits(Strict):
                 *_refused("max_walltime_by_nodes", self.max_walltime_by_nodes, _check_bins)]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Reference(Strict):
     """A performance reference: pass when value*(1+lower) <= measured <= value*(1+upper)."""
 
@@ -338,7 +373,7 @@ def _check_host_name(value: str | None) -> str | None:
     return value
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Network(Strict):
     """A partition's high-speed network: the nodes' names on it, and what NCCL, Gloo and
     libfabric are told (exported before every launch line, passed on by mpirun -x)."""
@@ -371,7 +406,7 @@ class Network(Strict):
                 *_env_problems(self.env)]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class EnvByNodes(Strict):
     """Variables for the jobs of up to ``max_nodes`` nodes."""
 
@@ -395,7 +430,7 @@ def _flags_have_no_value(value: Any) -> Any:
     return value
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Partition(Strict):
     description: str | None = None
     nodes: int | None = _count(None, le=MAX_NODES, description=f"number of nodes in the "
@@ -455,7 +490,7 @@ class Partition(Strict):
                              "options: {constraint: gpu, qos: regular}")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class RequiredOption(Strict):
     """A job option the site insists on (Neuron --comment, CC --account)."""
 
@@ -465,7 +500,7 @@ class RequiredOption(Strict):
     reason: str | None = None
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Proxy(Strict):
     """The proxy through which setup's downloads reach the internet (pip, conda, curl)."""
 
@@ -477,7 +512,7 @@ class Proxy(Strict):
                                 description="hosts and domains reached directly")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Policies(Strict):
     required_options: dict[OptionName, RequiredOption] = F(factory=dict)
     forbidden_options: dict[OptionName, str] = F(
@@ -495,7 +530,7 @@ class Policies(Strict):
     notes: list[str] = F(factory=list)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Paths(Strict):
     scratch: str = F("$HOME", description="user scratch (may use $VARS)")
     prefix: str = F(
@@ -534,7 +569,7 @@ def _channel(value: str) -> str:
 Channel = Annotated[str, Meta(max_length=512), After(_channel)]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class CondaSpec(Strict):
     installer_url: str = "https://repo.anaconda.com/miniconda/Miniconda3-latest-Linux-x86_64.sh"
     installer_sha256: str | None = F(None, pattern=r"^[0-9a-f]{64}$")
@@ -561,7 +596,7 @@ class CondaSpec(Strict):
         "in modules.build.load and modules.runtime.load too")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class VenvSpec(Strict):
     creator: Literal["venv", "virtualenv", "uv"] = "venv"
     installer: Literal["pip", "uv", "auto"] = F(
@@ -574,7 +609,7 @@ class VenvSpec(Strict):
     no_index: bool = F(False, description="pip --no-index (only the wheelhouse)")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class ContainerSpec(Strict):
     """Provisioning through a container image instead of a Python environment."""
 
@@ -610,7 +645,7 @@ def _no_option(spec: str) -> str:
 PackageSpec = Annotated[str, After(_no_option)]
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Framework(Strict):
     version: str
     installer: Literal["pip", "conda", "module"] = F(
@@ -648,7 +683,7 @@ class Framework(Strict):
             raise ValueError("module: is read only with installer: module")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class PythonStack(Strict):
     backend: Literal["conda", "venv", "container"] = "venv"
     env_name: Name = "horovod"
@@ -698,7 +733,7 @@ class PythonStack(Strict):
                 "them, or name channels that need none (channels: [conda-forge])")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class HorovodBuild(Strict):
     source: Literal["pip", "wheelhouse", "module", "container", "none"] = "pip"
     version: str | None = F("0.28.1", description="null: whatever pip picks")
@@ -722,7 +757,7 @@ class HorovodBuild(Strict):
         return _env_problems(self.env)
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Launcher(Strict):
     """How a site starts ranks: one builder per kind reads its keys (a key the kind does
     not read is refused; each kind's keys: :mod:`hpcprov.site.launcher_kinds`)."""
@@ -839,7 +874,7 @@ def _default(cls: type, name: str) -> Any:
     return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Containers(Strict):
     runtime: Literal["singularity", "apptainer", "enroot", "shifter", "podman-hpc",
                      "charliecloud"] | None = \
@@ -900,7 +935,7 @@ def _toml_literal(value: Any) -> None:
                              "holds no single quote or control character")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Uenv(Strict):
     """A uenv-style software stack (a SquashFS image of compilers, MPI, Python... mounted
     at ``mount``): setup pulls it and builds the environment inside it; jobs mount it
@@ -933,7 +968,7 @@ def _scheduler_section(name: str, settings: dict[str, Setting]) -> type[Section]
         f"{name.capitalize()}Options",
         [(key, s.annotation, F(s.default, description=s.description))
          for key, s in settings.items()],
-        bases=(Section,), kw_only=True,
+        bases=(Section,), kw_only=True, init=False, repr=False, eq=False,
         namespace={"__module__": __name__,
                    "__doc__": f"Settings of {name} jobs (only in a profile whose scheduler "
                               f"is {name}).",
@@ -966,7 +1001,7 @@ def no_partition(site: str, name: str, partitions: Iterable[str]) -> UsageError:
                       f"{', '.join(partitions) or 'none'})")
 
 
-@dataclass(kw_only=True)
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Site(Strict):
     __doc__ = ("A cluster: scheduler, partitions, modules, policies, Python stack, Horovod, "
                "launchers; one settings section per scheduler.")
