@@ -11,11 +11,14 @@ writes their JSON Schema, reading what each field declares: its type (``Annotate
 :class:`Meta` or :class:`After` for a type inside a list or a mapping) and the keyword
 arguments of ``pydantic.Field`` in the dataclass field's ``metadata`` (description, strict,
 bounds, pattern), which :func:`F` writes. The checks that span fields run in
-``__post_init__`` (pydantic calls it after validating the fields; so does building a class
-from the cache), a field's own check raising at that field's location (:func:`invalid`).
-"""
+``__post_init__`` (pydantic calls it after validating the fields), a field's own check
+raising at that field's location (:func:`invalid`). :func:`dump` is a site's JSON,
+:func:`load` reads it back (the profile cache), directed by the same type hints.
 
-from __future__ import annotations
+Annotations are evaluated when the classes are made (no ``from __future__ import
+annotations``): the dataclass fields then carry real types, which :func:`load` reads
+without evaluating strings on a warm start.
+"""
 
 import dataclasses
 import functools
@@ -34,15 +37,12 @@ from typing import (
     Union,
     get_args,
     get_origin,
-    get_type_hints,
 )
 
 from hpcprov.core.errors import UsageError
 from hpcprov.core.text import FREE_TEXT, SINGLE_LINE_RULE, TEXT_RULE, has_control
 from hpcprov.core.walltime import walltime_seconds
-from hpcprov.site.conda_channels import tos_channels
 from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
-from hpcprov.site.image_refs import image_problems
 from hpcprov.site.kinds import LauncherKind, ModuleSystem, Scheduler
 from hpcprov.site.launcher_kinds import LAUNCHER_KEYS, readers
 from hpcprov.site.sections import DEFAULT_SCHEDULER, SCHEDULERS, Setting
@@ -73,8 +73,8 @@ class Meta:
     def __init__(self, **keys: Any) -> None:
         self.keys = keys
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
-                                     ) -> CoreSchema:
+    def __get_pydantic_core_schema__(self, source: Any, handler: "GetCoreSchemaHandler"
+                                     ) -> "CoreSchema":
         schema = handler(source)
         schema.update(self.keys)
         return schema
@@ -86,8 +86,8 @@ class After:
     def __init__(self, check: Callable[[Any], Any]) -> None:
         self.check = check
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
-                                     ) -> CoreSchema:
+    def __get_pydantic_core_schema__(self, source: Any, handler: "GetCoreSchemaHandler"
+                                     ) -> "CoreSchema":
         from pydantic_core import core_schema
 
         return core_schema.no_info_after_validator_function(self.check, handler(source))
@@ -96,8 +96,8 @@ class After:
 class Before(After):
     """A check of the value as written (raising ValueError), before its type is validated."""
 
-    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler
-                                     ) -> CoreSchema:
+    def __get_pydantic_core_schema__(self, source: Any, handler: "GetCoreSchemaHandler"
+                                     ) -> "CoreSchema":
         from pydantic_core import core_schema
 
         return core_schema.no_info_before_validator_function(self.check, handler(source))
@@ -186,14 +186,17 @@ class Strict:
         return f"{type(self).__name__}({inner})"
 
     def __post_init__(self) -> None:
-        problems = [((f.name,), TEXT_RULE if f.name in FREE_TEXT else SINGLE_LINE_RULE,
-                     getattr(self, f.name))
-                    for f in fields(self)
-                    if _control(getattr(self, f.name), f.name in FREE_TEXT)]
-        problems += self._field_problems()
+        problems = [*self._text_problems(), *self._field_problems()]
         if problems:
             raise invalid(problems)
         self._check()
+
+    def _text_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+        """Each field holding a control character its rule refuses (the fields named in
+        FREE_TEXT may hold newlines and tabs)."""
+        return [((name,), TEXT_RULE if name in FREE_TEXT else SINGLE_LINE_RULE, value)
+                for name, _, _ in _field_specs(type(self))
+                if _control(value := getattr(self, name), name in FREE_TEXT)]
 
     def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
         """Each field refused by a check of its own: (location, why, value)."""
@@ -724,6 +727,8 @@ class PythonStack(Strict):
                              "backend: conda (a venv has no conda); use installer: pip")
         if self.backend != "conda" or self.conda.accept_tos:
             return
+        from hpcprov.site.conda_channels import tos_channels
+
         tos = tos_channels(self)
         if tos:
             raise ValueError(
@@ -1041,8 +1046,8 @@ class Site(Strict):
         "(e.g. partitions.gpu.nodes); each must name a key of the profile")
 
     @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler
-                                     ) -> CoreSchema:
+    def __get_pydantic_core_schema__(cls, source: Any, handler: "GetCoreSchemaHandler"
+                                     ) -> "CoreSchema":
         """Pydantic's schema, with the chosen scheduler's section filled in first (all
         defaults where the profile has none)."""
         from pydantic_core import core_schema
@@ -1095,6 +1100,8 @@ class Site(Strict):
                              "pip), or a container")
         # a registry reference setup could not pull, or not where the jobs read it, and a
         # relative image path setup would write, each refused at its own key's line
+        from hpcprov.site.image_refs import image_problems
+
         problems = image_problems(self)
         if problems:
             raise invalid([(loc, why, None) for loc, why in problems])
@@ -1197,55 +1204,83 @@ def dump(value: Any) -> Any:
 
 def load(kind: Any, data: Any) -> Any:
     """What :func:`dump` wrote, read back as ``kind`` (the :class:`Site`, or a part of
-    one), directed by the classes' type hints and built by the classes themselves (so their
-    checks run again: a control character in a single-line value is refused here too).
-    ValueError/TypeError/KeyError for anything :func:`dump` does not write for that type.
-    No pydantic: this is how a site comes back from the profile cache."""
-    origin, args = get_origin(kind), get_args(kind)
-    if origin is Annotated:
-        return load(args[0], data)
-    if kind is Any:
-        return data
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
-        if type(data) is not dict:
-            raise TypeError(f"{kind.__name__}: not an object")
-        hints = _hints(kind)
-        return kind(**{key: load(hints[key], value) for key, value in data.items()})
-    if origin is Union or origin is UnionType:
-        if data is None and type(None) in args:
-            return None
-        for arm in args:
-            if arm is not type(None):
-                try:
-                    return load(arm, data)
-                except (ValueError, TypeError, KeyError):
-                    continue
-        raise ValueError(f"{data!r} is none of {kind}")
-    if origin is Literal:
-        if not any(type(data) is type(a) and data == a for a in args):
-            raise ValueError(f"{data!r} is not one of {args}")
-        return data
-    if origin is list:
-        if type(data) is not list:
-            raise TypeError("not a list")
-        return [load(args[0], item) for item in data]
-    if origin is dict:
-        if type(data) is not dict:
-            raise TypeError("not an object")
-        return {load(args[0], k): load(args[1], v) for k, v in data.items()}
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return kind(data)
-    if kind is float and type(data) in (int, float):
-        if not math.isfinite(data):
-            raise ValueError(f"a number that is not finite: {data!r}")
-        return float(data)
-    if kind in (str, int, bool) and type(data) is kind:
-        return data
-    if kind is type(None) and data is None:
-        return None
-    raise TypeError(f"{data!r} is not a {kind}")
+    one), directed by the classes' type hints: every field present and of its type, enum
+    members by value, no control character in a single-line value (free text: no other
+    than newline and tab) and no number that is not finite. The checks across fields are
+    not run again: what :func:`dump` wrote was validated, and the profile cache uses an
+    entry only for the same files and code. ValueError/TypeError for anything
+    :func:`dump` does not write for that type. No pydantic: this is how a site comes back
+    from the profile cache."""
+    return _decoder(kind)(data)
+
+
+def _refuse(what: str) -> Any:
+    raise ValueError(what)
 
 
 @functools.cache
-def _hints(kind: type) -> dict[str, Any]:
-    return get_type_hints(kind, include_extras=True)
+def _decoder(kind: Any) -> Callable[[Any], Any]:
+    """The reader of one type's JSON (built once per type)."""
+    origin, args = get_origin(kind), get_args(kind)
+    if origin is Annotated:
+        return _decoder(args[0])
+    if kind is Any:
+        return lambda data: data
+    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+        return _object_decoder(kind)
+    if origin is Union or origin is UnionType:
+        arms = [_decoder(a) for a in args if a is not type(None)]
+        nullable = type(None) in args
+        if len(arms) == 1:
+            (arm,) = arms
+            return lambda data: None if data is None and nullable else arm(data)
+
+        def union(data: Any) -> Any:
+            if data is None and nullable:
+                return None
+            for arm in arms:
+                try:
+                    return arm(data)
+                except (ValueError, TypeError):
+                    continue
+            raise ValueError(f"{data!r} is none of {kind}")
+
+        return union
+    if origin is Literal:
+        allowed = {(type(a), a) for a in args}
+        return lambda data: data if (type(data), data) in allowed else _refuse(
+            f"{data!r} is not one of {args}")
+    if origin is list:
+        item = _decoder(args[0])
+        return lambda data: [item(v) for v in data] if type(data) is list else _refuse(
+            "not a list")
+    if origin is dict:
+        key, value = _decoder(args[0]), _decoder(args[1])
+        return lambda data: {key(k): value(v) for k, v in data.items()} \
+            if type(data) is dict else _refuse("not an object")
+    if isinstance(kind, type) and issubclass(kind, Enum):
+        return kind
+    if kind is float:
+        return lambda data: float(data) if type(data) in (int, float) and math.isfinite(data) \
+            else _refuse(f"not a finite number: {data!r}")
+    if kind in (str, int, bool):
+        return lambda data: data if type(data) is kind else _refuse(f"not a {kind.__name__}")
+    raise TypeError(f"no reader for {kind}")
+
+
+def _object_decoder(kind: type[Strict]) -> Callable[[Any], Any]:
+    readers: dict[str, Callable[[Any], Any]] = {}
+
+    def read(data: Any) -> Any:
+        if not readers:  # built on first use: a class may name itself (through a field)
+            readers.update({f.name: _decoder(f.type) for f in fields(kind)})
+        if type(data) is not dict or data.keys() != readers.keys():
+            raise ValueError(f"{kind.__name__}: not its fields")
+        obj = object.__new__(kind)
+        obj.__dict__.update({name: reader(data[name]) for name, reader in readers.items()})
+        problems = obj._text_problems()
+        if problems:
+            raise ValueError(f"{kind.__name__}.{problems[0][0][0]}: {problems[0][1]}")
+        return obj
+
+    return read
