@@ -3,7 +3,7 @@
 A backend is everything hpcprov knows about one scheduler, in one module:
 
 * **its profile section** (``settings``: the keys of ``site.<name>``, as plain data from which
-  :mod:`hpcprov.site.model` builds the pydantic section, so this module needs no pydantic);
+  :mod:`hpcprov.site.types` makes the section's dataclass, so this module needs no pydantic);
 * **planning** (pure): the job options and directive lines, the job script's interpreter
   and prolog, the submit and interactive-allocation commands, and the shell expressions
   launchers ask for (the first node, host:slots lists, a host file, the job id, a
@@ -195,7 +195,8 @@ class Backend:
         return f"--{name}"
 
     def section(self, site: Site) -> Any:
-        """The site's settings for this scheduler (``site.<name>``)."""
+        """The site's settings for this scheduler (``site.<name>``: a dataclass made from
+        ``settings``, which a type checker cannot see: read as Any)."""
         return getattr(site, self.name)
 
     # ---- planning (pure) ---------------------------------------------------------------
