@@ -32,6 +32,7 @@ from typing import (
     TYPE_CHECKING,
     Annotated,
     Any,
+    ClassVar,
     Literal,
     Optional,
     Union,
@@ -185,11 +186,47 @@ class Strict:
         inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
         return f"{type(self).__name__}({inner})"
 
+    # (field, its checks): each raises ValueError for a value it refuses; pydantic runs them
+    # on the field as it validates it (the first refusal is the field's error), and so does
+    # __post_init__ for an object built directly
+    _own_checks: ClassVar[tuple[tuple[str, tuple[Callable[[Any], Any], ...]], ...]] = ()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: "GetCoreSchemaHandler"
+                                     ) -> "CoreSchema":
+        """Pydantic's schema of the class, each field's value checked as it is validated:
+        the text rule, then the field's own checks (so a field's problem is reported even
+        where another field fails, as a field validator's would be)."""
+        from pydantic_core import core_schema
+
+        schema = handler(source)
+        args = schema.get("schema") if schema.get("type") == "dataclass" else None
+        if not args or args.get("type") != "dataclass-args":
+            return schema
+        own = dict(cls._own_checks)
+        for spec in args["fields"]:
+            name = spec["name"]
+            holder = spec["schema"] if spec["schema"]["type"] == "default" else spec
+            holder["schema"] = core_schema.no_info_after_validator_function(
+                _field_checker(name, own.get(name, ())), holder["schema"])
+        return schema
+
     def __post_init__(self) -> None:
-        problems = [*self._text_problems(), *self._field_problems()]
+        problems = [*self._text_problems(), *self._own_problems(), *self._field_problems()]
         if problems:
             raise invalid(problems)
         self._check()
+
+    def _own_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+        out = []
+        for name, checks in self._own_checks:
+            value = getattr(self, name)
+            for check in checks:
+                refused = _refused(name, value, check)
+                if refused:
+                    out += refused
+                    break
+        return out
 
     def _text_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
         """Each field holding a control character its rule refuses (the fields named in
@@ -204,6 +241,20 @@ class Strict:
 
     def _check(self) -> None:
         """The checks across fields (ValueError: at this object's location)."""
+
+
+def _field_checker(name: str, checks: tuple[Callable[[Any], Any], ...]
+                   ) -> Callable[[Any], Any]:
+    free = name in FREE_TEXT
+
+    def check(value: Any) -> Any:
+        if _control(value, free):
+            raise ValueError(TEXT_RULE if free else SINGLE_LINE_RULE)
+        for one in checks:
+            one(value)
+        return value
+
+    return check
 
 
 @functools.cache
@@ -227,11 +278,6 @@ def _check_env_names(env: dict[str, str]) -> dict[str, str]:
         if not _ENV_RE.match(key):
             raise ValueError(f"{key!r} is not a valid environment variable name")
     return env
-
-
-def _env_problems(env: dict[str, str]) -> list[tuple[tuple[str | int, ...], str, Any]]:
-    """An ``env`` field whose keys are not all valid variable names."""
-    return _refused("env", env, _check_env_names)
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -306,8 +352,7 @@ class WalltimeByNodes(Strict):
                                    "out: every larger job")
     max_walltime: str = F(description="[D-]HH:MM:SS")
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
-        return _refused("max_walltime", self.max_walltime, _walltime)
+    _own_checks = (("max_walltime", (lambda v: _walltime(v),)),)
 
 
 def _walltime(value: str | None) -> None:
@@ -331,6 +376,9 @@ class Limits(Strict):
     default_walltime: str | None = F(
         None, description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime "
         "(without either, a job asks for no time limit, and jobscript warns)")
+    _own_checks = (("max_walltime", (lambda v: _walltime(v),)),
+                   ("default_walltime", (lambda v: _walltime(v),)),
+                   ("max_walltime_by_nodes", (_check_bins,)))
     max_walltime_by_nodes: list[WalltimeByNodes] = F(
         factory=list, description="wall-clock caps by job size, smallest first, "
         "e.g. [{max_nodes: 64, max_walltime: '24:00:00'}, {max_walltime: '12:00:00'}]: the "
@@ -346,9 +394,8 @@ class Limits(Strict):
                     and walltime_seconds(value) > walltime_seconds(cap):
                 raise ValueError(f"{value!r} is longer than max_walltime {cap!r}")
 
-        return [*_refused("max_walltime", cap, _walltime),
-                *_refused("default_walltime", self.default_walltime, within_cap),
-                *_refused("max_walltime_by_nodes", self.max_walltime_by_nodes, _check_bins)]
+        return _refused("default_walltime", self.default_walltime, within_cap) \
+            if not _refused("", self.default_walltime, _walltime) else []
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -404,9 +451,7 @@ class Network(Strict):
         factory=dict, description="more network variables (e.g. FI_CXI_* or "
         "NCCL_CROSS_NIC), with the meaning of the site's env")
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
-        return [*_refused("host_name", self.host_name, _check_host_name),
-                *_env_problems(self.env)]
+    _own_checks = (("host_name", (_check_host_name,)), ("env", (_check_env_names,)))
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -419,8 +464,7 @@ class EnvByNodes(Strict):
     env: dict[str, str] = F(factory=dict, description="exported for those "
                                 "jobs after the network's, with the meaning of the site's env")
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
-        return _env_problems(self.env)
+    _own_checks = (("env", (_check_env_names,)),)
 
 
 def _flags_have_no_value(value: Any) -> Any:
@@ -484,8 +528,7 @@ class Partition(Strict):
     )
     default: bool = False
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
-        return _refused("env_by_nodes", self.env_by_nodes, _check_bins)
+    _own_checks = (("env_by_nodes", (_check_bins,)),)
 
     def _check(self) -> None:
         if self.routing == "options" and not self.options:
@@ -758,8 +801,7 @@ class HorovodBuild(Strict):
         "wheel tens of MB larger; false: Release (-O3 without -g), set through "
         "HOROVOD_CMAKE_BUILD_TYPE, which hpcprov's build-type patch adds to 0.28.1")
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
-        return _env_problems(self.env)
+    _own_checks = (("env", (_check_env_names,)),)
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -857,9 +899,10 @@ class Launcher(Strict):
             names = ", ".join(sorted(reading))
             problems.append(((key,), f"a {kind} launcher does not read {key} (only {names} "
                              "launchers do): remove it, or change the launcher's kind", value))
-        return [*problems, *_refused("host_name", self.host_name, _check_host_name),
-                *_refused("export_env", self.export_env,
-                          lambda names: _check_env_names(dict.fromkeys(names, "")))]
+        return problems
+
+    _own_checks = (("host_name", (_check_host_name,)),
+                   ("export_env", (lambda names: _check_env_names(dict.fromkeys(names, "")),)))
 
     def _check(self) -> None:
         if self.runtime in ("pyxis", "edf") and self.kind.value != "container":
@@ -917,12 +960,10 @@ class Containers(Strict):
         "com.hooks.aws_ofi_nccl.enabled: 'true' (the engine's hooks: NCCL's network plugin, "
         "CXI); KEY: null drops an inherited annotation")
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
-        problems = [*_env_problems(self.env),
-                    *_refused("annotations", self.annotations, _annotation_keys)]
-        for name in ("mounts", "workdir", "env", "annotations"):
-            problems += _refused(name, getattr(self, name), _toml_literal)
-        return problems
+    _own_checks = (("mounts", (lambda v: _toml_literal(v),)),
+                   ("workdir", (lambda v: _toml_literal(v),)),
+                   ("env", (_check_env_names, lambda v: _toml_literal(v))),
+                   ("annotations", (lambda v: _annotation_keys(v), lambda v: _toml_literal(v))))
 
 
 def _annotation_keys(value: dict[str, str]) -> None:
@@ -960,11 +1001,6 @@ class Section(Strict):
     :mod:`hpcprov.site.sections` declares for it; a backend reads its own
     (:meth:`hpcprov.schedulers.base.Backend.section`)."""
 
-    _checks: tuple[tuple[str, Callable[[Any], None]], ...] = ()
-
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
-        return [p for key, check in self._checks for p in _refused(key, getattr(self, key),
-                                                                    check)]
 
 
 def _scheduler_section(name: str, settings: dict[str, Setting]) -> type[Section]:
@@ -977,7 +1013,8 @@ def _scheduler_section(name: str, settings: dict[str, Setting]) -> type[Section]
         namespace={"__module__": __name__,
                    "__doc__": f"Settings of {name} jobs (only in a profile whose scheduler "
                               f"is {name}).",
-                   "_checks": tuple((key, s.check) for key, s in settings.items() if s.check)})
+                   "_own_checks": tuple((key, (s.check,)) for key, s in settings.items()
+                                        if s.check)})
 
 
 SCHEDULER_SECTIONS: dict[str, type[Section]] = {
@@ -997,6 +1034,43 @@ def _own_section_filled(data: Any) -> Any:
         if name in SCHEDULER_SECTIONS and data.get(name) is None:
             data = {**data, name: {}}
     return data
+
+
+def _not_own_section(name: str, chosen: str | None) -> str:
+    return (f"this profile's scheduler is {chosen}, so a {name}: section configures "
+            f"nothing: remove it (or set scheduler: {name})")
+
+
+class OwnSection:
+    """A scheduler's section refused, before it is validated itself, in a profile of
+    another scheduler (pydantic: a check of the value as written, with the fields before)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: "GetCoreSchemaHandler"
+                                     ) -> "CoreSchema":
+        from pydantic_core import core_schema
+
+        def check(value: Any, info: Any) -> Any:
+            chosen = _scheduler_name(info.data.get("scheduler"))
+            if value is not None and chosen is not None and chosen != self.name:
+                raise ValueError(_not_own_section(self.name, chosen))
+            return value
+
+        return core_schema.with_info_before_validator_function(check, handler(source))
+
+
+def _one_default(partitions: dict[str, Partition]) -> None:
+    defaults = [n for n, p in partitions.items() if p.default]
+    if len(defaults) > 1:
+        raise ValueError(f"more than one default partition: {', '.join(defaults)}")
+
+
+def _known_image(containers: Containers) -> None:
+    img = containers.default_image
+    if img and img not in containers.images:
+        raise ValueError(f"default_image {img!r} is not in images")
 
 
 def no_partition(site: str, name: str, partitions: Iterable[str]) -> UsageError:
@@ -1037,7 +1111,7 @@ class Site(Strict):
     # one section per scheduler (hpcprov.site.sections), reached through its backend
     if not TYPE_CHECKING:
         for _name, _cls in SCHEDULER_SECTIONS.items():
-            __annotations__[_name] = Optional[_cls]  # noqa: UP045 (a runtime type object)
+            __annotations__[_name] = Annotated[Optional[_cls], OwnSection(_name)]  # noqa: UP045
             locals()[_name] = F(None, description=f"settings of {_name} jobs: only where "
                                 f"scheduler is {_name}")
         del _name, _cls
@@ -1052,29 +1126,23 @@ class Site(Strict):
         defaults where the profile has none)."""
         from pydantic_core import core_schema
 
-        return core_schema.no_info_before_validator_function(_own_section_filled,
-                                                             handler(source))
+        return core_schema.no_info_before_validator_function(
+            _own_section_filled, super().__get_pydantic_core_schema__(source, handler))
+
+    _own_checks = (("partitions", (lambda v: _one_default(v),)),
+                   ("containers", (lambda v: _known_image(v),)),
+                   ("env", (_check_env_names,)))
 
     def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
-        problems = _env_problems(self.env)
-        defaults = [n for n, p in self.partitions.items() if p.default]
-        if len(defaults) > 1:
-            problems.append((("partitions",), "more than one default partition: "
-                             f"{', '.join(defaults)}", self.partitions))
+        problems = []
         if self.default_launcher not in self.launchers:
             problems.append((("default_launcher",), f"{self.default_launcher!r} is not one of "
                              f"the launchers ({', '.join(self.launchers)})",
                              self.default_launcher))
-        img = self.containers.default_image
-        if img and img not in self.containers.images:
-            problems.append((("containers",), f"default_image {img!r} is not in images",
-                             self.containers))
         chosen = _scheduler_name(self.scheduler)
         for name in SCHEDULER_SECTIONS:
             if getattr(self, name) is not None and chosen != name:
-                problems.append(((name,), f"this profile's scheduler is {chosen}, so a "
-                                 f"{name}: section configures nothing: remove it (or set "
-                                 f"scheduler: {name})", None))
+                problems.append(((name,), _not_own_section(name, chosen), None))
         for i, key in enumerate(self.unverified):
             problem = _key_path_problem(self, key)
             if problem:
