@@ -19,7 +19,7 @@ METHOD = f"""\
 In-process timings (`time.perf_counter` around one call, after one untimed warm-up call;
 the garbage collector on, as in real use). The {NODES:,}-node partition is the `neuron`
 profile's default partition (8 GPUs per node) copied to `big` with `nodes: {NODES}` and
-no per-user GPU cap, validated through `Site.model_validate` like any profile. A job script
+no per-user GPU cap, validated through `hpcprov.site.model.validate` like any profile. A job script
 is what `hpcprov jobscript` does after loading the profile: lint (`hpcprov.jobs.lint.check`)
 and `build_jobscript`; with `mpirun -H gpu[0001-1000]` the host list is expanded, checked
 and written into the launch line. Planning is `hpcprov.validate.plan.plan_jobs` for the
@@ -48,20 +48,20 @@ nodes no search can: they share the one link)."""
 
 def big_site() -> Any:
     """The neuron profile plus `big`: its default partition with NODES nodes, validated."""
-    from hpcprov.site.loader import available_sites
-    from hpcprov.site.model import Site
+    from hpcprov.site.loader import available_sites, resolve
+    from hpcprov.site.model import validate
     from hpcprov.site.profiles import validate_file
 
-    # the pydantic model itself (load_site may answer with a snapshot view, which cannot
-    # tell set fields from defaults)
-    site = validate_file(available_sites()["neuron"])
+    # the merged profile data (what the profile wrote, not its defaults), plus `big`
+    path = available_sites()["neuron"]
+    site = validate_file(path)
     pname, part = site.partition()
-    data = site.model_dump(mode="json", exclude_unset=True)
-    big = {**part.model_dump(mode="json", exclude_unset=True), "nodes": NODES,
+    data = dict(resolve(path).data)
+    big = {**data["partitions"][pname], "nodes": NODES,
            "default": False, "description": f"{NODES} nodes (benchmark)",
            "limits": {"max_walltime": part.limits.max_walltime}}
     data["partitions"] = {**data["partitions"], "big": big}
-    return Site.model_validate(data)
+    return validate(data)
 
 
 def node_names(n: int) -> list[str]:

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from hpcprov.provision.quick import Request
     from hpcprov.provision.runner import RunResult
     from hpcprov.site.cuda_arch import CudaTargets
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class PlannedSetup:
     """A setup planned and linted: the site it is for, its plan, the script, the warnings."""
 
     options: SetupOptions
-    site: SiteView
+    site: Site
     plan: Plan
     warnings: list[Finding] = field(default_factory=list)
 
@@ -90,7 +90,7 @@ def already_ready(o: SetupOptions) -> Path | None:
     return ready_prefix(request) if request else None
 
 
-def _nvcc_at_hand(site: SiteView) -> CudaTargets | None:
+def _nvcc_at_hand(site: Site) -> CudaTargets | None:
     """What the nvcc on PATH targets, asked only where a CUDA build's modules name no CUDA
     (then that nvcc is the build's)."""
     from hpcprov.site.cuda_arch import needs_nvcc_probe, probe_nvcc

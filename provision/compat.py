@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
 Verdict = Literal["ok", "patch", "caveat", "bad"]
@@ -256,7 +256,7 @@ def _matches(spec: str | None, version: str | None) -> bool:
     return True
 
 
-def versions_of(site: SiteView) -> dict[str, str]:
+def versions_of(site: Site) -> dict[str, str]:
     """The versions the profile asks for (only those it pins)."""
     out: dict[str, str] = {}
     if site.horovod.version:
@@ -289,7 +289,7 @@ def evaluate(horovod: str | None, torch: str | None = None, tensorflow: str | No
     return found
 
 
-def for_site(site: SiteView) -> list[Match]:
+def for_site(site: Site) -> list[Match]:
     """The rules that apply to what the site builds (nothing when it builds no Horovod)."""
     if site.horovod.source not in ("pip", "wheelhouse"):
         return []
@@ -311,7 +311,7 @@ class Patch:
     when: tuple[str, str] | None = None
 
 
-def patches_for(site: SiteView) -> list[Patch]:
+def patches_for(site: Site) -> list[Patch]:
     """The patches the site's Horovod build applies (some only under a build-time
     condition), in table order."""
     if site.horovod.source != "pip":

@@ -8,8 +8,7 @@ from hpcprov.site.cuda_arch import cc_list
 from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import HorovodBuild
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import HorovodBuild, Site
 
 FRAMEWORK_FLAGS = {"tensorflow": "TENSORFLOW", "pytorch": "PYTORCH", "mxnet": "MXNET"}
 CONTROLLER_FLAGS = {"mpi": "MPI", "gloo": "GLOO"}
@@ -39,12 +38,12 @@ def pip_spec(hvd: HorovodBuild) -> str:
     return f"horovod=={hvd.version}" if hvd.version else "horovod"
 
 
-def gpu_vendor(site: SiteView) -> str | None:
+def gpu_vendor(site: Site) -> str | None:
     """The vendor of the site's GPUs (one per profile, the model checks), None without."""
     return next((p.gpus.vendor for p in site.partitions.values() if p.gpus.count), None)
 
 
-def site_build_env(site: SiteView) -> dict[str, str]:
+def site_build_env(site: Site) -> dict[str, str]:
     """The build variables for a site: the profile's, plus the CUDA architectures of its GPU
     partitions (HOROVOD_BUILD_CUDA_CC_LIST) when Horovod is built for GPUs and the profile
     does not set them itself. Part of the wheelhouse key and so of the manifest."""

@@ -23,7 +23,7 @@ from hpcprov.site.image_refs import registry_reference
 from hpcprov.site.kinds import ModuleSystem
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 # Installed before the build, which runs with --no-build-isolation so that it works offline
 # and sees the environment's torch/TensorFlow (Horovod's setup needs these to run).
@@ -37,11 +37,11 @@ PROOFS = {"pytorch": "allreduce_pytorch.py", "tensorflow": "allreduce_tensorflow
 APT_HINT = "install it (Debian/Ubuntu: apt-get install {pkg}) or load a module that has it"
 
 
-def builds_horovod(site: SiteView) -> bool:
+def builds_horovod(site: Site) -> bool:
     return site.horovod.source == "pip" and site.python.backend != "container"
 
 
-def estimate_mb(site: SiteView) -> int:
+def estimate_mb(site: Site) -> int:
     """Free space the setup needs under the prefix, in MiB (generous, not exact)."""
     gpu = any(p.gpus.count for p in site.partitions.values())
     need = 100
@@ -63,7 +63,7 @@ def _tool(tool: str, why: str, pkg: str | None = None, hint: str | None = None) 
     return join(["hpcprov_require_tool", tool, why, hint or APT_HINT.format(pkg=pkg or tool)])
 
 
-def pulls_image(site: SiteView) -> bool:
+def pulls_image(site: Site) -> bool:
     """A container setup that brings the image under the prefix (a registry pull, an enroot
     import, Shifter's or podman-hpc's store), not one that uses the site's image where it
     lies (a path)."""
@@ -74,7 +74,7 @@ def pulls_image(site: SiteView) -> bool:
         "enroot", "shifter", "podman-hpc")
 
 
-def module_check_lines(site: SiteView) -> list[str]:
+def module_check_lines(site: Site) -> list[str]:
     """Check that every module setup and the jobs load exists, naming the missing: the
     build and runtime sets; in a container setup (nothing is built), the runtime set and
     the runtime's module."""
@@ -90,7 +90,7 @@ def module_check_lines(site: SiteView) -> list[str]:
     return [join(["hpcprov_check_modules", site.name, *names])] if names else []
 
 
-def _build_tool_lines(site: SiteView) -> list[str]:
+def _build_tool_lines(site: Site) -> list[str]:
     lines = [
         _tool("tar", "unpacks the Horovod sdist"),
         _tool("patch", "applies the Horovod patches of hpcprov"),
@@ -105,7 +105,7 @@ def _build_tool_lines(site: SiteView) -> list[str]:
     return lines
 
 
-def preflight_lines(site: SiteView, need_mb: int) -> list[str]:
+def preflight_lines(site: Site, need_mb: int) -> list[str]:
     """Fail early and clearly: modules, tools, CMake version, disk space."""
     lines = ["hpcprov_modules_init", *module_check_lines(site)]
     if site.modules.system != ModuleSystem.none and site.python.backend != "container":
@@ -131,7 +131,7 @@ def preflight_lines(site: SiteView, need_mb: int) -> list[str]:
     return lines
 
 
-def patch_digest(site: SiteView) -> str:
+def patch_digest(site: Site) -> str:
     """One hash of the patches applied (their names and texts), part of the wheel key."""
     h = hashlib.sha256()
     patches = patches_for(site)
@@ -143,7 +143,7 @@ def patch_digest(site: SiteView) -> str:
     return h.hexdigest()[:16] if patches else "none"
 
 
-def key_line(site: SiteView) -> str:
+def key_line(site: Site) -> str:
     """Print the key's inputs (hpcprov_horovod_key) into $STATE/horovod-key.txt, with the
     build variables set (an NCCL the profile names is read from its HOROVOD_NCCL_HOME)."""
     hvd = site.horovod
@@ -162,7 +162,7 @@ def key_line(site: SiteView) -> str:
     return line
 
 
-def links_wheel_nccl(site: SiteView) -> bool:
+def links_wheel_nccl(site: Site) -> bool:
     """The build uses NCCL and the profile names none: look for PyTorch's (nccl_home.py).
     A CUDA build only: RCCL comes with ROCm, not a pip wheel."""
     hvd = site.horovod
@@ -170,7 +170,7 @@ def links_wheel_nccl(site: SiteView) -> bool:
             and "HOROVOD_NCCL_HOME" not in site_build_env(site))
 
 
-def _compile_lines(site: SiteView) -> list[str]:
+def _compile_lines(site: Site) -> list[str]:
     """Download the sdist, patch it, build the wheel, publish it (the wheelhouse's miss)."""
     hvd = site.horovod
     idx = pip_index_args(site)
@@ -200,21 +200,21 @@ def _compile_lines(site: SiteView) -> list[str]:
     return lines
 
 
-def _nccl_lines(site: SiteView) -> list[str]:
+def _nccl_lines(site: Site) -> list[str]:
     if not links_wheel_nccl(site):
         return []
     write, path = program_file("nccl_home.py")
     return [write, join(["hpcprov_nccl_home", path])]
 
 
-def builds_cuda(site: SiteView) -> bool:
+def builds_cuda(site: Site) -> bool:
     """A GPU build with CUDA (NVIDIA): it compiles with the CUDA toolkit (hpcprov_cuda_home)."""
     hvd = site.horovod
     vendor = VENDORS[gpu_vendor(site) or DEFAULT_VENDOR]
     return bool(hvd.gpu_operations or hvd.gpu_allreduce) and vendor.cuda_arches
 
 
-def build_lines(site: SiteView) -> list[str]:
+def build_lines(site: Site) -> list[str]:
     """Build Horovod (or install it from the wheelhouse when this ABI was built before)."""
     return [
         pip_settings_line(site),
@@ -240,7 +240,7 @@ FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "m
 LAZY_MODULES = {"pytorch": ("torch._dynamo",)}
 
 
-def check_build_lines(site: SiteView) -> list[str]:
+def check_build_lines(site: Site) -> list[str]:
     """`horovodrun -cb`, run by check_build.py with the built frameworks imported first (its
     checking processes are forks: they inherit the imports instead of repeating them), and
     every entry the profile builds expected in its output."""
@@ -261,7 +261,7 @@ def check_build_lines(site: SiteView) -> list[str]:
     return lines
 
 
-def prove_lines(site: SiteView) -> list[str]:
+def prove_lines(site: Site) -> list[str]:
     """A 2-process allreduce per built framework, through Gloo when built, else MPI."""
     hvd = site.horovod
     lines = ['mkdir -p "$STATE/proof"']
@@ -276,7 +276,7 @@ def prove_lines(site: SiteView) -> list[str]:
     return lines
 
 
-def proof_starter(site: SiteView) -> list[str]:
+def proof_starter(site: Site) -> list[str]:
     """What starts the 2-process proof where setup runs: horovodrun over Gloo when Horovod
     has it; else the MPI starter of the site's launchers (mpirun, or mpiexec as its flavor
     spells it), the default launcher's first."""
@@ -292,7 +292,7 @@ def proof_starter(site: SiteView) -> list[str]:
     return ["mpirun", "-np", "2"]
 
 
-def record_lines(site: SiteView) -> list[str]:
+def record_lines(site: Site) -> list[str]:
     """Facts for the manifest, gathered in the environment itself."""
     lines = ["hpcprov_record_facts"]
     if site.modules.system != ModuleSystem.none:

@@ -10,7 +10,7 @@ import json
 import re
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -22,10 +22,10 @@ from hpcprov.jobs.layout import manifest_file
 from hpcprov.provision.compat import for_site
 from hpcprov.provision.journal import Journal
 from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS, Vendor
-from hpcprov.site.model import Modules
+from hpcprov.site.types import Gpus, Modules
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 FRAMEWORK_DISTS = {"torch": ("torch",),
                    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu"),
@@ -76,7 +76,7 @@ def framework_versions(freeze: dict[str, str]) -> dict[str, str]:
     return found
 
 
-def build_manifest(site: SiteView, profile: str, prefix: Path,
+def build_manifest(site: Site, profile: str, prefix: Path,
                    journal: Journal) -> dict[str, object]:
     state = prefix / ".hpcprov"
     facts = state / "facts"
@@ -142,13 +142,8 @@ class RecordedPython(_Record):
     frameworks: dict[str, RecordedFramework] = Field(default_factory=dict)
 
 
-class RecordedGpus(_Record):
-    count: int = Field(0, ge=0)
-    vendor: Literal[tuple(VENDORS)] = DEFAULT_VENDOR  # the vendors: hpcprov.site.gpu_vendors
-
-
 class RecordedPartition(_Record):
-    gpus: RecordedGpus = Field(default_factory=RecordedGpus)
+    gpus: Gpus = Field(default_factory=Gpus)  # the profile's own section, as it validates it
 
 
 class RecordedProfile(_Record):
@@ -204,7 +199,7 @@ class Manifest(_Record):
     def gpus_of(self, partition: str) -> int:
         """GPUs a node of ``partition`` has, by the recorded profile (one message for a
         name it lacks, the same as a loaded site's)."""
-        from hpcprov.site.view import no_partition
+        from hpcprov.site.types import no_partition
 
         parts = self.site_profile.partitions
         if partition not in parts:

@@ -12,10 +12,10 @@ from hpcprov.core.shell import Template, join
 from hpcprov.provision.library import program_file
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
-def pip_index_args(site: SiteView) -> list[str]:
+def pip_index_args(site: Site) -> list[str]:
     """pip arguments for the site's wheelhouse policy (--no-index, --find-links)."""
     venv = site.python.venv
     args = ["--no-index"] if venv.no_index else []
@@ -24,7 +24,7 @@ def pip_index_args(site: SiteView) -> list[str]:
     return args
 
 
-def pip_settings_line(site: SiteView) -> str:
+def pip_settings_line(site: Site) -> str:
     """The call of the library's hpcprov_pip_settings (provision/scripts/pip.sh) with the
     profile's pip index arguments: one log line naming what pip was given."""
     venv = site.python.venv
@@ -33,12 +33,12 @@ def pip_settings_line(site: SiteView) -> str:
     return join(["hpcprov_pip_settings", *given])
 
 
-def pip_install(site: SiteView, *specs: str, extra: tuple[str, ...] = ()) -> str:
+def pip_install(site: Site, *specs: str, extra: tuple[str, ...] = ()) -> str:
     """``python -m pip install EXTRA... INDEX-ARGS... SPECS...``."""
     return join(["python", "-m", "pip", "install", *extra, *pip_index_args(site), *specs])
 
 
-def framework_index_args(site: SiteView) -> list[str]:
+def framework_index_args(site: Site) -> list[str]:
     """``--index-url URL --extra-index-url URL...`` of the pip frameworks (a vendor's wheel
     index), each a separate quoted word; the model allows one index_url among them."""
     args: list[str] = []
@@ -54,7 +54,7 @@ def framework_index_args(site: SiteView) -> list[str]:
     return args
 
 
-def install_lines(site: SiteView, *specs: str) -> list[str]:
+def install_lines(site: Site, *specs: str) -> list[str]:
     """Install ``specs`` into the environment with the profile's installer, without
     byte-compiling (check-build's imports compile what jobs use): pip; uv, given pip's own
     configuration as well (hpcprov_uv_install); or auto, uv where it is on the PATH. The

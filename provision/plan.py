@@ -34,7 +34,7 @@ from hpcprov.site.conda_channels import tos_channels
 from hpcprov.site.image_refs import PULLED_SUFFIX, image_problems, registry_reference, spelled
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 Where = Literal["login", "compute"]
 
@@ -86,7 +86,7 @@ class Plan:
         return data
 
 
-def _vars(site: SiteView, prefix: str) -> dict[str, str]:
+def _vars(site: Site, prefix: str) -> dict[str, str]:
     lay = Layout.of(site, "$PREFIX")
     out = {"PREFIX": Template(prefix), "STATE": lay.state_dir, "ENV_DIR": lay.env_dir,
            "WHEELHOUSE": Template(site.paths.wheelhouse)}
@@ -108,7 +108,7 @@ def _vars(site: SiteView, prefix: str) -> dict[str, str]:
     return out
 
 
-def _installer_name(site: SiteView) -> str:
+def _installer_name(site: Site) -> str:
     url = site.python.conda.installer_file or site.python.conda.installer_url
     return url.rstrip("/").rsplit("/", 1)[-1] or "Miniconda3.sh"
 
@@ -116,7 +116,7 @@ def _installer_name(site: SiteView) -> str:
 IMPORT_NAMES = {"pytorch": "torch"}  # a framework's import name, where it is not its own
 
 
-def _framework_steps(site: SiteView) -> list[Step]:
+def _framework_steps(site: Site) -> list[Step]:
     """conda frameworks one by one; every pip package in one resolver run (of pip or uv, as
     the profile says), without byte-compiling (--no-compile: the modules a process imports
     are compiled then, which halves torch's install time; check-build's imports compile
@@ -147,7 +147,7 @@ def _framework_steps(site: SiteView) -> list[Step]:
                  modules="build", in_env=True)]
 
 
-def _horovod_steps(site: SiteView) -> list[Step]:
+def _horovod_steps(site: Site) -> list[Step]:
     hvd = site.horovod
     if hvd.source in ("none", "container"):
         return []
@@ -171,7 +171,7 @@ def _horovod_steps(site: SiteView) -> list[Step]:
     return [build, check, prove]
 
 
-def conda_channel_args(site: SiteView, first: list[str]) -> list[str]:
+def conda_channel_args(site: Site, first: list[str]) -> list[str]:
     """``--override-channels -c A -c B ...``: exactly the profile's channels (after
     ``first``, a framework's own), so neither a ``.condarc`` nor conda's defaults add one the
     profile did not name; nothing where the profile names none (the installer's own)."""
@@ -182,7 +182,7 @@ def conda_channel_args(site: SiteView, first: list[str]) -> list[str]:
     return ["--override-channels", *(w for c in named for w in ("-c", c))]
 
 
-def _accept_tos_lines(site: SiteView, conda: Raw) -> list[str]:
+def _accept_tos_lines(site: Site, conda: Raw) -> list[str]:
     """``conda tos accept`` for the channels under Anaconda's Terms of Service, which the
     profile accepted (the model refuses a profile that uses them without accept_tos)."""
     tos = tos_channels(site.python)
@@ -190,7 +190,7 @@ def _accept_tos_lines(site: SiteView, conda: Raw) -> list[str]:
             else [])
 
 
-def _module_conda_steps(site: SiteView) -> list[Step]:
+def _module_conda_steps(site: Site) -> list[Step]:
     """The site's conda (python.conda.module, loaded with the build modules) creates the
     environment in the prefix; nothing is downloaded or installed."""
     conda = site.python.conda
@@ -203,7 +203,7 @@ def _module_conda_steps(site: SiteView) -> list[Step]:
     ), needs_network=True, modules="build")]
 
 
-def _conda_steps(site: SiteView) -> list[Step]:
+def _conda_steps(site: Site) -> list[Step]:
     conda = site.python.conda
     if conda.module:
         return _module_conda_steps(site)
@@ -239,7 +239,7 @@ def _conda_steps(site: SiteView) -> list[Step]:
     return steps
 
 
-def _venv_steps(site: SiteView) -> list[Step]:
+def _venv_steps(site: Site) -> list[Step]:
     venv = site.python.venv
     ssp = ["--system-site-packages"] if venv.system_site_packages else []
     if venv.creator == "virtualenv":
@@ -260,7 +260,7 @@ def _venv_steps(site: SiteView) -> list[Step]:
                   upgrade), needs_network=not venv.no_index, modules="build")]
 
 
-def container_target(site: SiteView) -> str:
+def container_target(site: Site) -> str:
     """Where a container setup puts the image (or finds it), the place the jobs read:
     ``containers.images.NAME`` where it is a path; where it is a registry reference (or
     missing), the file setup pulls into the prefix (``PREFIX/images/NAME.sif``, ``.sqsh``
@@ -275,7 +275,7 @@ def container_target(site: SiteView) -> str:
     return Layout.of(site, "$PREFIX").pulled_image(spec.image, suffix)
 
 
-def _refuse_unpullable(site: SiteView) -> None:
+def _refuse_unpullable(site: Site) -> None:
     """The profile's own images were refused at their lines (the model); ``--container
     NAME`` (an image of containers.images as the source) is refused here, by the same
     rules, naming the key."""
@@ -283,7 +283,7 @@ def _refuse_unpullable(site: SiteView) -> None:
         raise UsageError(f"{'.'.join(loc)}: {why}")
 
 
-def _container_steps(site: SiteView) -> list[Step]:
+def _container_steps(site: Site) -> list[Step]:
     spec = site.python.container
     assert spec is not None
     runtime = site.containers.runtime
@@ -372,7 +372,7 @@ class ImageCheck:
         return f"{self.stdin} | {command}" if self.stdin else command
 
 
-def image_check(site: SiteView) -> ImageCheck:
+def image_check(site: Site) -> ImageCheck:
     """The step proving an image: horovodrun -cb where Horovod is in it; where the profile
     says there is none (horovod.source: none, an image with the frameworks only), that the
     frameworks import (frameworks_import.py, on the image's Python's standard input)."""
@@ -383,7 +383,7 @@ def image_check(site: SiteView) -> ImageCheck:
                       library.file_function("frameworks_import.py"))
 
 
-def _charliecloud_steps(site: SiteView, load: list[str]) -> list[Step]:
+def _charliecloud_steps(site: Site, load: list[str]) -> list[Step]:
     """Charliecloud runs an image where it lies, a directory (or a SquashFS file): setup
     pulls nothing (a registry reference was refused, at its line: ``ch-image`` builds or
     pulls it, and ``ch-convert`` turns it into a directory), checks the image is readable,
@@ -405,7 +405,7 @@ def _charliecloud_steps(site: SiteView, load: list[str]) -> list[Step]:
     ]
 
 
-def _registry_image_steps(site: SiteView, runtime: str, source: str, load: list[str]
+def _registry_image_steps(site: Site, runtime: str, source: str, load: list[str]
                           ) -> list[Step]:
     """Shifter and podman-hpc keep images in their own stores, named like the registry's:
     pull ``source`` (spelled for the runtime: docker:REGISTRY/IMAGE:TAG for Shifter, the
@@ -424,7 +424,7 @@ def _registry_image_steps(site: SiteView, runtime: str, source: str, load: list[
             Step("check-build", cb.title, (*load, check))]
 
 
-def activate_lines(site: SiteView, prefix: str) -> list[str]:
+def activate_lines(site: Site, prefix: str) -> list[str]:
     """What `source PREFIX/activate` runs: modules, then the Python environment."""
     lines = ["# Generated by hpcprov: loads the runtime modules and the Python environment.",
              "# shellcheck disable=SC1090,SC1091"]
@@ -446,7 +446,7 @@ def activate_lines(site: SiteView, prefix: str) -> list[str]:
     return lines
 
 
-def _activate_step(site: SiteView, prefix: str) -> Step:
+def _activate_step(site: Site, prefix: str) -> Step:
     body = activate_lines(site, prefix)
     return Step("write-activate", "Write the activation script PREFIX/activate", (
         join(["hpcprov_write_lines", Raw('"$PREFIX/activate"'), *body]),
@@ -454,7 +454,7 @@ def _activate_step(site: SiteView, prefix: str) -> Step:
     ))
 
 
-def build_plan(site: SiteView, prefix: str | None = None, runs_on: Where = "login") -> Plan:
+def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") -> Plan:
     """The provisioning plan for a site. Pure: nothing is touched."""
     prefix = prefix or site.prefix()
     backend = site.python.backend

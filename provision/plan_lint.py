@@ -13,10 +13,10 @@ from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
 
 if TYPE_CHECKING:
     from hpcprov.provision.plan import Plan
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
-def lint_plan(plan: Plan, site: SiteView, nvcc: CudaTargets | None = None) -> list[Finding]:
+def lint_plan(plan: Plan, site: Site, nvcc: CudaTargets | None = None) -> list[Finding]:
     """Problems of a setup plan: steps that need the internet where there is none, the
     Horovod x framework combinations the compatibility table knows to be bad (errors) or
     to have caveats (warnings), and GPUs the build's CUDA cannot target (errors; ``nvcc``:
@@ -45,7 +45,7 @@ def lint_plan(plan: Plan, site: SiteView, nvcc: CudaTargets | None = None) -> li
     ]
 
 
-def _cuda_arch(site: SiteView) -> list[Finding]:
+def _cuda_arch(site: Site) -> list[Finding]:
     """A GPU build for a model whose compute capability hpcprov does not know."""
     if not (site.horovod.gpu_operations or site.horovod.gpu_allreduce):
         return []

@@ -89,8 +89,8 @@ def test_the_fidelity_job_runs_hpcprovs_measurement_and_the_bare_loop_in_one_pro
 
 
 def test_the_scale_benchmarks_site_is_a_validated_profile_with_the_big_partition() -> None:
-    """bench_scale builds its 1,000-node partition from the neuron profile's pydantic model
-    (load_site's snapshot views cannot dump only the fields set: this once broke it)."""
+    """bench_scale builds its 1,000-node partition from the neuron profile's merged data
+    (what the profile wrote, not its defaults) and validates it as any profile."""
     from benchmarks import bench_scale
 
     site = bench_scale.big_site()

@@ -54,7 +54,6 @@ NOT_CODE = {
         "an empty END marker",
     ("hpcprov/schedulers/local.py", "LocalExecutor.submit", "open"): "a job's output",
     ("hpcprov/site/cache.py", "store", "atomic_write"): "the profile cache (data)",
-    ("hpcprov/site/view.py", "View.model_copy", "copy"): "a copy of a Python object",
     ("provision/journal.py", "Journal.save", "atomic_write"): "the journal (data)",
     ("provision/manifest.py", "write_manifest", "atomic_write"): "the manifest (data)",
     ("provision/plan.py", "fingerprints", "copy"): "a copy of a Python object",

@@ -19,11 +19,11 @@ from hpcprov_tests import Result, assert_one_line_error, cli, hpcprov_argv, writ
 from hpcprov.core import fsutil
 from hpcprov.core.errors import HpcprovWarning
 from hpcprov.site import loader, model
-from hpcprov.site import view as site_view
+from hpcprov.site import types as site_types
 from hpcprov.site.catalog import detect
 from hpcprov.site.detect import catch_all
 from hpcprov.site.loader import MAX_EXTENDS, Layer, merge, resolve
-from hpcprov.site.profiles import check_file
+from hpcprov.site.profiles import check_file, load_site
 
 ESC = "\x1b"
 OSC_TITLE = "\x1b]0;pwned\x07"
@@ -304,12 +304,17 @@ def test_errors_escape_what_the_user_typed(capsys: pytest.CaptureFixture[str]) -
 
 
 def test_cached_free_text_is_checked_as_the_model_checks_it() -> None:
+    def cached(change: dict) -> object:
+        data = site_types.dump(load_site("neuron"))
+        data.update(change)
+        return site_types.load(site_types.Site, data)
+
     with pytest.raises(ValueError):
-        site_view.from_json({"__site__": {"description": f"x{OSC_TITLE}"}})
+        cached({"description": f"x{OSC_TITLE}"})
+    part = site_types.dump(load_site("neuron").partition()[1])
     with pytest.raises(ValueError):
-        site_view.from_json({"__site__": {"p": {"__view__": {"memory_gb": float("inf")}}}})
-    assert site_view.from_json({"__site__": {"guide": {"a": "x\n\ty"}}}).guide == {
-        "a": "x\n\ty"}
+        cached({"partitions": {"p": {**part, "memory_gb": float("inf")}}})
+    assert cached({"guide": {"a": "x\n\ty"}}).guide == {"a": "x\n\ty"}
 
 
 # -------------------------------------------------------------------- 13: numbers
@@ -357,7 +362,7 @@ def test_site_show_json_is_standard_json(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_bounds_say_why_in_the_reference() -> None:
-    schema = model.Partition.model_json_schema()["properties"]
+    schema = model.json_schema(model.Partition)["properties"]
     assert "1,000,000" in schema["nodes"]["description"]
     assert "more than any machine" in schema["nodes"]["description"]
 

@@ -15,10 +15,11 @@ import yaml
 from hpcprov_tests import BUNDLED, REPO, SEED_SITES, cli, write_profile
 
 from hpcprov.core.errors import ProfileError, UsageError
+from hpcprov.site.kinds import Scheduler
 from hpcprov.site.loader import available_sites, bundled_site_dir
-from hpcprov.site.model import Scheduler, Site
+from hpcprov.site.model import json_schema, validate
 from hpcprov.site.profiles import check_file, load_site, site_names
-from hpcprov.site.view import snapshot
+from hpcprov.site.types import dump
 
 # ------------------------------------------------------------------ packaging
 
@@ -37,7 +38,7 @@ def test_every_bundled_profile_validates(name: str) -> None:
     site = load_site(name)
     assert site.name == name
     # a loaded profile is a fixed point of the model (dump -> validate gives it back)
-    assert snapshot(Site.model_validate(site.model_dump())) == site
+    assert validate(dump(site)) == site
     # its default launcher and every partition's default resolve
     assert site.default_launcher in site.launchers
     pname, _ = site.partition()
@@ -311,7 +312,7 @@ def test_user_profile_from_a_file_path(tmp_path: Path,
     assert res.rc == 0, res.err
     data = json.loads(res.out)
     assert data["name"] == "byfile" and data["description"] == "by path"
-    assert snapshot(Site.model_validate(data)) == load_site(str(path))
+    assert validate(data) == load_site(str(path))
 
 
 def test_user_profile_named_like_a_bundled_one_may_extend_it(tmp_path: Path,
@@ -327,8 +328,8 @@ def test_user_profile_named_like_a_bundled_one_may_extend_it(tmp_path: Path,
     site = load_site("neuron")
     assert site.paths.scratch == "/scratch2/$USER"
     # everything else comes from the bundled profile
-    bundled = snapshot(Site.model_validate(yaml.safe_load(
-        (bundled_site_dir() / "neuron.yaml").read_text(encoding="utf-8"))))
+    bundled = validate(yaml.safe_load(
+        (bundled_site_dir() / "neuron.yaml").read_text(encoding="utf-8")))
     assert site.partitions == bundled.partitions
     assert site.launchers == bundled.launchers
 
@@ -351,7 +352,7 @@ def test_site_schema_is_json_with_partitions(capsys: pytest.CaptureFixture[str])
     assert res.rc == 0
     schema = json.loads(res.out)
     assert "partitions" in schema["properties"]
-    assert schema == Site.model_json_schema()
+    assert schema == json_schema()
 
 
 def test_a_section_of_another_scheduler_is_refused_at_its_line(tmp_path: Path) -> None:

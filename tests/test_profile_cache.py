@@ -21,10 +21,9 @@ from hpcprov.core import fsutil
 from hpcprov.core.errors import ProfileError
 from hpcprov.site import cache as profile_cache
 from hpcprov.site import loader
-from hpcprov.site.kinds import LauncherKind, Scheduler
 from hpcprov.site.loader import available_sites, bundled_site_dir, read_yaml, resolve
 from hpcprov.site.profiles import load_site, validate_file, validate_layer
-from hpcprov.site.view import SiteView, View, from_json, snapshot, to_json
+from hpcprov.site.types import Site, dump, load
 
 HAVE_LIBYAML = loader._loaders()[1] is not None
 
@@ -103,13 +102,12 @@ def test_a_cached_site_equals_the_validated_one(cache: Path,
     assert len(list(cache.glob("*.json"))) == 1
     _no_validation(monkeypatch)
     again = load_site("neuron")
-    assert again == first and again is not first
-    assert again.model_dump() == first.model_dump()
+    assert again == first and again is not first and type(again) is Site
 
 
 def test_a_cached_site_behaves_in_a_fresh_process(cache: Path) -> None:
-    """A cached site loads as its snapshot with neither PyYAML nor pydantic imported;
-    dumping and copying still work, and the data are the validated ones."""
+    """A cached site loads as the typed site with neither PyYAML nor pydantic imported;
+    its methods and dump work, and the data are the validated ones."""
     load_site("neuron")
     probe = (
         "import sys, json\n"
@@ -117,15 +115,14 @@ def test_a_cached_site_behaves_in_a_fresh_process(cache: Path) -> None:
         "s = load_site('neuron')\n"
         "assert 'yaml' not in sys.modules, 'parsed: not from the cache'\n"
         "assert 'pydantic' not in sys.modules, 'pydantic imported for a cached site'\n"
-        "assert s.model_copy(update={'description': 'x'}).description == 'x'\n"
-        "assert s.description != 'x'\n"
         "assert s.partition()[0] == 'amd_a100nv_8' and s.prefix().startswith('/scratch/')\n"
-        "print(json.dumps(s.model_dump(mode='json')))\n")
+        "from hpcprov.site.types import dump\n"
+        "print(json.dumps(dump(s)))\n")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env={**os.environ}, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    fresh = validate_file(bundled_site_dir() / "neuron.yaml")  # the model itself
-    assert json.loads(proc.stdout) == fresh.model_dump(mode="json")
+    fresh = validate_file(bundled_site_dir() / "neuron.yaml")  # validated by pydantic
+    assert json.loads(proc.stdout) == dump(fresh)
 
 
 def test_a_changed_profile_is_validated_again(cache: Path, user_dir: Path,
@@ -267,7 +264,7 @@ def test_start_up_imports_stay_light(cache: Path) -> None:
 def test_planning_commands_on_a_cached_site_import_neither_yaml_nor_pydantic(
         cache: Path, user_dir: Path, argv: list[str]) -> None:
     """What keeps them within the CLI's start-up budget (benchmarks/bench_cli.py): a warm
-    command plans from the cached snapshot; the same output either way. The profile is a
+    command plans from the cached site; the same output either way. The profile is a
     user's copy of neuron.yaml."""
     (user_dir / "neuron.yaml").write_bytes((bundled_site_dir() / "neuron.yaml").read_bytes())
     cold_heavy, cold_out = planned_in_subprocess(argv, {**os.environ})
@@ -283,58 +280,46 @@ def test_planning_commands_on_a_cached_site_import_neither_yaml_nor_pydantic(
 @pytest.mark.parametrize("name", BUNDLED)
 def test_a_cached_bundled_site_is_the_freshly_validated_one(name: str, cache: Path) -> None:
     path = bundled_site_dir() / f"{name}.yaml"
-    want = snapshot(validate_layer(resolve(path)))  # validated, not cached
+    want = validate_layer(resolve(path))  # validated, not cached
     load_site(name)  # validates and caches
     cached = profile_cache.load(path)
-    assert type(cached) is SiteView and cached == want and cached is not want
-    assert cached.model_dump() == want.model_dump()  # the same enum members and tuples
+    assert type(cached) is Site and cached == want and cached is not want
     # the same data in the same order (fields, partitions: the first is the default one)
-    assert json.dumps(cached.model_dump(mode="json")) == json.dumps(want.model_dump(mode="json"))
+    assert json.dumps(dump(cached)) == json.dumps(dump(want))
     head = json.loads((next(cache.glob("*.json"))).read_text().splitlines()[0])
     assert set(head) == {"format", "fingerprint", "path", "files", "links"}  # the site alone
 
 
-def test_the_json_form_round_trips_views_enums_tuples_and_tag_like_keys() -> None:
-    inner = View({"kind": LauncherKind.srun, "pair": (1, "a", None), "items": [1.5, True]})
-    site = SiteView({"scheduler": Scheduler.pbs, "launchers": {"srun": inner},
-                     "env": {"__view__": "a plain key", "x": [(2, 3)]}, "nested": ((),)})
-    back = from_json(json.loads(json.dumps(to_json(site))))
-    assert back == site and type(back) is SiteView
-    assert back.scheduler is Scheduler.pbs
-    assert back.launchers["srun"].kind is LauncherKind.srun
-    assert type(back.launchers["srun"]) is View
-    assert type(back.launchers["srun"].pair) is tuple and type(back.launchers["srun"].items) is list
-    assert back.env == {"__view__": "a plain key", "x": [(2, 3)]} and type(back.env) is dict
-    assert type(back.env["x"][0]) is tuple and back.nested == ((),)
+def _neuron() -> dict:
+    return dump(validate_layer(resolve(bundled_site_dir() / "neuron.yaml")))
 
 
-@pytest.mark.parametrize("value", [{1: "a"}, {"k": Path("/x")}, {"k": {"a", "b"}}],
-                         ids=["int-key", "path", "set"])
-def test_what_json_cannot_carry_is_refused(value: object) -> None:
-    with pytest.raises(TypeError):
-        to_json(SiteView({"f": value}))
-
-
-@pytest.mark.parametrize("bad", [
-    {"__view__": {}},  # not a site
-    {"__site__": {"s": {"__enum__": "Nope", "value": "slurm"}}},
-    {"__site__": {"s": {"__enum__": "SiteMethods", "value": "slurm"}}},
-    {"__site__": {"s": {"__weird__": 1}}},
-    {"__site__": {"s": {"__tuple__": {"not": "a list"}}}},
-    {"__site__": {"name": "x\nrm -rf ~"}},
-    {"__site__": {"env": {"A\nB": "1"}}},
-    {"__site__": {"p": {"__view__": {"description": {"__view__": {"name": "a\rb"}}}}}},
-], ids=["not-a-site", "unknown-enum", "not-an-enum", "unknown-tag", "bad-tuple",
-        "newline-in-name", "newline-in-a-key", "control-char-under-free-text"])
-def test_reading_refuses_what_to_json_never_writes_or_the_model_refuses(bad: object) -> None:
-    with pytest.raises((ValueError, TypeError)):
-        from_json(bad)
+@pytest.mark.parametrize("change", [
+    lambda d: d.update(scheduler="nope"),
+    lambda d: d.update(unknown_key=1),
+    lambda d: d.update(name="x\nrm -rf ~"),
+    lambda d: d.update(env={"A\nB": "1"}),
+    lambda d: d.update(partitions={"gpu\nid": next(iter(d["partitions"].values()))}),
+    lambda d: d["partitions"][next(iter(d["partitions"]))].update(cores_per_node="64"),
+    lambda d: d["partitions"][next(iter(d["partitions"]))].update(memory_gb=float("nan")),
+    lambda d: d.update(launchers=[]),
+    lambda d: d["policies"].update(notes="not a list"),
+], ids=["unknown-enum", "unknown-key", "newline-in-name", "newline-in-a-key",
+        "newline-in-a-partition-name", "wrong-type", "not-finite", "list-for-a-mapping",
+        "str-for-a-list"])
+def test_reading_refuses_what_dump_never_writes_or_the_model_refuses(change: object) -> None:
+    data = _neuron()
+    assert load(Site, json.loads(json.dumps(data))) is not None
+    change(data)
+    with pytest.raises((ValueError, TypeError, KeyError)):
+        load(Site, json.loads(json.dumps(data)))
 
 
 def test_free_text_may_span_lines_as_in_the_model() -> None:
-    site = from_json({"__site__": {"description": "two\nlines",
-                                   "guide": {"setup": "a\nb"}, "policies": {"__view__": {
-                                       "notes": ["x\ty"], "refused": {}}}}})
+    data = _neuron()
+    data.update(description="two\nlines", guide={"setup": "a\nb"})
+    data["policies"]["notes"] = ["x\ty"]
+    site = load(Site, data)
     assert site.description == "two\nlines" and site.policies.notes == ["x\ty"]
 
 
@@ -356,12 +341,12 @@ def test_an_entry_with_a_newline_injected_is_a_miss(where: str, cache: Path,
     path = available_sites()["neuron"]
 
     def inject(head: dict, body: dict) -> None:
-        fields = body["__site__"]
+        fields = body
         if where == "name":
             fields["name"] = "neuron\ntouch /tmp/pwned"
         elif where == "partition-name":
-            part = fields["partitions"]["amd_a100nv_8"]["__view__"]
-            fields["partitions"] = {"gpu\nid": {"__view__": part}}
+            part = fields["partitions"]["amd_a100nv_8"]
+            fields["partitions"] = {"gpu\nid": part}
         else:
             fields["login_hosts"] = ["glogin*\nx"]
 
@@ -375,7 +360,7 @@ def test_an_entry_with_a_newline_injected_is_a_miss(where: str, cache: Path,
 
 def test_free_text_in_an_entry_stays_a_hit(cache: Path) -> None:
     load_site("neuron")
-    _edit_entry(cache, lambda h, b: b["__site__"].update(description="two\nlines"))
+    _edit_entry(cache, lambda h, b: b.update(description="two\nlines"))
     assert profile_cache.load(available_sites()["neuron"]).description == "two\nlines"
 
 

@@ -1385,9 +1385,8 @@ def test_the_proof_without_gloo_starts_with_the_sites_mpi_launcher(
         ("  " + ln if not ln.startswith("default_launcher") else ln)
         for ln in body.splitlines()[4:]) + "\n"
     from hpcprov.site.profiles import validate_file
-    from hpcprov.site.view import snapshot
 
-    site = snapshot(validate_file(write_profile(tmp_path, "nogloo", lines)))
+    site = validate_file(write_profile(tmp_path, "nogloo", lines))
     (proof,) = [ln for ln in prove_lines(site) if "python" in ln and "proof" in ln
                 and not ln.startswith("hpcprov_file")]
     assert words(proof)[:len(want)] == want

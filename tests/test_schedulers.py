@@ -3,6 +3,7 @@ runner they share, and lint across schedulers."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -16,8 +17,8 @@ from hpcprov.jobs.lint import lint
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.base import Backend, Executor
 from hpcprov.site.kinds import SCHEDULER_BACKENDS, Scheduler
-from hpcprov.site.model import SCHEDULER_SECTIONS, Site
 from hpcprov.site.profiles import load_site
+from hpcprov.site.types import SCHEDULER_SECTIONS, Site
 
 
 def test_every_registered_scheduler_is_a_backend_with_its_profile_section() -> None:
@@ -28,8 +29,8 @@ def test_every_registered_scheduler_is_a_backend_with_its_profile_section() -> N
         assert isinstance(backend.executor(), Executor)
         if backend.settings:
             section = SCHEDULER_SECTIONS[name]
-            assert set(section.model_fields) == set(backend.settings)
-            assert name in Site.model_fields
+            assert {f.name for f in dataclasses.fields(section)} == set(backend.settings)
+            assert name in {f.name for f in dataclasses.fields(Site)}
 
 
 @pytest.mark.parametrize("site_name", BUNDLED)  # every backend a bundled profile uses

@@ -422,7 +422,6 @@ from pathlib import Path
 from hpcprov.core import fsutil
 from hpcprov.site import loader
 from hpcprov.site import cache as profile_cache
-from hpcprov.site import view as site_view
 from hpcprov.site.profiles import load_site
 from hpcprov.provision import quick
 
@@ -480,7 +479,7 @@ def forged_entry(area: Path) -> tuple[str, str]:
         """, genuine, as_root=True)
     head, body = made["text"].splitlines()
     site = json.loads(body)
-    site["__site__"]["description"] = "FORGED by nobody"
+    site["description"] = "FORGED by nobody"
     return made["name"], head + "\n" + json.dumps(site, separators=(",", ":")) + "\n"
 
 
@@ -610,7 +609,7 @@ def test_nobody_swapping_the_cache_folder_in_a_loop_cannot_redirect_its_writes(
             import time
             from hpcprov.site.profiles import validate_layer
             layer = loader.resolve(neuron)
-            view = site_view.snapshot(validate_layer(layer))
+            view = validate_layer(layer)
             notes = Path(os.environ["HOME"]) / "notes"
             end, stores = time.monotonic() + 5, 0
             while time.monotonic() < end and os.listdir(notes) == ["thesis.entry"]:

@@ -42,7 +42,7 @@ from hpcprov.validate.plan import (
 from hpcprov.validate.run import default_rundir, run_validation
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def _checked(o: ValidateOptions) -> tuple[str, ...]:
     return o.checks
 
 
-def _launchers(o: ValidateOptions, site: SiteView) -> tuple[str, ...]:
+def _launchers(o: ValidateOptions, site: Site) -> tuple[str, ...]:
     """The launchers asked for (--launchers): ``all`` is every one the profile defines."""
     if not o.launchers:
         return ()
@@ -137,7 +137,7 @@ def _unplannable(o: ValidateOptions, opts: Options, skipped: list[Skipped]) -> N
             raise UsageError(f"--checks {check}: cannot run on site {opts.site.name}: {why}")
 
 
-def _allocation(o: ValidateOptions, backend: Any, site: SiteView) -> str:
+def _allocation(o: ValidateOptions, backend: Any, site: Site) -> str:
     if o.allocation is not None and o.allocation not in ALLOCATIONS:
         raise UsageError(f"--allocation {o.allocation!r}: choose from {', '.join(ALLOCATIONS)}")
     steps = backend.site_executor(site).steps is not None
@@ -164,7 +164,7 @@ def _side_by_side(opts: Options) -> Options:
     return opts if cpus_exceeded(allocation_request(shared)) else shared
 
 
-def _device(asked: str | None, site: SiteView, partition: str) -> str:
+def _device(asked: str | None, site: Site, partition: str) -> str:
     """Where the tensors live: ``asked``, else the partition's GPU vendor's torch device
     where it has GPUs, else the CPU; a device of another vendor's GPUs is refused."""
     part = site.partitions[partition]
@@ -241,7 +241,7 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
     return Prepared(replace(opts, job=job), rundir, allocation, tuple(skipped))
 
 
-def _ready(site: SiteView, prefix: str | None, provisioned: bool = True) -> Path | None:
+def _ready(site: Site, prefix: str | None, provisioned: bool = True) -> Path | None:
     """The provisioned prefix the jobs run in (None for a container site); a dry run
     names it without asking that setup has run (nothing is submitted)."""
     if site.python.backend == "container":

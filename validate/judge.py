@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from hpcprov.validate.programs.runtime import BINDING, CHECK_BUILD, RESULT, parse_output
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Reference
+    from hpcprov.site.types import Reference
 
 CB_LINE = re.compile(re.escape(CHECK_BUILD) + r" (.*)$")
 

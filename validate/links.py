@@ -38,7 +38,7 @@ import hostlist
 from hpcprov.validate.judge import JobResult, Outcome, within
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Reference
+    from hpcprov.site.types import Reference
 
 Pair = tuple[str, str]
 

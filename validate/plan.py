@@ -27,8 +27,7 @@ from hpcprov.site.launcher_kinds import kind_of
 from hpcprov.validate.judge import Judge, judge_allreduce, judge_env, judge_pernode, judge_train
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Partition
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Partition, Site
 
 
 @dataclass(frozen=True)
@@ -51,13 +50,13 @@ class Job:
     slot: int | None = None          # a 1-node job beside others: its node's index in the run
 
 
-def torch_launcher(site: SiteView) -> str | None:
+def torch_launcher(site: Site) -> str | None:
     """The launcher torch.distributed's checks run through: the site's default where its
     kind starts ranks, else the kind validation prefers (:mod:`hpcprov.jobs.roles`)."""
     return roles.torch_launcher(site)
 
 
-def horovod_launchers(site: SiteView) -> dict[str, str]:
+def horovod_launchers(site: Site) -> dict[str, str]:
     """impl -> launcher for Horovod, by each kind's role: Gloo through a launcher whose
     controller is Gloo (horovodrun), MPI through an MPI launcher (mpirun, mpiexec, ibrun,
     jsrun)."""
@@ -123,7 +122,7 @@ def ranks_per_node(o: Options) -> int:
     return 2 if schedulers.of(o.site).max_nodes == 1 else 1
 
 
-def _imports(site: SiteView) -> str:
+def _imports(site: Site) -> str:
     names = []
     fws = site.horovod.frameworks if has_horovod(site) else []
     if "pytorch" in site.python.frameworks or "pytorch" in fws:
@@ -155,7 +154,7 @@ def _backend_args(o: Options) -> tuple[str, ...]:
             *(("--fallback-backend", fallback) if fallback else ()))
 
 
-def _any_launcher(site: SiteView) -> str | None:
+def _any_launcher(site: Site) -> str | None:
     """The launcher the env check runs through: the torch launcher, else the first that
     starts ranks here (horovodrun); None where none does (a SKIPPED row says why)."""
     return torch_launcher(site) or next(
@@ -360,7 +359,7 @@ class Options:
     launchers: tuple[str, ...] = ()
 
     @property
-    def site(self) -> SiteView:
+    def site(self) -> Site:
         return self.job.site
 
     @property
@@ -385,7 +384,7 @@ class Options:
         return node_picks(self.site, self.partition)
 
 
-def node_picks(site: SiteView, partition: str) -> dict[str, str | None] | None:
+def node_picks(site: Site, partition: str) -> dict[str, str | None] | None:
     """The options that pick a partition's nodes where its name is no queue (``routing:
     options``); None for a real partition."""
     part = site.partitions[partition]

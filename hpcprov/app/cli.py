@@ -132,9 +132,9 @@ def site_check(files: tuple[str, ...], as_json: bool) -> None:
 @site_group.command("schema")
 def site_schema() -> None:
     """Print the JSON Schema of site profiles (for editor completion)."""
-    from hpcprov.site.model import Site
+    from hpcprov.site.model import json_schema
 
-    _emit_json(Site.model_json_schema())
+    _emit_json(json_schema())
 
 
 class _DraftSchedulers(click.Choice):

@@ -5,15 +5,13 @@ Run ``python -m hpcprov.app.docgen [DOCS_DIR]``; a test checks the committed fil
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import typing
 from enum import Enum
 from pathlib import Path
 
-from pydantic import BaseModel
-from pydantic_core import PydanticUndefined
-
-from hpcprov.site.model import Site
+from hpcprov.site.types import Site
 
 PUBLIC_DOCS = "the site's public user documentation"
 SEED_SOURCES = {
@@ -47,15 +45,19 @@ def _type_name(ann: object) -> str:
     return getattr(ann, "__name__", str(ann))
 
 
-def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
-    seen: list[type[BaseModel]] = []
+def _hints(model: type) -> dict[str, typing.Any]:
+    return typing.get_type_hints(model, include_extras=True)
+
+
+def _models(root: type) -> list[type]:
+    seen: list[type] = []
 
     def walk(ann: object) -> None:
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
+        if isinstance(ann, type) and dataclasses.is_dataclass(ann):
             if ann not in seen:
                 seen.append(ann)
-                for f in ann.model_fields.values():
-                    walk(f.annotation)
+                for hint in _hints(ann).values():
+                    walk(hint)
             return
         for arg in typing.get_args(ann):
             walk(arg)
@@ -64,16 +66,13 @@ def _models(root: type[BaseModel]) -> list[type[BaseModel]]:
     return seen
 
 
-def _default(field: typing.Any) -> str:
-    if field.default is not PydanticUndefined:
+def _default(field: dataclasses.Field[typing.Any]) -> str:
+    if field.default is not dataclasses.MISSING:
         value = field.default.value if isinstance(field.default, Enum) else field.default
         return f"`{value!r}`"
-    if field.default_factory is not None:
-        try:
-            value = field.default_factory()
-        except TypeError:
-            return "(computed)"
-        if isinstance(value, BaseModel):
+    if field.default_factory is not dataclasses.MISSING:
+        value = field.default_factory()
+        if dataclasses.is_dataclass(value):
             return "(section defaults)"
         return f"`{value!r}`"
     return "**required**"
@@ -82,16 +81,20 @@ def _default(field: typing.Any) -> str:
 def reference() -> str:
     """Markdown reference of every section of a site profile."""
     out = ["# Site profile reference", "",
-           "Generated from `hpcprov/site/model.py` by `python -m hpcprov.app.docgen`; do not edit.",
+           "Generated from `hpcprov/site/types.py` by `python -m hpcprov.app.docgen`; do not edit.",
            "Unknown keys are errors everywhere. `hpcprov site schema` prints the same as JSON "
            "Schema for editors.", ""]
     for model in _models(Site):
-        out += [f"## {model.__name__}", "", (model.__doc__ or "").strip().splitlines()[0]
-                if model.__doc__ else "", "", "| key | type | default | meaning |",
-                "|---|---|---|---|"]
-        for name, field in model.model_fields.items():
-            desc = (field.description or "").replace("|", "\\|")
-            typ = _type_name(field.annotation).replace("|", "\\|")
+        doc = model.__doc__ or ""
+        if doc.startswith(f"{model.__name__}("):  # the one dataclasses writes: no doc
+            doc = ""
+        out += [f"## {model.__name__}", "", doc.strip().splitlines()[0] if doc else "", "",
+                "| key | type | default | meaning |", "|---|---|---|---|"]
+        hints = _hints(model)
+        for field in dataclasses.fields(model):
+            name = field.name
+            desc = (field.metadata.get("description") or "").replace("|", "\\|")
+            typ = _type_name(hints[name]).replace("|", "\\|")
             out.append(f"| `{name}` | {typ} | {_default(field).replace('|', '/')} | {desc} |")
         out.append("")
     return "\n".join([*out, *launcher_kinds(), *rank_contract()])

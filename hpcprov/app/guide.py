@@ -23,7 +23,7 @@ from hpcprov.site.conda_channels import tos_channels
 from hpcprov.site.launcher_kinds import kind_of
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
 TEMPLATE = Path(__file__).with_name("guide.md.in")
@@ -65,7 +65,7 @@ def _section(name: str, **values: str | list[str]) -> list[str]:
     return out
 
 
-def _example_request(site: SiteView, partition: str | None, launcher: str | None = None,
+def _example_request(site: Site, partition: str | None, launcher: str | None = None,
                      command: tuple[str, ...] = ("python", "train_hvd.py")) -> JobRequest:
     pname, part = site.partition(partition)
     gpus = part.gpus.count
@@ -77,7 +77,7 @@ def _example_request(site: SiteView, partition: str | None, launcher: str | None
                       job_name="train_hvd")
 
 
-def render_guide(site: SiteView, partition: str | None = None, ref: str | None = None) -> str:
+def render_guide(site: Site, partition: str | None = None, ref: str | None = None) -> str:
     """Markdown walkthrough for a new user of the site. ``ref``: how the user named the site
     (a profile's path where it has no name on the search path); every hpcprov command the
     guide prints uses it, so each runs as printed."""

@@ -5,8 +5,8 @@ A *single-line* value (a name, a path, a module, an option value: anything that 
 shell line, a directive or a YAML scalar) holds no control character: C0 (newline and tab
 included), DEL, or C1 (ESC and \\x9b start terminal escape sequences). *Free text* (the
 fields named in :data:`FREE_TEXT`: descriptions, notes, guide sections) may span lines and
-hold tabs, nothing else of those. The site model, its cached snapshot, job options, the
-site draft and the command line's printing all use these definitions.
+hold tabs, nothing else of those. The typed site (validated or read from the cache), job
+options, the site draft and the command line's printing all use these definitions.
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from hpcprov.draft.modules import Module, offered, same_family
 from hpcprov.draft.plan import Findings, PartSummary, summarize
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 MEMORY_TOLERANCE = 0.05
 
@@ -118,7 +118,7 @@ def _limits(part: Any, s: PartSummary) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def partitions(site: SiteView, summaries: dict[str, PartSummary]) -> list[Difference]:
+def partitions(site: Site, summaries: dict[str, PartSummary]) -> list[Difference]:
     """Partitions gone, new, or changed."""
     out = []
     for name, part in site.partitions.items():
@@ -140,7 +140,7 @@ def partitions(site: SiteView, summaries: dict[str, PartSummary]) -> list[Differ
     return out
 
 
-def _module_sets(site: SiteView) -> dict[str, list[str]]:
+def _module_sets(site: Site) -> dict[str, list[str]]:
     """Every module a profile loads, by where it is named."""
     out: dict[str, list[str]] = {}
     sets = [("modules", site.modules)]
@@ -155,7 +155,7 @@ def _module_sets(site: SiteView) -> dict[str, list[str]]:
     return out
 
 
-def modules(site: SiteView, listing: list[Module]) -> list[Difference]:
+def modules(site: Site, listing: list[Module]) -> list[Difference]:
     """Modules the profile loads that this host's module system no longer offers."""
     out = []
     for name, where in _module_sets(site).items():
@@ -168,7 +168,7 @@ def modules(site: SiteView, listing: list[Module]) -> list[Difference]:
     return out
 
 
-def compare(site: SiteView, findings: Findings) -> list[Difference]:
+def compare(site: Site, findings: Findings) -> list[Difference]:
     """Every difference between a validated site (model or view) and the cluster now."""
     sched = getattr(site.scheduler, "value", site.scheduler)
     if sched != findings.cluster.scheduler:

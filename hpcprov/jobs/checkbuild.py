@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import HorovodBuild
+    from hpcprov.site.types import HorovodBuild
 
 CB_NAMES = {"tensorflow": "TensorFlow", "pytorch": "PyTorch", "mxnet": "MXNet",
             "mpi": "MPI", "gloo": "Gloo", "nccl": "NCCL", "ddl": "DDL", "ccl": "CCL"}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from hpcprov.core.shell import Template, quote
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
 def expand_prefix(template: str, option: str = "--prefix DIR", what: str = "the prefix") -> str:
@@ -46,11 +46,11 @@ def is_provisioned(prefix: Path) -> bool:
 class Layout:
     """Paths under an install prefix (templates: they may hold $VARS)."""
 
-    site: SiteView
+    site: Site
     prefix: str
 
     @classmethod
-    def of(cls, site: SiteView, prefix: str | None = None) -> Layout:
+    def of(cls, site: Site, prefix: str | None = None) -> Layout:
         return cls(site, prefix or site.prefix())
 
     def _under(self, *parts: str) -> Template:

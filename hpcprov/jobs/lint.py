@@ -22,8 +22,7 @@ from hpcprov.request.options import GEOMETRY
 from hpcprov.site.bins import walltime_cap
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Partition
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Partition, Site
 
 # Commands that need the internet when run (pip without --no-index, conda, downloads).
 _NETWORK = [
@@ -302,7 +301,7 @@ def _no_binding(value: object) -> bool:
     return "none" in str(value or "").split(",")
 
 
-def _launcher_binding(site: SiteView, name: str) -> list[tuple[PathKey, str]]:
+def _launcher_binding(site: Site, name: str) -> list[tuple[PathKey, str]]:
     """Where a launcher binds each rank to its own GPUs: (its key in the profile, what it
     does). mpirun's set_cuda_visible_devices gives every rank all the job's GPUs: no
     binding."""
@@ -333,7 +332,7 @@ def _launcher_binding(site: SiteView, name: str) -> list[tuple[PathKey, str]]:
     return found
 
 
-def _partition_binding(site: SiteView, pname: str) -> list[tuple[PathKey, str]]:
+def _partition_binding(site: Site, pname: str) -> list[tuple[PathKey, str]]:
     """Where the profile binds each task of a Slurm partition to its own GPUs: its
     gpus-per-task or gpu-bind option, or the site's gpu_request: gpus_per_task (Slurm
     implies --gpu-bind=per_task with --gpus-per-task)."""
@@ -377,7 +376,7 @@ def _declare(pnames: list[str]) -> str:
             f"{', '.join(pnames)} (scripts then use device 0)")
 
 
-def gpu_binding_findings(site: SiteView) -> list[Located]:
+def gpu_binding_findings(site: Site) -> list[Located]:
     """What ``hpcprov site check`` warns about the GPUs each rank sees, located at the
     profile's key: a partition that declares one GPU per rank (scripts must use device 0),
     and a binding per rank (Slurm's gpus-per-task or gpu-bind, a jsrun launcher, an lrun
@@ -431,7 +430,7 @@ def _gpu_binding(req: JobRequest) -> list[Finding]:
 Located = tuple[tuple[str | int, ...], str]  # (key path in the profile, problem)
 
 
-def default_request(site: SiteView, partition: str) -> JobRequest:
+def default_request(site: Site, partition: str) -> JobRequest:
     """The partition's smallest job: ``hpcprov jobscript -p PARTITION -N MIN -- CMD`` with
     MIN its ``limits.min_nodes_per_job`` (1 where it has none), the default launcher, the
     site's mandatory options at their defaults (or their examples: the user must give
@@ -449,7 +448,7 @@ def default_request(site: SiteView, partition: str) -> JobRequest:
     return replace(req, options=options)
 
 
-def default_request_findings(site: SiteView) -> list[Located]:
+def default_request_findings(site: Site) -> list[Located]:
     """Every partition whose default request can never produce a valid job: its lint
     errors, or why no job script can be generated for it."""
     from hpcprov.jobs.jobscript import build_jobscript
@@ -469,7 +468,7 @@ def default_request_findings(site: SiteView) -> list[Located]:
     return out
 
 
-def env_findings(site: SiteView) -> list[Located]:
+def env_findings(site: Site) -> list[Located]:
     """env values (the site's, each partition's network.env) hpcprov would write as text
     although they look like commands or shell expansions."""
     from hpcprov.jobs.modules import env_problems
@@ -483,7 +482,7 @@ def env_findings(site: SiteView) -> list[Located]:
     return out
 
 
-def cuda_target_findings(site: SiteView, nvcc: Any = None) -> list[Located]:
+def cuda_target_findings(site: Site, nvcc: Any = None) -> list[Located]:
     """GPU partitions the CUDA they are built with cannot target (every partition, its own
     build modules included), with the fix."""
     from hpcprov.site.cuda_arch import cuda_findings
@@ -492,7 +491,7 @@ def cuda_target_findings(site: SiteView, nvcc: Any = None) -> list[Located]:
             cuda_findings(site, nvcc)]
 
 
-def profile_findings(site: SiteView, nvcc: Any = None) -> list[Located]:
+def profile_findings(site: Site, nvcc: Any = None) -> list[Located]:
     """What ``hpcprov site check`` adds to validation, for a profile that validates
     (``nvcc``: what the nvcc at hand targets, for builds whose modules name no CUDA)."""
     return env_findings(site) + default_request_findings(site) + \
@@ -505,7 +504,7 @@ _PER_RANK = ("a value each rank computes goes in the launcher's wrapper, whose $
              "${NAME} each rank replaces with its own value (nothing else is evaluated)")
 
 
-def literal_variable_findings(site: SiteView) -> list[Located]:
+def literal_variable_findings(site: Site) -> list[Located]:
     """``site check``'s errors for launcher arguments that name a variable: the launcher
     gets them as written (hpcprov quotes every word), so ``--master_addr=$MASTER_ADDR``
     would reach it literally; only wrapper words are expanded, on each rank."""
@@ -536,7 +535,7 @@ def _literal_variables(req: JobRequest) -> list[Finding]:
 ROCM_INDEX_EXAMPLE = "https://download.pytorch.org/whl/rocm6.2"
 
 
-def framework_index_findings(site: SiteView) -> list[Located]:
+def framework_index_findings(site: Site) -> list[Located]:
     """``site check``'s warning where pip installs pytorch for AMD GPUs from no vendor
     index: PyPI's torch is a CUDA build, which sees no AMD GPU."""
     fw = site.python.frameworks.get("pytorch")
@@ -560,16 +559,14 @@ def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError
     whose modules name no CUDA."""
     from hpcprov.site.loader import resolve
     from hpcprov.site.profiles import validated
-    from hpcprov.site.view import snapshot
 
     try:
         layer = resolve(path)
     except ProfileError as exc:
         return [exc]
-    model, errors = validated(layer)
-    if model is None:
+    site, errors = validated(layer)
+    if site is None:
         return errors
-    site = snapshot(model)  # the one form every generator reads
     nvcc = None
     if probe_nvcc:
         from hpcprov.site.cuda_arch import needs_nvcc_probe

@@ -18,7 +18,7 @@ from hpcprov.core.shell import Template, export_lines, join, quote
 from hpcprov.site.kinds import ModuleSystem
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Modules, ModuleSet
+    from hpcprov.site.types import Modules, ModuleSet
 
 # what a shell would run or expand beyond $NAME / ${NAME}
 _SHELL_ONLY = re.compile(r"`|\$\(|\$\{(?![A-Za-z_][A-Za-z0-9_]*\})|\$[0-9@*#?$!-]")

@@ -20,7 +20,7 @@ from hpcprov import schedulers
 from hpcprov.site.launcher_kinds import KINDS, kind_of
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 # the kinds that start Horovod's ranks over MPI, for a fix's wording
 MPI_KINDS = tuple(name for name, k in KINDS.items() if k.horovod == "mpi")
@@ -31,7 +31,7 @@ MPI_STARTER_KINDS = tuple(name for name, k in KINDS.items()
 PER_NODE_KINDS = tuple(k for k in MPI_STARTER_KINDS if k != "ibrun")
 
 
-def mpi_launcher(site: SiteView, *, per_node: bool = False) -> str | None:
+def mpi_launcher(site: Site, *, per_node: bool = False) -> str | None:
     """The site's launcher that starts a job's tasks (one per node where ``per_node``) where
     the scheduler has no starter of its own: the default launcher where it is of an MPI
     kind, else the first such in the profile's order; None where the site has none."""
@@ -42,7 +42,7 @@ def mpi_launcher(site: SiteView, *, per_node: bool = False) -> str | None:
     return able[0] if able else None
 
 
-def no_starter(site: SiteView, name: str, *, per_node: bool = False) -> str | None:
+def no_starter(site: Site, name: str, *, per_node: bool = False) -> str | None:
     """Why nothing can start launcher ``name``'s tasks (its ranks, or one process per node
     where ``per_node``): the scheduler has no starter of its own and the site no MPI
     launcher; None where something can."""
@@ -58,7 +58,7 @@ def no_starter(site: SiteView, name: str, *, per_node: bool = False) -> str | No
             f"MPI launcher ({kinds}) to start them: add one under launchers")
 
 
-def unusable(site: SiteView, name: str) -> str | None:
+def unusable(site: Site, name: str) -> str | None:
     """Why launcher ``name`` cannot start ranks on this site (None where it can): nothing
     starts them (:func:`unstartable`), or they start in an image and the site names none."""
     if (why := unstartable(site, name)) is not None:
@@ -71,7 +71,7 @@ def unusable(site: SiteView, name: str) -> str | None:
     return None
 
 
-def unstartable(site: SiteView, name: str) -> str | None:
+def unstartable(site: Site, name: str) -> str | None:
     """Why nothing on this site can start launcher ``name``'s ranks (None where something
     can): its kind's starter is another scheduler's, or it needs a task or per-node starter
     the site lacks. The one rule for validate, site check and every launch line."""
@@ -91,13 +91,13 @@ def unstartable(site: SiteView, name: str) -> str | None:
     return None
 
 
-def can_run_torch(site: SiteView, name: str) -> bool:
+def can_run_torch(site: Site, name: str) -> bool:
     """Whether torch.distributed's checks can run through launcher ``name``."""
     return kind_of(site.launchers[name].kind).torch_order is not None \
         and unusable(site, name) is None
 
 
-def torch_launchers(site: SiteView) -> list[str]:
+def torch_launchers(site: Site) -> list[str]:
     """The launchers torch.distributed's checks can run through, the one validate uses by
     default first: the site's default launcher where it can, then by each kind's
     ``torch_order`` (and profile order)."""
@@ -112,17 +112,17 @@ def torch_launchers(site: SiteView) -> list[str]:
     return ranked
 
 
-def torch_launcher(site: SiteView) -> str | None:
+def torch_launcher(site: Site) -> str | None:
     """The launcher validate runs torch.distributed's checks through, or None."""
     able = torch_launchers(site)
     return able[0] if able else None
 
 
-def has_horovod(site: SiteView) -> bool:
+def has_horovod(site: Site) -> bool:
     return site.horovod.source not in ("none",)
 
 
-def horovod_role(site: SiteView, name: str) -> str | None:
+def horovod_role(site: Site, name: str) -> str | None:
     """The Horovod check (``horovod-gloo``, ``horovod-mpi``) launcher ``name`` runs, or None."""
     if not has_horovod(site) or unusable(site, name) is not None:
         return None
@@ -136,7 +136,7 @@ def horovod_role(site: SiteView, name: str) -> str | None:
     return None
 
 
-def horovod_launchers(site: SiteView) -> dict[str, str]:
+def horovod_launchers(site: Site) -> dict[str, str]:
     """impl -> launcher for Horovod's checks: the site's default launcher where it has the
     role, else the first in profile order."""
     order = [site.default_launcher, *(n for n in site.launchers if n != site.default_launcher)]
@@ -147,7 +147,7 @@ def horovod_launchers(site: SiteView) -> dict[str, str]:
     return out
 
 
-def no_torch_launcher(site: SiteView) -> str:
+def no_torch_launcher(site: Site) -> str:
     """Why no launcher of the site runs torch.distributed's checks, with the fix."""
     why = [w for name in site.launchers if (w := unusable(site, name))]
     kinds = sorted(n for n, k in KINDS.items() if k.torch_order is not None)
@@ -156,7 +156,7 @@ def no_torch_launcher(site: SiteView) -> str:
             + f": add a launcher of kind {', '.join(kinds)} to the profile")
 
 
-def horovod_gap(site: SiteView, impl: str) -> str:
+def horovod_gap(site: Site, impl: str) -> str:
     """Why Horovod's ``impl`` (horovod-gloo, horovod-mpi) has no launcher, with the fix."""
     if impl == "horovod-gloo":
         if not schedulers.of(site).horovodrun_gloo:
@@ -169,7 +169,7 @@ def horovod_gap(site: SiteView, impl: str) -> str:
             f"{', '.join(MPI_KINDS)}")
 
 
-def validation_gaps(site: SiteView) -> list[str]:
+def validation_gaps(site: Site) -> list[str]:
     """What validate cannot plan beyond its env check on this site: empty where it plans
     allreduce and training; else why not, with the fix."""
     if torch_launcher(site) is not None or horovod_launchers(site):

@@ -11,11 +11,10 @@ from hpcprov.core.text import shown
 from hpcprov.site.launcher_kinds import kind_of
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Launcher, Partition
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Launcher, Partition, Site
 
 
-def pick_partition(site: SiteView, asked: str | None, nodes: int) -> str:
+def pick_partition(site: Site, asked: str | None, nodes: int) -> str:
     """The partition (queue) a job of ``nodes`` nodes goes to: the one asked for, else the
     site's queue chosen by the job's size where the default's limits do not fit it, else the
     default. The one rule for every command (jobscript, launch, lint, guide, validate)."""
@@ -30,7 +29,7 @@ def pick_partition(site: SiteView, asked: str | None, nodes: int) -> str:
 class JobRequest:
     """Everything needed to generate a launch line or a job script. Pure data."""
 
-    site: SiteView
+    site: Site
     nodes: int = 1
     gpus_per_node: int | None = None
     command: tuple[str, ...] = ()

@@ -15,7 +15,7 @@ from hpcprov.site.kinds import SCHEDULER_BACKENDS
 
 if TYPE_CHECKING:
     from hpcprov.schedulers.base import Backend
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
 @cache
@@ -25,7 +25,7 @@ def backend(name: str) -> Backend:
     return module.BACKEND
 
 
-def of(site: SiteView) -> Backend:
+def of(site: Site) -> Backend:
     """The backend of a site (the model or its cached view)."""
     return backend(site.scheduler.value if hasattr(site.scheduler, "value") else site.scheduler)
 

@@ -4,8 +4,8 @@ Everything hpcprov knows about one scheduler is in three parts, each loaded for 
 
 * **the backend** (:class:`Backend`; its module, ``hpcprov/schedulers/NAME.py``, exports
   one as ``BACKEND``): its profile section (``settings``: the keys of ``site.<name>``, as
-  plain data from which :mod:`hpcprov.site.model` builds the pydantic section, so this
-  module needs no pydantic) and **planning**, pure: the job options and directive lines,
+  plain data from which :mod:`hpcprov.site.types` makes the section's dataclass, so
+  this module needs no pydantic) and **planning**, pure: the job options and directive lines,
   the job script's interpreter and prolog, the submit and interactive-allocation commands,
   the shell expressions launchers ask for (the first node, host:slots lists, a host file,
   the job id, its own task and one-process-per-node starters), lint rules of its own. It
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from hpcprov.request.job import JobRequest
     from hpcprov.request.options import Option
     from hpcprov.schedulers.facts import Drafting
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
 @dataclass(frozen=True)
@@ -203,8 +203,9 @@ class Backend:
         Slurm, ``-A`` for PBS, ``-P`` for LSF), for messages."""
         return f"--{name}"
 
-    def section(self, site: SiteView) -> Any:
-        """The site's settings for this scheduler (``site.<name>``)."""
+    def section(self, site: Site) -> Any:
+        """The site's settings for this scheduler (``site.<name>``: a dataclass made from
+        ``settings``, which a type checker cannot see: read as Any)."""
         return getattr(site, self.name)
 
     # ---- planning (pure) ---------------------------------------------------------------
@@ -296,7 +297,7 @@ class Backend:
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         raise NotImplementedError
 
-    def site_executor(self, site: SiteView, env: dict[str, str] | None = None) -> Executor:
+    def site_executor(self, site: Site, env: dict[str, str] | None = None) -> Executor:
         """The executor of a site's jobs, where the profile says how they are submitted
         (Flux: ``flux.submit``); :meth:`executor` where nothing in it does."""
         return self.executor(env)

@@ -48,7 +48,7 @@ from hpcprov.schedulers.base import (
 from hpcprov.site.sections import settings_of
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 # Flux spellings of the generic option names; the rest become --NAME=VALUE
 FLAGS = {
@@ -219,7 +219,7 @@ class Flux(Backend):
     def executor(self, env: dict[str, str] | None = None) -> Executor:
         return FluxExecutor(env)
 
-    def site_executor(self, site: SiteView, env: dict[str, str] | None = None) -> Executor:
+    def site_executor(self, site: Site, env: dict[str, str] | None = None) -> Executor:
         return FluxExecutor(env, self.section(site).submit)
 
 

@@ -2,7 +2,8 @@
 
 One JSON file per profile path under ``$XDG_CACHE_HOME/hpcprov/profiles/`` (default
 ``~/.cache/hpcprov/profiles/``), two lines: a header, then the validated site in its JSON
-form (:func:`hpcprov.site.view.to_json`: plain objects, so loading it needs no pydantic).
+form (:func:`hpcprov.site.types.dump`: dicts, lists and scalars, read back into the same
+classes by :func:`hpcprov.site.types.load`, so loading it needs no pydantic).
 The header records the SHA-256 of every file the profile was built from (itself and what it
 extends), how each ``extends`` was resolved on the search path, and hpcprov's code
 fingerprint (:func:`fingerprint`, which the "already set up" cache of
@@ -33,9 +34,9 @@ from hpcprov.core import fsutil
 
 if TYPE_CHECKING:
     from hpcprov.site.loader import Layer
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
-FORMAT = 4  # 4: the site alone (3 had a summary beside it); 2 was a binary serialisation
+FORMAT = 5  # 5: the site as plain JSON (4 was tagged); 3 had a summary; 2 was binary
 MAX_ENTRIES = 256
 
 
@@ -113,25 +114,27 @@ def _read(path: Path) -> tuple[dict[str, Any], bytes] | None:
         return None
 
 
-def load(path: Path) -> SiteView | None:
+def load(path: Path) -> Site | None:
     """The validated site of a current entry, else None (also when a value fails the
     model's single-line check: an entry is never trusted further than the model)."""
     found = _read(path)
     if found is None:
         return None
-    from hpcprov.site.view import from_json
+    from hpcprov.site.types import Site
+    from hpcprov.site.types import load as decode
 
     try:
-        return from_json(json.loads(found[1]))
+        site: Site = decode(Site, json.loads(found[1]))
+        return site
     except Exception:
         return None
 
 
-def store(path: Path, layer: Layer, site: SiteView) -> None:
+def store(path: Path, layer: Layer, site: Site) -> None:
     """Record a validated site (best effort: errors are ignored)."""
     if not enabled():
         return
-    from hpcprov.site.view import to_json
+    from hpcprov.site.types import dump
 
     try:
         head = {
@@ -144,7 +147,7 @@ def store(path: Path, layer: Layer, site: SiteView) -> None:
         folder = fsutil.cache_dir("profiles")
         if not fsutil.trusted_dir(folder, create=True):
             return
-        text = json.dumps(head) + "\n" + json.dumps(to_json(site), separators=(",", ":"))
+        text = json.dumps(head) + "\n" + json.dumps(dump(site), separators=(",", ":"))
         fsutil.atomic_write(_entry(path), text + "\n")
         _prune(folder)
     except Exception:

@@ -18,7 +18,7 @@ from hpcprov.site.profiles import load_site
 
 if TYPE_CHECKING:
     from hpcprov.site.detect import Detection
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 
 class SiteSummary(NamedTuple):
@@ -41,7 +41,7 @@ class SiteSummary(NamedTuple):
 def summary(name: str, path: Path) -> SiteSummary:
     """The summary of the profile at ``path`` (its error, where it has one)."""
     try:
-        site: SiteView = load_site(str(path))
+        site: Site = load_site(str(path))
     except Exception as exc:  # a broken user profile must not hide the rest
         return SiteSummary(name, str(path), error=str(exc))
     return SiteSummary(name, str(path), site.scheduler.value, len(site.partitions),
@@ -79,7 +79,7 @@ def default_site() -> str:
     return found.sites[0] if found.sites else "local"
 
 
-def load(ref: str | None, store: bool = True) -> SiteView:
+def load(ref: str | None, store: bool = True) -> Site:
     """The site a command works on: ``ref`` (a name or a path), else the default site
     (``store`` off: the profile cache is read, never written)."""
     return load_site(ref or default_site(), store)

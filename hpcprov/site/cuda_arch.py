@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from hpcprov.site.gpu_vendors import VENDORS
 
 if TYPE_CHECKING:
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
 
 # (pattern on the profile's gpus.model, compute capability without the dot); first match wins
 CAPABILITIES: tuple[tuple[str, str], ...] = (
@@ -69,14 +69,14 @@ def capability(model: str) -> str | None:
     return None
 
 
-def builds_here(site: SiteView, pname: str) -> bool:
+def builds_here(site: Site, pname: str) -> bool:
     """Whether the site's one Horovod build (its build modules) serves this partition: a
     partition with build modules of its own is built with those, by a setup of its own."""
     part = site.partitions[pname]
     return part.modules is None or part.modules.build == site.modules.build
 
 
-def cc_list(site: SiteView) -> tuple[list[str], list[str]]:
+def cc_list(site: Site) -> tuple[list[str], list[str]]:
     """(capabilities to build for, sorted; GPU models this table does not know), over the
     GPU partitions that the site's build serves (:func:`builds_here`)."""
     found: set[str] = set()
@@ -148,7 +148,7 @@ def probe_nvcc(timeout: float = 20) -> CudaTargets | None:
     return parse_nvcc(*out)
 
 
-def _loads(site: SiteView, pname: str) -> list[str]:
+def _loads(site: Site, pname: str) -> list[str]:
     """The build modules a partition builds with (its own, else the site's); none without
     a module system."""
     mods = site.modules_for(pname)
@@ -156,7 +156,7 @@ def _loads(site: SiteView, pname: str) -> list[str]:
         list(mods.build.load)
 
 
-def _cuda_for(site: SiteView, pname: str, nvcc: CudaTargets | None) -> CudaTargets | None:
+def _cuda_for(site: Site, pname: str, nvcc: CudaTargets | None) -> CudaTargets | None:
     """The CUDA a partition builds with: named by its build modules; else, where it loads
     no build modules at all, the nvcc at hand (``nvcc``); else unknown (a toolchain module
     whose CUDA this cannot read, e.g. fosscuda-2018b)."""
@@ -164,14 +164,14 @@ def _cuda_for(site: SiteView, pname: str, nvcc: CudaTargets | None) -> CudaTarge
     return cuda_of_modules(loads) if loads else nvcc
 
 
-def needs_nvcc_probe(site: SiteView) -> bool:
+def needs_nvcc_probe(site: Site) -> bool:
     """Whether a CUDA GPU build of this site loads no build modules, so that the nvcc at
     hand (on PATH) is the build's and is worth asking."""
     return builds_for_cuda(site) and any(
         not _loads(site, p) for p, part in site.partitions.items() if part.gpus.count)
 
 
-def builds_for_cuda(site: SiteView) -> bool:
+def builds_for_cuda(site: Site) -> bool:
     """The site builds Horovod itself with CUDA operations (NVIDIA GPUs)."""
     hvd = site.horovod
     if hvd.source not in ("pip", "wheelhouse") or not (hvd.gpu_operations or hvd.gpu_allreduce):
@@ -194,7 +194,7 @@ def _fix(cc: int, cuda: CudaTargets) -> str:
             "build modules)" if first else "no CUDA release this table knows targets it")
 
 
-def cuda_findings(site: SiteView, nvcc: CudaTargets | None = None, this_build: bool = False
+def cuda_findings(site: Site, nvcc: CudaTargets | None = None, this_build: bool = False
                   ) -> list[tuple[tuple[str, ...], str, str]]:
     """(key path, problem, fix) for each GPU partition whose architecture the CUDA it is
     built with cannot target. The CUDA is read from the partition's build modules (its own,

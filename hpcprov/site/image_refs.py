@@ -268,7 +268,7 @@ def _default_image_problems(site: Any) -> list[Problem]:
 def image_problems(site: Any) -> list[Problem]:
     """Each registry reference of the profile that setup could not pull, or not into the
     place the jobs read, and each relative image path setup would write: (the key's path,
-    why). ``site`` is the model or its snapshot."""
+    why). ``site``: the typed site (:class:`hpcprov.site.types.Site`)."""
     out = _source_problems(site) if site.python.backend == "container" \
         and site.python.container is not None else []
     seen = {loc for loc, _ in out}

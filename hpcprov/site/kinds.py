@@ -1,8 +1,7 @@
 """The parts of the site model that planning needs at run time, without pydantic.
 
-The enums are shared by the validated model
-(:mod:`hpcprov.site.model`, pydantic) and by the snapshot a cached profile is loaded as
-(:mod:`hpcprov.site.view`), so a command answered from the cache never imports pydantic.
+The enums of the typed site (:mod:`hpcprov.site.types`), which pydantic validates
+(:mod:`hpcprov.site.model`) and the profile cache reads back without it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,8 @@
 """Site lookup: turn a name or path into a validated site.
 
 ``load_site`` gives every command the same thing whether the profile cache
-(:mod:`hpcprov.site.cache`) answered or not: the plain-object snapshot of the validated
-model (:mod:`hpcprov.site.view`), so pydantic is imported only when a profile is actually
-validated.
+(:mod:`hpcprov.site.cache`) answered or not: the typed site (:mod:`hpcprov.site.types`),
+so pydantic is imported only when a profile is actually validated.
 """
 
 from __future__ import annotations
@@ -20,13 +19,17 @@ from hpcprov.site.loader import Layer, available_sites, find_profile, resolve
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
-    from hpcprov.site.model import Site
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Site
+
+
+# pydantic's error types for an unknown key and a missing one (a dataclass's own names)
+EXTRA = ("extra_forbidden", "unexpected_keyword_argument")
+MISSING = ("missing", "missing_argument", "missing_keyword_only_argument")
 
 
 def _hint(err: dict[str, Any], model_fields: list[str], written: str | None = None) -> str:
     kind, value = err["type"], err.get("input")
-    if kind == "extra_forbidden":
+    if kind in EXTRA:
         close = difflib.get_close_matches(str(err["loc"][-1]), model_fields, n=1)
         return f" (did you mean {close[0]!r}?)" if close else ""
     if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):
@@ -42,23 +45,25 @@ def _hint(err: dict[str, Any], model_fields: list[str], written: str | None = No
 
 def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
     """Field names allowed at the parent of ``loc`` (for suggestions)."""
-    from hpcprov.site.model import Site
+    import dataclasses
+    import typing
+
+    from hpcprov.site.types import Site
+
+    def classes(ann: Any) -> list[type]:
+        """The site classes a field's type holds (itself, in an Optional, a list, a dict)."""
+        if isinstance(ann, type) and dataclasses.is_dataclass(ann):
+            return [ann]
+        return [c for arg in typing.get_args(ann) for c in classes(arg)]
 
     model: Any = Site
     for part in loc[:-1]:
-        info = getattr(model, "model_fields", {}).get(part) if isinstance(part, str) else None
-        if info is None:
-            continue
-        ann = info.annotation
-        for candidate in (ann, *getattr(ann, "__args__", ())):
-            if hasattr(candidate, "model_fields"):
-                model = candidate
-                break
-            inner = getattr(candidate, "__args__", ())
-            if inner and hasattr(inner[-1], "model_fields"):
-                model = inner[-1]
-                break
-    return list(getattr(model, "model_fields", {}))
+        hints = typing.get_type_hints(model, include_extras=True)
+        if isinstance(part, str) and part in hints:
+            found = classes(hints[part])
+            if found:
+                model = found[-1]
+    return [f.name for f in dataclasses.fields(model)]
 
 
 def _control_at(value: Any, free: bool) -> tuple[Any, ...]:
@@ -93,9 +98,9 @@ def describe(exc: ValidationError, layer: Layer) -> list[ProfileError]:
         file, line = layer.where(loc)
         dotted = ".".join(str(p) for p in loc) or "(top level)"
         msg = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
+        if err["type"] in EXTRA:
             msg = "unknown key"
-        elif err["type"] == "missing":
+        elif err["type"] in MISSING:
             msg = "required key is missing"
         hint = _hint(err, _allowed_fields(loc), layer.sources.get(loc))
         if loc in layer.implied:
@@ -108,10 +113,10 @@ def validated(layer: Layer) -> tuple[Site | None, list[ProfileError]]:
     """The site, or every located problem with the merged profile data."""
     from pydantic import ValidationError
 
-    from hpcprov.site.model import Site
+    from hpcprov.site.model import validate
 
     try:
-        return Site.model_validate(layer.data), []
+        return validate(layer.data), []
     except ValidationError as exc:
         return None, describe(exc, layer)
 
@@ -134,27 +139,19 @@ def check_file(path: Path) -> list[ProfileError]:
         return [exc]
 
 
-def _validate_and_cache(path: Path, store: bool = True) -> tuple[Site, SiteView]:
-    """Read, merge and validate a profile file (bypassing the cache); cache its snapshot,
-    made here once (unless ``store`` is off), and return both."""
-    from hpcprov.site.view import snapshot
-
+def validate_file(path: Path, store: bool = True) -> Site:
+    """Read, merge and validate a profile file (bypassing the cache), then cache the site
+    (unless ``store`` is off)."""
     layer = resolve(path)
     site = validate_layer(layer)
-    view = snapshot(site)
     if store:
-        profile_cache.store(path, layer, view)
-    return site, view
+        profile_cache.store(path, layer, site)
+    return site
 
 
-def validate_file(path: Path) -> Site:
-    """Read, merge and validate a profile file (bypassing the cache), then cache the site."""
-    return _validate_and_cache(path)[0]
-
-
-def load_site(ref: str, store: bool = True) -> SiteView:
-    """Load a site by name (search path) or by file path: the snapshot of the validated
-    model, from the profile cache when its entry is still current, else validated now (and
+def load_site(ref: str, store: bool = True) -> Site:
+    """Load a site by name (search path) or by file path: the typed site, from the
+    profile cache when its entry is still current, else validated now (and
     cached, unless ``store`` is off: a dry run writes nothing)."""
     path = find_profile(ref)
     problem = fsutil.regular_file(path)  # a stat: never opens a FIFO or a device
@@ -166,7 +163,7 @@ def load_site(ref: str, store: bool = True) -> SiteView:
     cached = profile_cache.load(path)
     if cached is not None:
         return cached
-    return _validate_and_cache(path, store)[1]
+    return validate_file(path, store)
 
 
 def site_names() -> list[str]:

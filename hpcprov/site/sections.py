@@ -3,8 +3,8 @@
 A profile names its scheduler (``scheduler: slurm``) and may carry that scheduler's section
 (``slurm:``, ``pbs:``, ``lsf:``, ``flux:``). This module says, for each scheduler, where its backend
 lives (:mod:`hpcprov.schedulers`, imported on first use) and which keys its section has
-(type, default, meaning, an optional check). :mod:`hpcprov.site.model` builds the pydantic
-sections from these tables, so the model never imports a backend; the backends read their
+(type, default, meaning, an optional check). :mod:`hpcprov.site.types` makes the sections'
+dataclasses from these tables, so the site never imports a backend; the backends read their
 own table from here. Adding a scheduler is its backend module and one :data:`SCHEDULERS`
 entry.
 

@@ -33,8 +33,7 @@ from hpcprov.site.bins import env_for_nodes
 from hpcprov.site.launcher_kinds import KINDS, Kind, horovod_controller, kind_of
 
 if TYPE_CHECKING:
-    from hpcprov.site.model import Partition
-    from hpcprov.site.view import SiteView
+    from hpcprov.site.types import Partition, Site
 
 Context = Literal["batch", "allocation"]
 _HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
@@ -79,7 +78,7 @@ def partition_network_env(part: Partition) -> dict[str, str]:
     return {**env, **net.env}
 
 
-def site_network_env(site: SiteView) -> dict[str, str]:
+def site_network_env(site: Site) -> dict[str, str]:
     """The network variables every partition of the site sets alike: what an environment
     used on any of them (PREFIX/activate) can carry; a job exports its own partition's."""
     envs = [partition_network_env(p) for p in site.partitions.values()]
