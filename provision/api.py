@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from hpcprov.provision.manifest import Manifest
     from hpcprov.provision.progress import Reporter
     from hpcprov.provision.quick import Request
-    from hpcprov.provision.runner import RunResult
+    from hpcprov.provision.runner import SetupResult
     from hpcprov.site.cuda_arch import CudaTargets
     from hpcprov.site.types import Site
 
@@ -112,7 +112,7 @@ def plan_setup(o: SetupOptions) -> PlannedSetup:
 
 
 def run_setup(planned: PlannedSetup, reporter: Reporter | None = None,
-              verbose: bool = False, quiet: bool = True) -> RunResult:
+              verbose: bool = False, quiet: bool = True) -> SetupResult:
     """Run the plan step by step (journal, lock, resume), write the manifest, and remember
     a finished request for the fast "nothing to do" answer. Raises SetupFailed."""
     from hpcprov.provision.manifest import build_manifest, write_manifest

@@ -138,7 +138,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 # What the build step does about its tools and libraries, listed with the table in the docs.
-BUILD_NOTES = (
+BUILD_NOTES: tuple[tuple[str, str], ...] = (
     ("CMake 4",
      "Horovod 0.28.1's gloo fails to configure with CMake 4 (PyPI's cmake 4.x, or a new "
      "system one). Where the cmake on PATH is 4.x or missing, the build step installs "
@@ -261,7 +261,9 @@ def versions_of(site: Site) -> dict[str, str]:
     out: dict[str, str] = {}
     if site.horovod.version:
         out["horovod"] = site.horovod.version
-    for name, key in (("pytorch", "torch"), ("tensorflow", "tensorflow")):
+    pinned: tuple[tuple[Literal["pytorch", "tensorflow"], str], ...] = (
+        ("pytorch", "torch"), ("tensorflow", "tensorflow"))
+    for name, key in pinned:
         fw = site.python.frameworks.get(name)
         if fw and fw.version:
             out[key] = fw.version

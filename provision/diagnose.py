@@ -214,9 +214,10 @@ def diagnose(log: str, first_errors: list[str] | None = None) -> str | None:
         return found
     for pattern, text in _RULES:
         match = pattern.search(log)
-        if match and callable(text):
-            return text(match, log)
-        if match:
+        if match is None:
+            continue
+        if isinstance(text, str):
             groups = [g for g in match.groups() if g] or [""]
             return text.format(groups[0].strip().strip('"'))
+        return text(match, log)
     return None

@@ -237,7 +237,8 @@ def _wheel_check(manifest: Manifest, py: dict, rerun: str) -> Check | None:
     want = manifest.horovod_wheel.get("sha256")
     if not want:
         return None
-    facts = py.get("wheel") if isinstance(py.get("wheel"), dict) else {}
+    wheel = py.get("wheel")
+    facts = wheel if isinstance(wheel, dict) else {}
     if not facts.get("sha256"):
         why = facts.get("error", "not probed")
         return Check("horovod-wheel", "warn", f"cannot check the Horovod wheel setup installed "

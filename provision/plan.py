@@ -88,8 +88,9 @@ class Plan:
 
 def _vars(site: Site, prefix: str) -> dict[str, str]:
     lay = Layout.of(site, "$PREFIX")
-    out = {"PREFIX": Template(prefix), "STATE": lay.state_dir, "ENV_DIR": lay.env_dir,
-           "WHEELHOUSE": Template(site.paths.wheelhouse)}
+    out: dict[str, str] = {"PREFIX": Template(prefix), "STATE": lay.state_dir,
+                           "ENV_DIR": lay.env_dir,
+                           "WHEELHOUSE": Template(site.paths.wheelhouse)}
     if site.python.backend == "conda" and not site.python.conda.module:
         out["CONDA_ROOT"] = lay.conda_root
         out["INSTALLER"] = Template("$PREFIX/downloads/" + _installer_name(site))
@@ -303,7 +304,7 @@ def _container_steps(site: Site) -> list[Step]:
             join(["enroot", "import", "-o", out, source]),
         ), needs_network=True))
         name = f"hpcprov-{spec.image}"
-        if spec.add_horovod:
+        if base is not None:  # spec.add_horovod: Horovod goes into the imported base image
             env = site_build_env(site)
             inner = env_prefix(env) + join(["pip", "install", *site.horovod.pip_args,
                                              pip_spec(site.horovod)])

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import sys
-from typing import IO, Protocol
+from typing import IO, TYPE_CHECKING, Protocol
 
 from hpcprov.provision.plan import Step
+
+if TYPE_CHECKING:
+    from rich.progress import TaskID
 
 
 class Reporter(Protocol):
@@ -69,7 +72,7 @@ class LiveReporter:
             TextColumn("[dim]{task.fields[last]}", markup=True),
             console=self.console, transient=True,
         )
-        self.task: int | None = None
+        self.task: TaskID | None = None
         self.label = ""
         self.progress.start()
 

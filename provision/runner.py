@@ -26,6 +26,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 from hpcprov.core import fsutil
 from hpcprov.core.errors import HpcprovError
@@ -303,7 +304,7 @@ class Runner:
         log_error: OSError | None = None
         proc: subprocess.Popen[bytes] | None = None
         try:
-            log = _open_log(logs, log_path)
+            log: BinaryIO | None = _open_log(logs, log_path)
         except OSError as exc:
             log, log_error = None, exc
         try:
@@ -324,7 +325,8 @@ class Runner:
                             log.write(raw)
                             log.flush()
                         except OSError as exc:  # a full disk: keep going, keep the tail
-                            log_error, log = exc, _close(log)
+                            _close(log)
+                            log_error, log = exc, None
                     self.reporter.line(text)
                 code = proc.wait()
         except Interrupted as exc:
@@ -361,7 +363,7 @@ class Runner:
                 f"resumes at {step.id}", step.id, 1, log_path)
 
 
-def _open_log(folder: Path, path: Path):  # a binary file
+def _open_log(folder: Path, path: Path) -> BinaryIO:
     """The step's log, new: never through a link planted at its name or its folder's, and
     never a FIFO or device there (opened without blocking, then removed: a new file is
     made in its place)."""
@@ -385,7 +387,7 @@ def _open_log(folder: Path, path: Path):  # a binary file
     return os.fdopen(fd, "wb")  # closed by _close
 
 
-def _close(log) -> None:
+def _close(log: BinaryIO | None) -> None:
     if log is not None:
         with contextlib.suppress(OSError):
             log.close()

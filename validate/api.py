@@ -153,7 +153,15 @@ def _quick(o: ValidateOptions) -> ValidateOptions:
     if not o.quick:
         return o
     defaults = ValidateOptions()
-    return replace(o, **{k: v for k, v in QUICK.items() if getattr(o, k) == getattr(defaults, k)})
+
+    def size(name: str, typed: int, default: int) -> int:
+        return QUICK[name] if typed == default else typed
+
+    # each of QUICK's knobs by name, so that each value is checked against its field
+    return replace(o, max_bytes=size("max_bytes", o.max_bytes, defaults.max_bytes),
+                   iters=size("iters", o.iters, defaults.iters),
+                   link_bytes=size("link_bytes", o.link_bytes, defaults.link_bytes),
+                   steps=size("steps", o.steps, defaults.steps))
 
 
 def _side_by_side(opts: Options) -> Options:

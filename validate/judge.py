@@ -308,8 +308,9 @@ def _check_build(j: JobResult, expected_cb: dict[str, list[str]]) -> Outcome:
 
     text = "\n".join(m.group(1) for ln in j.tail for m in [CB_LINE.search(ln)] if m)
     found = parse_check_build(text)
+    marked = {k: v for k, v in found.items() if isinstance(v, list)}  # the sections' entries
     missing = [f"{k}:{n}" for k, names in expected_cb.items() for n in names
-               if n not in found.get(k, [])]
+               if n not in marked.get(k, [])]
     return Outcome("env", f"{j.id} horovodrun -cb", "fail" if missing else "pass",
                    expected=" ".join(n for v in expected_cb.values() for n in v),
                    nodes=j.node_list,
@@ -355,7 +356,8 @@ def _train(j: JobResult, refs: dict[str, Reference], base: JobResult | None) -> 
             out.append(Outcome("train", f"{j.id} in sync", "fail", spread, "0", "",
                                j.node_list, f"parameters differ by {spread} across ranks "
                                "after the steps: gradients are not averaged"))
-        total = rec.get("samples_per_s_total")
+        # every train record has it: shaped_records kept only those of _TrainRecord's shape
+        total: float = rec["samples_per_s_total"]
         ref = refs.get("train_samples_per_s")
         out.append(Outcome("train", f"{j.id} throughput",
                            "info" if ref is None else ("pass" if within(ref, total) else "fail"),

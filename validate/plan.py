@@ -161,6 +161,13 @@ def _any_launcher(site: Site) -> str | None:
         (n for n in site.launchers if roles.unusable(site, n) is None), None)
 
 
+def _job_launcher(site: Site) -> str:
+    """The launcher of a job any launcher can run (pernode, links, the allocation):
+    :func:`_any_launcher`, else the site's default, as a request naming none resolves it
+    (:attr:`JobRequest.launcher_name`; where none starts ranks, its launch line says why)."""
+    return _any_launcher(site) or site.default_launcher
+
+
 def plan_env(o: Options) -> list[Job]:
     """env: one task per node (through each launcher asked for, else the site's torch
     launcher)."""
@@ -290,7 +297,7 @@ def plan_pernode(o: Options) -> list[Job]:
     """pernode: the allreduce alone on every node of the partition (at least 2 ranks)."""
     backend = _backend(o)
     return [Job(f"pernode-{node}", "pernode", f"torch-{backend}", 1, max(ranks_per_node(o), 2),
-                _any_launcher(o.site), "allreduce.py",
+                _job_launcher(o.site), "allreduce.py",
                 ("--impl", "torch", *_backend_args(o), *_size_args(o)), node=node,
                 timeout_s=600)
             for node in o.node_names]
@@ -408,7 +415,8 @@ def baselines_apart(jobs: list[Job], o: Options) -> list[Job]:
     as the run has nodes. horovodrun's go on the first node, where the steps start: started
     there for a single other node, horovodrun finds the loopback common to both and hands
     its rank a rendezvous address the rank cannot reach."""
-    out, used = [], set()
+    out: list[Job] = []
+    used: set[int] = set()
     for job in jobs:
         if job.baseline:
             first = kind_of(o.site.launchers[job.launcher].kind).first_node_baseline
@@ -470,7 +478,7 @@ def link_job(o: Options, pair: tuple[str, str], rnd: int) -> Job:
     backend = _backend(o)
     size = str(o.link_bytes)
     return Job(f"links-r{rnd}-{pair[0]}-{pair[1]}", "links", f"torch-{backend}", 2, 1,
-               _any_launcher(o.site), "allreduce.py",
+               _job_launcher(o.site), "allreduce.py",
                ("--impl", "torch", *_backend_args(o), "--min-bytes", size,
                 "--max-bytes", size, "--iters", str(o.iters), "--device", o.device),
                node=",".join(pair), timeout_s=600)
@@ -552,7 +560,7 @@ def allocation_request(o: Options) -> JobRequest:
     rpn = max(ranks_per_node(o), 2 if "pernode" in o.checks else 1,
               shared_tasks_per_node(plan_jobs(o)))
     whole = Job("allocation", "allocation", "allocation", max(o.nodes, len(pinned)), rpn,
-                _any_launcher(o.site), "", (), node=",".join(pinned) or None)
+                _job_launcher(o.site), "", (), node=",".join(pinned) or None)
     return replace(job_request(whole, o, "hpcprov-validate"), activate=False)
 
 

@@ -6,7 +6,8 @@ import json
 import os
 import sys
 import warnings
-from typing import Any, NoReturn
+from collections.abc import Sequence
+from typing import Any, Literal, NoReturn
 
 import click
 
@@ -147,10 +148,15 @@ class _DraftSchedulers(click.Choice):
         self.case_sensitive = True
 
     @property
-    def choices(self) -> tuple[str, ...]:
+    def choices(self) -> Sequence[str]:
         from hpcprov.schedulers import drafting
 
         return tuple(b.name for b in drafting())
+
+    @choices.setter
+    def choices(self, value: Sequence[str]) -> None:
+        # click.Choice's choices are a plain attribute; these are the registry's, never set
+        raise AttributeError("the schedulers site draft can ask are the registry's")
 
 
 @site_group.command("draft")
@@ -326,7 +332,8 @@ def jobscript_cmd(prefix: str | None, no_activate: bool, out_path: str | None,
               help="provision through one of the site's container images (containers.images) "
               "instead of its Python environment")
 @json_option
-def setup_cmd(site: str | None, prefix: str | None, env_name: str | None, runs_on: str,
+def setup_cmd(site: str | None, prefix: str | None, env_name: str | None,
+              runs_on: Literal["login", "compute"],
               dry_run: bool, until: str | None, redo: bool, verbose: bool,
               container: str | None, as_json: bool) -> None:
     """Provision the Python environment and Horovod for a site, and prove the build.

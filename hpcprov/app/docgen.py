@@ -249,12 +249,21 @@ WALKS = ("pbs-pals", "slurm-apptainer", "torchrun-mpi", "edf", "uenv", "intel-gp
          "lsf-jsrun", "lsf-lrun", "flux", "pbs-container", "flux-torchrun-image")
 
 
-def _walk_args(line: str) -> tuple[dict[str, object], tuple[str, ...]]:
+class WalkOptions(typing.TypedDict, total=False):
+    """The options of a walk's jobscript line, as :func:`hpcprov.jobs.api.request`'s
+    keywords."""
+
+    nodes: int
+    launcher: str
+    options: tuple[str, ...]
+
+
+def _walk_args(line: str) -> tuple[WalkOptions, tuple[str, ...]]:
     """The options and command of an example's ``# walk: jobscript ARGS -- COMMAND``."""
     words = line.split()
     assert words[0] == "jobscript" and "--" in words, line
     cut = words.index("--")
-    opts: dict[str, object] = {}
+    opts: WalkOptions = {}
     options: list[str] = []
     flags, command = words[1:cut], tuple(words[cut + 1:])
     for flag, value in zip(flags[::2], flags[1::2], strict=True):
@@ -303,15 +312,14 @@ def walk(example: Path) -> list[str]:
 WALK_ENV, WALK_RUN = "/scratch/me/hpcprov", "/scratch/me/hpcprov-validate/run"
 
 
-def _validate_walk(example: Path, ref: str, opts: dict[str, object], shim: str) -> list[str]:
+def _validate_walk(example: Path, ref: str, opts: WalkOptions, shim: str) -> list[str]:
     """What ``validate --dry-run`` plans for an example: each job's script by name and the
     line that starts its ranks (the shim elided), and what it would report SKIPPED."""
     from hpcprov.validate.api import ValidateOptions, plan_validation
 
-    raw = opts.get("options", ())
-    options = tuple(str(x) for x in raw) if isinstance(raw, tuple) else ()
+    options = opts.get("options", ())
     planned = plan_validation(ValidateOptions(
-        site=str(example), nodes=int(str(opts.get("nodes", 2))), prefix=WALK_ENV,
+        site=str(example), nodes=opts.get("nodes", 2), prefix=WALK_ENV,
         workdir=WALK_RUN, options=options))
     flags = "".join(f" -o {x}" for x in options)
     out = [f"`hpcprov validate --site {ref} --env {WALK_ENV} --workdir {WALK_RUN}{flags} "

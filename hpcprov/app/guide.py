@@ -70,7 +70,7 @@ def _example_request(site: Site, partition: str | None, launcher: str | None = N
     pname, part = site.partition(partition)
     gpus = part.gpus.count
     nodes = min(2, part.nodes or 2)  # an unknown count: the two nodes of the example
-    options = {n: (r.default or r.example or "VALUE")
+    options: dict[str, str | None] = {n: (r.default or r.example or "VALUE")
                for n, r in site.policies.required_options.items()}
     return JobRequest(site=site, nodes=nodes, gpus_per_node=gpus, partition=pname,
                       launcher=launcher, command=command, options=options,
@@ -174,7 +174,9 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
                              script=build_jobscript(req).rstrip("\n").splitlines())
     except HpcprovError as exc:
         jobscript = _section("jobscript-error", error=str(exc))
-    containers = _section("containers", runtime=site.containers.runtime, images=[
+    # (runtime unset: setup's and the jobs' tool is then singularity, and the guide says so)
+    containers = _section("containers", runtime=site.containers.runtime or "singularity",
+                          images=[
         f"- `{n}`: `{p}`" for n, p in site.containers.images.items()]) \
         if site.containers.images else []
     out = _section(

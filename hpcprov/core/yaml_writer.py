@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from typing import TypeAlias
 
 Scalar: TypeAlias = "str | int | float | bool | None"
-Value: TypeAlias = "Scalar | list[Scalar] | Block"
+# (a list as built: of strings, or of any scalars; list is invariant)
+Written: TypeAlias = "Scalar | list[str] | list[Scalar]"
+Value: TypeAlias = "Written | Block"
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]*$")
 # words YAML 1.1 (PyYAML) reads as booleans or null when unquoted
@@ -117,7 +119,7 @@ def plain(**values: Scalar) -> Block:
     return b
 
 
-def _value_text(value: Value) -> str:
+def _value_text(value: Written) -> str:
     if isinstance(value, list):
         return "[" + ", ".join(scalar_text(v) for v in value) + "]"
     return scalar_text(value)

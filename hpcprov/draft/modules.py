@@ -147,7 +147,7 @@ def _cuda_match(module: Module, cuda: Module | None) -> bool:
     if cuda is None or len(cuda.version) < 2:
         return False
     m = re.search(r"cuda[-_]?([0-9]{1,9})[.-]([0-9]{1,9})", module.name.lower())
-    return bool(m) and (int(m.group(1)), int(m.group(2))) == cuda.version[:2]
+    return m is not None and (int(m.group(1)), int(m.group(2))) == cuda.version[:2]
 
 
 def _order(kind: str, mods: list[Module], gpus: bool, cuda: Module | None) -> list[Module]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from hpcprov.core import text as text_rules
 from hpcprov.draft.modules import Module, ModulePlan
@@ -86,7 +87,10 @@ def _label(text: str | None) -> str | None:
     return text if text and not text_rules.has_control(text) and " " not in text.strip() else None
 
 
-def _common(values: list[object]) -> object | None:
+T = TypeVar("T")
+
+
+def _common(values: list[T]) -> T | None:
     """The value every node shares, else None."""
     return values[0] if values and all(v == values[0] for v in values) else None
 
@@ -97,7 +101,7 @@ def _least(values: list[int | None]) -> int | None:
     return min(known) if known else None
 
 
-def _differ(name: str, values: list[object]) -> str | None:
+def _differ(name: str, values: list[str]) -> str | None:
     """A note when the nodes differ in one value (the draft takes the least)."""
     shown = sorted({str(v) for v in values})
     if len(shown) < 2:

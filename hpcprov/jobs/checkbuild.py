@@ -42,18 +42,19 @@ def render_check_build(hvd: HorovodBuild) -> list[str]:
     return out
 
 
-def parse_check_build(text: str) -> dict[str, object]:
-    """`horovodrun -cb` output -> {"version": "0.28.1", section key: [names marked [X]]}."""
+def parse_check_build(text: str) -> dict[str, list[str] | str | None]:
+    """`horovodrun -cb` output -> {section key: [names marked [X]], "version": "0.28.1"}
+    (None where no version line was printed)."""
     titles = {title: key for key, (title, _) in CB_SECTIONS.items()}
-    out: dict[str, object] = {key: [] for key in CB_SECTIONS}
-    out["version"] = None
+    marked: dict[str, list[str]] = {key: [] for key in CB_SECTIONS}
+    version: str | None = None
     section: str | None = None
     for line in text.splitlines():
         stripped = line.strip()
         if line.startswith("Horovod v") and stripped.endswith(":"):
-            out["version"] = stripped[len("Horovod v"):-1]
+            version = stripped[len("Horovod v"):-1]
         elif stripped.endswith(":") and stripped[:-1] in titles:
             section = titles[stripped[:-1]]
         elif section and stripped.startswith("[X] "):
-            out[section].append(stripped[4:].strip())
-    return out
+            marked[section].append(stripped[4:].strip())
+    return {**marked, "version": version}

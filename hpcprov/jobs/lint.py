@@ -155,10 +155,10 @@ def _geometry(req: JobRequest) -> list[Finding]:
                            f"{gpus} requested",
                            f"use --gpus-per-node {part.gpus.count} or fewer"
                            + ("" if part.gpus.count else ", or a GPU partition")))
-    cap = part.limits.max_gpus_per_user
-    if cap and gpus * req.nodes > cap:
+    gpu_cap = part.limits.max_gpus_per_user
+    if gpu_cap and gpus * req.nodes > gpu_cap:
         out.append(Finding("error", "gpus-limit",
-                           f"{gpus * req.nodes} GPUs requested; {pname} allows {cap} per user",
+                           f"{gpus * req.nodes} GPUs requested; {pname} allows {gpu_cap} per user",
                            "request fewer nodes or GPUs"))
     ranks = req.ranks_per_node
     if gpus > 0 and ranks > gpus:
@@ -344,7 +344,7 @@ def _partition_binding(site: Site, pname: str) -> list[tuple[PathKey, str]]:
             found.append((("partitions", pname, "options", key),
                           f"partitions.{pname}.options: {key}={value} binds each task to "
                           "its own GPUs"))
-    if getattr(site.slurm, "gpu_request", None) == "gpus_per_task":
+    if getattr(schedulers.of(site).section(site), "gpu_request", None) == "gpus_per_task":
         found.append((("slurm", "gpu_request"), "slurm.gpu_request: gpus_per_task binds "
                       "each task to its own GPUs (--gpus-per-task implies --gpu-bind)"))
     return found

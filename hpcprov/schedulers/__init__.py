@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 def backend(name: str) -> Backend:
     """The backend registered under ``name`` (a profile's ``scheduler:`` value)."""
     module = importlib.import_module(SCHEDULER_BACKENDS[str(name)])
-    return module.BACKEND
+    found: Backend = module.BACKEND  # each backend module's one object (the registry's rule)
+    return found
 
 
 def of(site: Site) -> Backend:

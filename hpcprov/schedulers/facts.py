@@ -198,7 +198,9 @@ def memory_mb(text: str | None) -> int | None:
     import re
 
     m = re.fullmatch(r"\s*([0-9.]+)\s*([kmgtp]?)(?:i?b)?\s*", (text or "").lower())
-    value = ascii_decimal(m.group(1)) if m else None
+    if m is None:
+        return None
+    value = ascii_decimal(m.group(1))
     if value is None:
         return None
     scale = {"": 1 / 1024 / 1024, "k": 1 / 1024, "m": 1, "g": 1024, "t": 1024**2,

@@ -137,12 +137,13 @@ def store(path: Path, layer: Layer, site: Site) -> None:
     from hpcprov.site.types import dump
 
     try:
+        files = {os.path.abspath(f): d for f, d in layer.digests.items()}
         head = {
             "format": FORMAT, "fingerprint": fingerprint(), "path": os.path.abspath(path),
-            "files": {os.path.abspath(f): d for f, d in layer.digests.items()},
+            "files": files,
             "links": [[os.path.abspath(c), ref, os.path.abspath(p)] for c, ref, p in layer.links],
         }
-        if set(head["files"]) != {os.path.abspath(f) for f in layer.files}:
+        if set(files) != {os.path.abspath(f) for f in layer.files}:
             return  # a layer not read by read_yaml (no digests): nothing to check it by
         folder = fsutil.cache_dir("profiles")
         if not fsutil.trusted_dir(folder, create=True):

@@ -203,7 +203,7 @@ def cuda_findings(site: Site, nvcc: CudaTargets | None = None, this_build: bool 
     ``this_build``: only the partitions the site's own build serves (setup's question)."""
     if not builds_for_cuda(site):
         return []
-    out = []
+    out: list[tuple[tuple[str, ...], str, str]] = []
     for pname, part in site.partitions.items():
         if this_build and not builds_here(site, pname):
             continue

@@ -39,8 +39,13 @@ class Detection:
 
 
 class HasLoginHosts(Protocol):
-    name: str
-    login_hosts: Sequence[str]
+    """What :func:`match` reads of a site (read only: a summary's fields are)."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def login_hosts(self) -> Sequence[str]: ...
 
 
 def match(hostname: str | None, sites: Iterable[HasLoginHosts]) -> Detection:

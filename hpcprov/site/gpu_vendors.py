@@ -15,6 +15,7 @@ Plain data and pure functions only: no pydantic, nothing run.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -27,7 +28,9 @@ class Query(NamedTuple):
     pattern: str
 
 
-class Vendor(NamedTuple):
+# (a dataclass, not a NamedTuple: its field ``count`` would shadow tuple.count)
+@dataclass(frozen=True)
+class Vendor:
     summary: str
     """one line for the profile reference"""
     visible_devices: str

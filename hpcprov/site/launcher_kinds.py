@@ -18,8 +18,9 @@ Plain data and pure functions only: no pydantic, no builder, nothing run.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from enum import Enum
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 Env = Literal["inherited", "named"]
 
@@ -98,8 +99,14 @@ KINDS: dict[str, Kind] = {
                       task_starter=True, container=True, torch_order=8),
 }
 
-# the profile's launcher `kind:` values
-LauncherKind = Enum("LauncherKind", {name: name for name in KINDS}, type=str)
+# the profile's launcher `kind:` values, one member per KINDS entry (its name, as value)
+if TYPE_CHECKING:
+    # made from the data below, so a checker cannot list the members: to it the enum is
+    # one of str values (each member a str, its value the kind's name)
+    class LauncherKind(str, Enum):
+        _value_: str
+else:
+    LauncherKind = Enum("LauncherKind", {name: name for name in KINDS}, type=str)
 
 
 def builder_module(kind: str) -> str:
@@ -120,7 +127,7 @@ def readers(key: str) -> frozenset[str]:
 LAUNCHER_KEYS: frozenset[str] = frozenset().union(*(k.keys for k in KINDS.values()))
 
 
-def horovod_controller(controller: str | None, site_controllers: list[str]) -> str:
+def horovod_controller(controller: str | None, site_controllers: Collection[str]) -> str:
     """The controller a horovodrun launcher runs: the one its profile names, else MPI where
     the site's Horovod has an MPI controller (horovodrun's own default), else Gloo."""
     if controller:

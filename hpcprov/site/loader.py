@@ -82,7 +82,7 @@ def _loaders() -> tuple[type, type | None]:
     from yaml.constructor import SafeConstructor
     from yaml.resolver import Resolver
 
-    class Guard:
+    class Guard(Composer):  # composes the nodes of a Composer (the loaders below)
         def compose_node(self: Any, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
                 event = self.peek_event()
@@ -268,7 +268,7 @@ def _without_other_scheduler(parent: Layer, child: Layer) -> Layer:
     other = child.data.get("scheduler", own)
     if own == other or not isinstance(own, str) or own not in SCHEDULERS or own not in parent.data:
         return parent
-    gone = {(own,)}
+    gone: set[PathKey] = {(own,)}
     return Layer(data={k: v for k, v in parent.data.items() if k != own},
                  origins=_outside(parent.origins, gone), files=parent.files,
                  sources=_outside(parent.sources, gone), digests=parent.digests,

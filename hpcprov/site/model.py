@@ -55,18 +55,20 @@ __all__ = [
 ]
 
 
+# (the classes typed as a plain ``type``: mypy takes no ``type[...]`` where a cached
+# function's argument must be hashable, python/mypy#11470)
 @functools.cache
-def adapter(cls: type[Any] = Site) -> TypeAdapter[Any]:
+def adapter(cls: type = Site) -> TypeAdapter[Any]:
     """Pydantic's validator of one of the site's classes (built on first use)."""
     return TypeAdapter(cls)
 
 
-def validate(data: Any, cls: type[Any] = Site) -> Any:
+def validate(data: Any, cls: type = Site) -> Any:
     """Profile data (a merged layer's) as the typed site (or one of its parts):
     ``pydantic.ValidationError`` with every problem's location."""
     return adapter(cls).validate_python(data)
 
 
-def json_schema(cls: type[Any] = Site) -> dict[str, Any]:
+def json_schema(cls: type = Site) -> dict[str, Any]:
     """The JSON Schema of a profile (or of one of its parts)."""
     return adapter(cls).json_schema()

@@ -18,6 +18,7 @@ from hpcprov.site.loader import Layer, available_sites, find_profile, resolve
 
 if TYPE_CHECKING:
     from pydantic import ValidationError
+    from pydantic_core import ErrorDetails
 
     from hpcprov.site.types import Site
 
@@ -27,7 +28,7 @@ EXTRA = ("extra_forbidden", "unexpected_keyword_argument")
 MISSING = ("missing", "missing_argument", "missing_keyword_only_argument")
 
 
-def _hint(err: dict[str, Any], model_fields: list[str], written: str | None = None) -> str:
+def _hint(err: ErrorDetails, model_fields: list[str], written: str | None = None) -> str:
     kind, value = err["type"], err.get("input")
     if kind in EXTRA:
         close = difflib.get_close_matches(str(err["loc"][-1]), model_fields, n=1)

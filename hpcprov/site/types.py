@@ -56,6 +56,9 @@ _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 _OPTION_RE = r"^[A-Za-z][A-Za-z0-9-]*$"
 _ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+# a value refused: (its location, relative to the object checked; why; the value)
+Problem = tuple[tuple[str | int, ...], str, Any]
+
 
 # ------------------------------------------------------------------ declaring a field
 
@@ -76,9 +79,7 @@ class Meta:
 
     def __get_pydantic_core_schema__(self, source: Any, handler: "GetCoreSchemaHandler"
                                      ) -> "CoreSchema":
-        schema = handler(source)
-        schema.update(self.keys)
-        return schema
+        return {**handler(source), **self.keys}
 
 
 class After:
@@ -104,7 +105,7 @@ class Before(After):
         return core_schema.no_info_before_validator_function(self.check, handler(source))
 
 
-def invalid(problems: list[tuple[tuple[str | int, ...], str, Any]]) -> ValueError:
+def invalid(problems: list[Problem]) -> ValueError:
     """The error for values refused at their own locations (relative to the object being
     checked): a pydantic ValidationError, which pydantic nests under the object's location
     (and the loader turns into file:line)."""
@@ -162,7 +163,8 @@ class Strict:
     # cache about ten milliseconds (pydantic builds the objects without __init__, then
     # calls __post_init__)
     def __init__(self, **values: Any) -> None:
-        for name, default, factory in _field_specs(type(self)):
+        cls: type = type(self)  # (a plain type: see _field_specs)
+        for name, default, factory in _field_specs(cls):
             if name in values:
                 value = values.pop(name)
             elif default is not MISSING:
@@ -180,7 +182,7 @@ class Strict:
         return type(other) is type(self) and all(
             getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
 
-    __hash__ = None  # mutable: not hashable
+    # mutable, so not hashable: defining __eq__ and no __hash__ sets __hash__ to None
 
     def __repr__(self) -> str:
         inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
@@ -217,7 +219,7 @@ class Strict:
             raise invalid(problems)
         self._check()
 
-    def _own_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+    def _own_problems(self) -> list[Problem]:
         out = []
         for name, checks in self._own_checks:
             value = getattr(self, name)
@@ -228,14 +230,15 @@ class Strict:
                     break
         return out
 
-    def _text_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+    def _text_problems(self) -> list[Problem]:
         """Each field holding a control character its rule refuses (the fields named in
         FREE_TEXT may hold newlines and tabs)."""
+        cls: type = type(self)  # (a plain type: see _field_specs)
         return [((name,), TEXT_RULE if name in FREE_TEXT else SINGLE_LINE_RULE, value)
-                for name, _, _ in _field_specs(type(self))
+                for name, _, _ in _field_specs(cls)
                 if _control(value := getattr(self, name), name in FREE_TEXT)]
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+    def _field_problems(self) -> list[Problem]:
         """Each field refused by a check of its own: (location, why, value)."""
         return []
 
@@ -259,12 +262,14 @@ def _field_checker(name: str, checks: tuple[Callable[[Any], Any], ...]
 
 @functools.cache
 def _field_specs(cls: type) -> tuple[tuple[str, Any, Any], ...]:
-    """(name, default, default factory) of each field of a site class."""
+    """(name, default, default factory) of each field of a site class (given as a plain
+    ``type``: mypy takes a ``type[X]`` for unhashable where a cached function's argument
+    must be hashable, python/mypy#11470)."""
     return tuple((f.name, f.default, f.default_factory) for f in fields(cls))
 
 
 def _refused(name: str, value: Any, check: Callable[[Any], Any]
-             ) -> list[tuple[tuple[str | int, ...], str, Any]]:
+             ) -> list[Problem]:
     """[(the field, why, its value)] where ``check`` raises ValueError, else []."""
     try:
         check(value)
@@ -303,10 +308,16 @@ class Modules(Strict):
     runtime: ModuleSet = F(factory=ModuleSet, description="modules to run jobs")
 
 
+if TYPE_CHECKING:
+    VendorName = str  # one of VENDORS' names: data, which a checker cannot list
+else:
+    VendorName = Literal[tuple(VENDORS)]
+
+
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Gpus(Strict):
     count: int = _count(0, ge=0, le=64, description="GPUs per node (at most 64)")
-    vendor: Literal[tuple(VENDORS)] = F(  # the vendors: hpcprov.site.gpu_vendors
+    vendor: VendorName = F(  # the vendors: hpcprov.site.gpu_vendors
         DEFAULT_VENDOR, description="; ".join(
             f"{name} ({v.summary}; devices limited by {v.visible_devices}, which mpirun's "
             f"set_cuda_visible_devices sets)" for name, v in VENDORS.items()))
@@ -385,13 +396,16 @@ class Limits(Strict):
         "first entry whose max_nodes the job's node count does not exceed (or the one "
         "without max_nodes) caps --time; a job no entry takes gets max_walltime")
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+    def _field_problems(self) -> list[Problem]:
         cap = self.max_walltime
 
         def within_cap(value: str | None) -> None:
             _walltime(value)
-            if value is not None and cap and not _refused("", cap, _walltime) \
-                    and walltime_seconds(value) > walltime_seconds(cap):
+            if value is None or not cap:
+                return
+            # no number for a cap that is no limit (0 or unreadable: its own field's error)
+            seconds, most = walltime_seconds(value), walltime_seconds(cap)
+            if seconds is not None and most and seconds > most:
                 raise ValueError(f"{value!r} is longer than max_walltime {cap!r}")
 
         return _refused("default_walltime", self.default_walltime, within_cap) \
@@ -888,10 +902,10 @@ class Launcher(Strict):
         "horovodrun's host lists, which otherwise keep the scheduler's names where an MPI "
         "starts the ranks (an MPI in an allocation refuses other names)")
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
+    def _field_problems(self) -> list[Problem]:
         kind = self.kind.value
-        problems = []
-        for key in LAUNCHER_KEYS:
+        problems: list[Problem] = []
+        for key in sorted(LAUNCHER_KEYS):  # one order, whatever the hash seed
             reading = readers(key)
             value = getattr(self, key)
             if kind in reading or value == _default(type(self), key):
@@ -916,7 +930,7 @@ class Launcher(Strict):
             raise ValueError("hosts: hostfile needs 'hostfile:' (e.g. $PBS_NODEFILE)")
 
 
-def _default(cls: type, name: str) -> Any:
+def _default(cls: type[Strict], name: str) -> Any:
     """A dataclass field's default value (its factory's, called)."""
     f = cls.__dataclass_fields__[name]
     return f.default_factory() if f.default_factory is not MISSING else f.default
@@ -1133,8 +1147,8 @@ class Site(Strict):
                    ("containers", (lambda v: _known_image(v),)),
                    ("env", (_check_env_names,)))
 
-    def _field_problems(self) -> list[tuple[tuple[str | int, ...], str, Any]]:
-        problems = []
+    def _field_problems(self) -> list[Problem]:
+        problems: list[Problem] = []
         if self.default_launcher not in self.launchers:
             problems.append((("default_launcher",), f"{self.default_launcher!r} is not one of "
                              f"the launchers ({', '.join(self.launchers)})",
@@ -1294,7 +1308,7 @@ def _decoder(kind: Any) -> Callable[[Any], Any]:
         return _decoder(args[0])
     if kind is Any:
         return lambda data: data
-    if isinstance(kind, type) and dataclasses.is_dataclass(kind):
+    if isinstance(kind, type) and issubclass(kind, Strict):  # the site's classes
         return _object_decoder(kind)
     if origin is Union or origin is UnionType:
         arms = [_decoder(a) for a in args if a is not type(None)]
@@ -1341,7 +1355,11 @@ def _object_decoder(kind: type[Strict]) -> Callable[[Any], Any]:
 
     def read(data: Any) -> Any:
         if not readers:  # built on first use: a class may name itself (through a field)
-            readers.update({f.name: _decoder(f.type) for f in fields(kind)})
+            # each field's type as evaluated (a class, a Union, an Annotated...: a type form,
+            # no string), held as an object: mypy refuses type[Any] as a cache key
+            # (python/mypy#11470)
+            hints: dict[str, object] = {f.name: f.type for f in fields(kind)}
+            readers.update({name: _decoder(hint) for name, hint in hints.items()})
         if type(data) is not dict or data.keys() != readers.keys():
             raise ValueError(f"{kind.__name__}: not its fields")
         obj = object.__new__(kind)

@@ -8,17 +8,24 @@ for the same facts: it is hashed into the key of every wheel already published.
 
 import platform
 import sysconfig
+from collections.abc import Callable
 
+# the same names whichever Python runs this file (a type checker reads both branches)
+PackageNotFoundError: "type[Exception]"
+installed: "Callable[[str], str]"
 try:
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as installed
+    from importlib import metadata
+
+    PackageNotFoundError = metadata.PackageNotFoundError
+    installed = metadata.version
 except ImportError:  # Python < 3.8 has no importlib.metadata
-    from pkg_resources import DistributionNotFound as PackageNotFoundError
-    from pkg_resources import get_distribution
+    import pkg_resources
+
+    PackageNotFoundError = pkg_resources.DistributionNotFound
 
     def installed(name):
         """The version of an installed distribution (raises PackageNotFoundError)."""
-        return get_distribution(name).version
+        return pkg_resources.get_distribution(name).version
 
 
 def version(*names):

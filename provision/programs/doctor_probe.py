@@ -17,25 +17,32 @@ import json
 import os
 import sys
 import zipfile
+from collections.abc import Callable
 
+# the same names whichever Python runs this file (a type checker reads both branches)
+PackageNotFoundError: "type[Exception]"
+installed: "Callable[[str], str]"
 try:
-    from importlib.metadata import PackageNotFoundError, distribution
-    from importlib.metadata import version as installed
+    from importlib import metadata
+
+    PackageNotFoundError = metadata.PackageNotFoundError
+    installed = metadata.version
 except ImportError:  # Python < 3.8 has no importlib.metadata
-    from pkg_resources import DistributionNotFound as PackageNotFoundError
-    from pkg_resources import get_distribution
+    import pkg_resources
+
+    PackageNotFoundError = pkg_resources.DistributionNotFound
 
     def installed(name):
         """The version of an installed distribution (raises PackageNotFoundError)."""
-        return get_distribution(name).version
+        return pkg_resources.get_distribution(name).version
 
     def site_of(name):
         """The folder a distribution is installed in (raises PackageNotFoundError)."""
-        return get_distribution(name).location
+        return pkg_resources.get_distribution(name).location
 else:
     def site_of(name):
         """The folder a distribution is installed in (raises PackageNotFoundError)."""
-        return str(distribution(name).locate_file(""))
+        return str(metadata.distribution(name).locate_file(""))
 
 
 def sha256(path):
@@ -80,7 +87,7 @@ def wheel_facts(wheel):
 
 
 args = sys.argv[1:]
-out = {"versions": {}, "imports": {}}
+out: "dict[str, dict[str, object]]" = {"versions": {}, "imports": {}}
 if args[:1] == ["--wheel"]:
     out["wheel"] = wheel_facts(args[1])
     args = args[2:]

@@ -65,7 +65,8 @@ def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
     if not kind.starters:  # the kind gives its ranks torch's environment itself
         return build(req, context)
     command = rank_command(req, req.command)
-    runtime, resolve = req.launch.runtime, []
+    runtime = req.launch.runtime
+    resolve: list[str] = []
     if runtime is not None:  # each rank started in the site's image through the runtime
         resolve, words = runtime_words(req, runtime, [])
         command = (*words, *command)

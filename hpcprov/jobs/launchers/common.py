@@ -201,7 +201,7 @@ def rank_shim_line(kind: Kind | object, starters: tuple[str, ...] | None = None)
     return assign(RANK_SHIM_VAR, "\n".join([header, table, *code]))
 
 
-def rank_command(req: JobRequest, command: tuple[object, ...]) -> tuple[object, ...]:
+def rank_command(req: JobRequest, command: tuple[str, ...]) -> tuple[str, ...]:
     """``command`` started through the rank contract: every rank's bash runs the shim,
     which exports torch's variables from the starter's, expands the wrapper's $VARS with
     this rank's values, then runs the wrapper and the command."""

@@ -24,7 +24,7 @@ from hpcprov.jobs.launchers.tasks import srun_args, task_starter
 from hpcprov.request.job import JobRequest
 
 
-def unbuffered(req: JobRequest, command: tuple[object, ...]) -> tuple[object, ...]:
+def unbuffered(req: JobRequest, command: tuple[str, ...]) -> tuple[str, ...]:
     """``python -u ...`` where the container launcher asks for unbuffered output."""
     out = list(command)
     if req.launch.unbuffered and out and PY.match(str(out[0])) and "-u" not in out[1:2]:

@@ -98,7 +98,7 @@ def job_image(req: JobRequest) -> tuple[str, list[str]]:
     return pulled, [f"[ -r {quote(Template(pulled))} ] || {{ {why} >&2; exit 1; }}"]
 
 
-def image_word(req: JobRequest, prefix: str = "") -> tuple[list[str], object]:
+def image_word(req: JobRequest, prefix: str = "") -> tuple[list[str], str]:
     """(setup lines, shell word) of the job's image, after ``prefix`` (``--image=``). A path
     with ``*`` or ``?`` is a glob the job's shell resolves when it runs (the last match in
     name order: the newest of versioned names); none matching stops the job, naming it. A
@@ -125,7 +125,7 @@ def resolved_image(path: str) -> tuple[list[str], str]:
 
 
 def runtime_words(req: JobRequest, runtime: str, verbs: list[str]
-                  ) -> tuple[list[str], list[object]]:
+                  ) -> tuple[list[str], list[str]]:
     """(setup lines, words) before a rank's command that start it in the image with
     ``runtime`` (``verbs``: the runtime's own verb and flags, where the profile gives
     them)."""
@@ -168,7 +168,7 @@ def edf_lines(req: JobRequest) -> list[str]:
     keys are names the model checked, written by hpcprov's own format strings."""
     c = req.site.containers
     resolve, path = image_word(req)
-    rows: list[tuple[str, list[object]]] = [("image = %s", [path])]
+    rows: list[tuple[str, list[str]]] = [("image = %s", [path])]
     if c.mounts:
         rows.append(("mounts = [" + ", ".join(["%s"] * len(c.mounts)) + "]",
                      [Template(m) for m in c.mounts]))

@@ -33,7 +33,7 @@ class Starter:
     starters whose rank variables its tasks carry (hpcprov.jobs.ranks), and its name in
     prose (``srun``, ``launcher mpiexec (mpiexec)``)."""
 
-    argv: list[object]
+    argv: list[str]
     setup: list[str] = field(default_factory=list)
     starters: tuple[str, ...] = ()
     name: str = ""

@@ -63,8 +63,8 @@ def _node_rank(req: JobRequest, starters: tuple[str, ...]) -> str:
     return expr
 
 
-def _static(req: JobRequest, torchrun: list[object], starters: tuple[str, ...]
-            ) -> list[object]:
+def _static(req: JobRequest, torchrun: list[str], starters: tuple[str, ...]
+            ) -> list[str]:
     """torchrun words for a static rendezvous (no store hands out node ranks): each node's
     agent adds ``--node_rank`` from its starter's variables, evaluated on that node (the
     batch shell has one value for every node), after torchrun's three program words."""
@@ -87,7 +87,7 @@ def _agents(req: JobRequest, context: Context) -> Starter | None:
     return node_starter(req, context)
 
 
-def _in_image(req: JobRequest) -> tuple[list[str], list[object]]:
+def _in_image(req: JobRequest) -> tuple[list[str], list[str]]:
     """(setup lines, words before torchrun) that start each node's agent in the site's
     image where the launcher names a runtime (the agent and its ranks then all run there),
     through the runtime's command line."""
@@ -114,7 +114,7 @@ def build(req: JobRequest, context: Context) -> Launch:
         standalone = [*image, *program, "--standalone", "--nnodes=1", *per_node]
         return Launch([*standalone, *launcher.args, *target], image_setup)
     endpoint = Raw(f"{first_node(req)}:{req.rendezvous_port}")
-    torchrun: list[object] = [
+    torchrun: list[str] = [
         *program,
         f"--nnodes={req.nodes}",
         *per_node,
