@@ -52,43 +52,24 @@ import statistics
 import sys
 import time
 from collections import namedtuple
-from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
-if TYPE_CHECKING:  # runtime.py beside it, as a type checker finds it (this package's)
-    from .runtime import (
-        DONE,
-        RESULT,
-        BindingError,
-        accelerator,
-        add_binding_args,
-        announce,
-        binding_failed,
-        default_rendezvous,
-        device_word,
-        discover_ranks,
-        emit,
-        no_device,
-        pick_backend,
-        use_device,
-    )
-else:
-    from runtime import (
-        DONE,
-        RESULT,
-        BindingError,
-        accelerator,
-        add_binding_args,
-        announce,
-        binding_failed,
-        default_rendezvous,
-        device_word,
-        discover_ranks,
-        emit,
-        no_device,
-        pick_backend,
-        use_device,
-    )
+from runtime import (
+    DONE,
+    RESULT,
+    BindingError,
+    accelerator,
+    add_binding_args,
+    announce,
+    binding_failed,
+    default_rendezvous,
+    device_word,
+    discover_ranks,
+    emit,
+    no_device,
+    pick_backend,
+    use_device,
+)
 
 CHECK = "allreduce"
 ITEMSIZE = {"float32": 4, "float64": 8}

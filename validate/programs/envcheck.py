@@ -52,31 +52,18 @@ import socket
 import subprocess
 import sys
 import threading
-from typing import TYPE_CHECKING
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
-if TYPE_CHECKING:  # runtime.py beside it, as a type checker finds it (this package's)
-    from .runtime import (
-        CHECK_BUILD,
-        CHILD,
-        PER_RANK,
-        RESULT,
-        binding_problem,
-        discover_ranks,
-        emit,
-        local_world_size,
-    )
-else:
-    from runtime import (
-        CHECK_BUILD,
-        CHILD,
-        PER_RANK,
-        RESULT,
-        binding_problem,
-        discover_ranks,
-        emit,
-        local_world_size,
-    )
+from runtime import (
+    CHECK_BUILD,
+    CHILD,
+    PER_RANK,
+    RESULT,
+    binding_problem,
+    discover_ranks,
+    emit,
+    local_world_size,
+)
 
 CHECK = "env"
 DEFAULT_IMPORTS = "torch,tensorflow,horovod,horovod.torch,horovod.tensorflow"
