@@ -282,7 +282,7 @@ def walk(example: Path) -> list[str]:
     """One walk: what the example says it is, its profile, and what hpcprov generates from
     it (the job script, the rank contract's shim elided; the setup steps)."""
     from hpcprov.jobs.api import plan_jobscript, request
-    from hpcprov.jobs.launchers import rank_shim_line
+    from hpcprov.jobs.launchers import RANK_SHIM_VAR, build_launch
     from hpcprov.provision.plan import build_plan
     from hpcprov.site.profiles import load_site
 
@@ -294,8 +294,11 @@ def walk(example: Path) -> list[str]:
     ref = f"docs/examples/{example.name}"
     req = request(str(example), command=argv, **opts)
     script = plan_jobscript(req).script
-    shim = rank_shim_line(req.launch.kind)
-    if shim in script:
+    # the shim line as the job script has it (a container kind's reads the variables of
+    # the starter of the job's tasks)
+    shim = next((ln for ln in build_launch(req, "batch").setup
+                 if ln.startswith(f"{RANK_SHIM_VAR}=")), "")
+    if shim and shim in script:
         script = script.replace(shim, "hpcprov_rank='...'  # the rank contract's shim "
                                 "(docs/reference.md), elided here")
     site = load_site(str(example))
@@ -331,7 +334,7 @@ def _validate_walk(example: Path, ref: str, opts: WalkOptions, shim: str) -> lis
             continue
         line = next((ln for ln in p.text.splitlines() if not ln.startswith("#")
                      and ("hpcprov-rank" in ln or "torch.distributed.run" in ln)), "")
-        out += [f"# {p.path.name}", line.replace(shim, "hpcprov_rank='...'")]
+        out += [f"# {p.path.name}", line.replace(shim, "hpcprov_rank='...'") if shim else line]
     out.append("```")
     out += [f"- SKIPPED {s.name}: {s.reason}" for s in planned.skipped]
     return [*out, ""]

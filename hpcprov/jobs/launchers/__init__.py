@@ -27,7 +27,6 @@ from hpcprov.jobs.launchers.common import (
     rank_shim_line,
 )
 from hpcprov.jobs.launchers.images import HOST_PYTHON_OUT, runtime_words
-from hpcprov.jobs.launchers.tasks import task_starter
 from hpcprov.jobs.roles import unstartable
 from hpcprov.request.job import JobRequest
 from hpcprov.site.launcher_kinds import builder_module, kind_of
@@ -56,13 +55,9 @@ def build_launch(req: JobRequest, context: Context = "allocation") -> Launch:
     if (why := unstartable(req.site, req.launcher_name)) is not None:
         raise UsageError(why)
     build = builder(name)
-    if kind.container:  # the rank contract runs inside the image: the builder places it,
-        # reading the variables of whatever starts the job's tasks
-        launch = build(req, context)
-        starters = task_starter(req, context).starters
-        return Launch(launch.argv, [rank_shim_line(kind, starters), *launch.setup],
-                      launch.notes)
-    if not kind.starters:  # the kind gives its ranks torch's environment itself
+    # the kind gives its ranks torch's environment itself, or (a container kind) runs the
+    # rank contract inside the image, reading the variables of what starts the job's tasks
+    if kind.container or not kind.starters:
         return build(req, context)
     command = rank_command(req, req.command)
     runtime = req.launch.runtime

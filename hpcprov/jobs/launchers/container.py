@@ -10,7 +10,7 @@ from dataclasses import replace
 
 from hpcprov.core.errors import UsageError
 from hpcprov.core.shell import Raw, Template, join
-from hpcprov.jobs.launchers.common import PY, Context, Launch, rank_command
+from hpcprov.jobs.launchers.common import PY, Context, Launch, rank_command, rank_shim_line
 from hpcprov.jobs.launchers.images import (
     EDF_VAR,
     HOST_PYTHON_OUT,
@@ -42,7 +42,9 @@ def build(req: JobRequest, context: Context) -> Launch:
     if launcher.wrap_in_bash:
         command = list(rank_command(req, ("/bin/bash", "-c", join(req.command))))
     start = task_starter(req, context)
-    srun, setup = [*start.argv, *srun_args(req, start)], start.setup
+    srun = [*start.argv, *srun_args(req, start)]
+    # the rank contract's shim, reading the variables of the starter of the job's tasks
+    setup = [rank_shim_line(launcher.kind, start.starters), *start.setup]
     if runtime in SRUN_RUNTIMES and not start.srun:
         raise UsageError(f"launcher {req.launcher_name!r}: runtime {runtime} is an option of "
                          f"srun, and {start.name} starts this site's tasks: name a runtime "
