@@ -1,7 +1,7 @@
-"""``python -m hpcprov``: the command line (:mod:`hpcprov.app.cli`)."""
+"""``python -m hpcprov``: the command line (:mod:`hpcprov.app.entry`)."""
 
 import sys
 
-from hpcprov.app.cli import main
+from hpcprov.app.entry import main
 
 sys.exit(main())

@@ -51,8 +51,8 @@ def probe_script(manifest: Manifest, prefix: Path) -> str:
     if manifest.backend == "conda" and own_conda:
         calls.append(join(["hpcprov_probe_conda", str(prefix / "miniconda3" / "bin" / "conda")]))
     calls += [
-        join(["hpcprov_probe_host", manifest.gpu_vendor.count.pattern,
-              *manifest.gpu_vendor.count.argv]),
+        join(["hpcprov_probe_host", manifest.gpu_vendor.counter.pattern,
+              *manifest.gpu_vendor.counter.argv]),
         join(["hpcprov_probe_activate", str(prefix / "activate")]),
         join([file_function("doctor_probe.py")]) + " | "
         + join(["python", "-", *_wheel_args(manifest, prefix), *imports]),
@@ -119,7 +119,7 @@ def _hung(manifest: Manifest, prefix: Path, facts: dict[str, list[str]], timeout
         where = (f"the activate script {activate} did not return: run "
                  f"`{join(['bash', '-x', str(activate)])}` by hand to see what it waits for")
     else:
-        where = (f"the module system, `{join(manifest.gpu_vendor.count.argv)}` or `mpirun "
+        where = (f"the module system, `{join(manifest.gpu_vendor.counter.argv)}` or `mpirun "
                  f"--version` did not answer (before sourcing {activate}): run them by hand "
                  "to see which waits")
     return (f"doctor's probe did not finish within {timeout:g} s and was stopped with all it "
@@ -264,7 +264,7 @@ def _gpu_check(gpus: str, expected: int | None, vendor: Vendor) -> Check:
             return Check("gpus", "skip", "no GPUs expected here and none visible")
         return Check("gpus", "ok", f"{gpus} GPU(s) visible")
     if gpus in ("", "none"):
-        return Check("gpus", "fail", f"{expected} GPU(s) expected, {vendor.count.argv[0]} not "
+        return Check("gpus", "fail", f"{expected} GPU(s) expected, {vendor.counter.argv[0]} not "
                      "found",
                      "run doctor inside a GPU job on a compute node (the login node has none)")
     if int(gpus) < expected:

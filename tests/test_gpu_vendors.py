@@ -47,7 +47,7 @@ horovod: {gpu_operations: null, gpu_allreduce: null}
 
 def test_the_vendors_commands_read_what_sycl_ls_prints() -> None:
     intel = VENDORS["intel"]
-    assert count(intel.count, SYCL_LS) == 3  # the Level Zero GPUs, not OpenCL's or the CPU
+    assert count(intel.counter, SYCL_LS) == 3  # the Level Zero GPUs, not OpenCL's or the CPU
     assert read(intel.models, SYCL_LS) == ["Intel(R) Data Center GPU Max 1550"] * 3
 
 
@@ -127,8 +127,8 @@ def test_doctor_and_the_env_check_count_intel_gpus_with_the_vendors_command(
     (bindir / "sycl-ls").chmod(0o755)
     intel = VENDORS["intel"]
     probe = subprocess.run(["bash", "-c", library.functions()["hpcprov_probe_host"] + "\n"
-                            + join(["hpcprov_probe_host", intel.count.pattern,
-                                    *intel.count.argv])],
+                            + join(["hpcprov_probe_host", intel.counter.pattern,
+                                    *intel.counter.argv])],
                            capture_output=True, text=True, timeout=30,
                            env={"PATH": f"{bindir}:/usr/bin:/bin"})
     assert "gpus=3" in probe.stdout.split(), probe.stdout + probe.stderr
@@ -137,7 +137,7 @@ def test_doctor_and_the_env_check_count_intel_gpus_with_the_vendors_command(
     proc = subprocess.run(
         [sys.executable, str(programs / "envcheck.py"), "--in-process", "--imports", "json",
          "--gpu-device", "xpu", "--gpu-count-command", "sycl-ls", "--gpu-count-pattern",
-         intel.count.pattern, "--visible-devices", "ZE_AFFINITY_MASK"],
+         intel.counter.pattern, "--visible-devices", "ZE_AFFINITY_MASK"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
         env={"PATH": f"{bindir}:/usr/bin:/bin", "ZE_AFFINITY_MASK": "0,1",
              "PYTHONPATH": "/nonexistent", "HOME": str(tmp_path),

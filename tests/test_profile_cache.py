@@ -712,3 +712,60 @@ def test_read_owned_refuses_a_fifo_or_a_huge_file_without_blocking(tmp_path: Pat
     assert proc.returncode == 0 and proc.stdout == "None\n", proc.stderr
     with pytest.raises(fsutil.NotRegularFile if planted == "fifo" else fsutil.TooLarge):
         fsutil.read_regular(path, 100, follow=False, owned_only=True)
+
+
+@pytest.mark.parametrize("char", ["\x7f", "\x9b", "\x85"])
+def test_an_entry_with_a_raw_control_character_is_a_miss(char: str, cache: Path) -> None:
+    """JSON may hold DEL and the C1 characters unescaped (json.loads reads them): an entry
+    that is not the printable ASCII json.dumps writes is checked value by value."""
+    want = load_site("neuron")
+    path = available_sites()["neuron"]
+    (entry,) = cache.glob("*.json")
+    head, body = entry.read_text().splitlines()
+    site = json.loads(body)
+    site["name"] = f"neuron{char}[31m"
+    entry.write_text(head + "\n" + json.dumps(site, ensure_ascii=False) + "\n")
+    assert profile_cache.load(path) is None
+    assert load_site("neuron") == want
+
+
+def test_the_code_state_follows_each_source_file(tmp_path: Path) -> None:
+    """The code fingerprint changes with any source file's size or mtime, a new module in a
+    subpackage, or a Horovod patch; bytecode caches and other files do not count."""
+    root = tmp_path / "pkg"
+    (root / "sub" / "__pycache__").mkdir(parents=True)
+    (root / "patches").mkdir()
+    for name in ("a.py", "sub/b.py", "patches/x.patch"):
+        (root / name).write_text("x = 1\n")
+    states = [profile_cache.code_state(str(root))]
+    assert states[0].count(":") == 6  # three files, each its size and mtime
+
+    def changed(state: str) -> str:
+        assert state not in states
+        states.append(state)
+        return state
+
+    (root / "sub" / "__pycache__" / "b.cpython-311.pyc").write_bytes(b"\0")
+    (root / "notes.txt").write_text("n")
+    (root / "sub" / "x.patch").write_text("not in patches/")
+    assert profile_cache.code_state(str(root)) == states[0]
+    (root / "sub" / "b.py").write_text("x = 22\n")  # another size
+    changed(profile_cache.code_state(str(root)))
+    st = (root / "a.py").stat()
+    os.utime(root / "a.py", ns=(st.st_atime_ns, st.st_mtime_ns + 1))  # same size, touched
+    changed(profile_cache.code_state(str(root)))
+    (root / "sub" / "c.py").write_text("")
+    changed(profile_cache.code_state(str(root)))
+    (root / "patches" / "y.patch").write_text("")
+    changed(profile_cache.code_state(str(root)))
+
+
+def test_the_fingerprint_covers_all_of_hpcprov() -> None:
+    """Every module of the package counts (the site's code is spread over site/, core/ and
+    the schedulers' sections), not the folder of the cache alone."""
+    import hpcprov
+
+    package = Path(hpcprov.__file__).parent
+    state = profile_cache.code_state(str(package))
+    for module in ("site/types.py", "core/text.py", "schedulers/slurm.py", "jobs/api.py"):
+        assert f"{module}:" in state

@@ -1047,7 +1047,7 @@ def test_amd_gpus_build_horovod_for_rocm_and_rccl(capsys: pytest.CaptureFixture[
     from hpcprov.core.shell import join
     from hpcprov.site.gpu_vendors import VENDORS
 
-    amd = VENDORS["amd"].count  # what doctor passes for a site of AMD GPUs
+    amd = VENDORS["amd"].counter  # what doctor passes for a site of AMD GPUs
     probe = subprocess.run(["bash", "-c", library.functions()["hpcprov_probe_host"]
                             + "\n" + join(["hpcprov_probe_host", amd.pattern, *amd.argv])],
                            capture_output=True, text=True,

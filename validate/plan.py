@@ -172,8 +172,8 @@ def plan_env(o: Options) -> list[Job]:
     """env: one task per node (through each launcher asked for, else the site's torch
     launcher)."""
     v = vendor(o)  # how the node's GPUs are counted, without torch too
-    gpus = ("--gpu-device", v.torch_device, "--gpu-count-command", " ".join(v.count.argv),
-            "--gpu-count-pattern", v.count.pattern, "--visible-devices", v.visible_devices)
+    gpus = ("--gpu-device", v.torch_device, "--gpu-count-command", " ".join(v.counter.argv),
+            "--gpu-count-pattern", v.counter.pattern, "--visible-devices", v.visible_devices)
     any_one = _any_launcher(o.site)
     names = [n for n in o.launchers if roles.unusable(o.site, n) is None] if o.launchers \
         else [any_one] if any_one is not None else []

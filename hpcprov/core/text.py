@@ -52,8 +52,8 @@ def status_number(text: str | None) -> int | None:
     return None if number is None else (-number if text.startswith("-") else number)
 
 
-_DIGITS = re.compile(r"[0-9]+")
-_DECIMAL = re.compile(r"[0-9]+(?:\.[0-9]+)?")
+_DIGITS = r"[0-9]+"
+_DECIMAL = r"[0-9]+(?:\.[0-9]+)?"
 
 
 def ascii_int(text: str | None, digits: int = 15) -> int | None:
@@ -61,7 +61,7 @@ def ascii_int(text: str | None, digits: int = 15) -> int | None:
     at most ``digits`` of them, blanks around ignored; anything else (``²``, Arabic-Indic
     digits, a sign, ``1_000``, 5000 digits, ``UNLIMITED``) is no number: None."""
     text = (text or "").strip()
-    return int(text) if len(text) <= digits and _DIGITS.fullmatch(text) else None
+    return int(text) if len(text) <= digits and re.fullmatch(_DIGITS, text) else None
 
 
 def ascii_decimal(text: str | None, digits: int = 15) -> float | None:
@@ -69,7 +69,7 @@ def ascii_decimal(text: str | None, digits: int = 15) -> float | None:
     most one point, at most ``digits`` characters; anything else (``1.2.3``, ``²``, 5000
     digits, which float() would make infinite) is no number: None."""
     text = (text or "").strip()
-    return float(text) if len(text) <= digits and _DECIMAL.fullmatch(text) else None
+    return float(text) if len(text) <= digits and re.fullmatch(_DECIMAL, text) else None
 
 
 SHOWN = 60  # characters of a value a message echoes

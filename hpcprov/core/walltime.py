@@ -7,12 +7,12 @@ import re
 # ASCII digits only (\d would take Arabic-Indic and other digits, which int() reads but no
 # scheduler does), each field of bounded length (a 5000-digit field is no time, and int()
 # refuses more than 4300 digits)
-_TIME = re.compile(r"^(?:([0-9]{1,6})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?$")
+_TIME = r"^(?:([0-9]{1,6})-)?([0-9]{1,9})(?::([0-9]{1,9}))?(?::([0-9]{1,9}))?$"
 
 
 def walltime_seconds(text: str) -> int | None:
     """Seconds in a Slurm/PBS time string (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]])."""
-    m = _TIME.match(text.strip())
+    m = re.match(_TIME, text.strip())
     if not m:
         return None
     days, a, b, c = m.groups()

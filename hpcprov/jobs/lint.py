@@ -34,13 +34,13 @@ _NETWORK = [
 ]
 
 
-_MEM = re.compile(r"^(\d+(?:\.\d+)?)([KMGT]?)B?$", re.I)
+_MEM = r"(?i)^(\d+(?:\.\d+)?)([KMGT]?)B?$"
 _MEM_GB = {"K": 1 / 1024**2, "M": 1 / 1024, "": 1 / 1024, "G": 1.0, "T": 1024.0}
 
 
 def memory_gb(text: str) -> float | None:
     """GB in a Slurm memory size (``4000`` is MB, as sbatch reads it; ``100G``, ``1T``)."""
-    m = _MEM.match(text.strip())
+    m = re.match(_MEM, text.strip())
     return float(m.group(1)) * _MEM_GB[m.group(2).upper()] if m else None
 
 

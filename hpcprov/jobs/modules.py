@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from hpcprov.site.types import Modules, ModuleSet
 
 # what a shell would run or expand beyond $NAME / ${NAME}
-_SHELL_ONLY = re.compile(r"`|\$\(|\$\{(?![A-Za-z_][A-Za-z0-9_]*\})|\$[0-9@*#?$!-]")
+_SHELL_ONLY = r"`|\$\(|\$\{(?![A-Za-z_][A-Za-z0-9_]*\})|\$[0-9@*#?$!-]"
 
 
 def init_lines(modules: Modules) -> list[str]:
@@ -60,7 +60,7 @@ def env_problems(env: Mapping[str, str]) -> dict[str, str]:
     another shell expansion that hpcprov writes as text)."""
     out = {}
     for name, value in env.items():
-        m = _SHELL_ONLY.search(value)
+        m = re.search(_SHELL_ONLY, value)
         if m:
             out[name] = (f"{m.group(0)!r} would be written as text, not run: env values "
                          "expand $NAME and ${NAME} only (hpcprov runs no command from a "

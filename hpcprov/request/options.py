@@ -21,16 +21,16 @@ Option = tuple[str, str | None]  # (long option name, value or None for a flag)
 # ``name=value``, ``--name=value``, ``name``, and a value as a word of its own as schedulers
 # take it too (``--name value``, ``-N 4``, ``-l select=2``); else a one-letter option with its
 # value attached (``-t10:00``)
-_OPTION = re.compile(r"-*([A-Za-z][A-Za-z0-9-]*)(?:(=)(.*)|\s+(\S.*))?", re.S)
-_ATTACHED = re.compile(r"-([A-Za-z])(\S.*)", re.S)
+_OPTION = r"(?s)-*([A-Za-z][A-Za-z0-9-]*)(?:(=)(.*)|\s+(\S.*))?"
+_ATTACHED = r"(?s)-([A-Za-z])(\S.*)"
 
 
 def parse_option(text: str) -> tuple[str, str | None]:
     """Parse ``name=value`` / ``--name=value`` / ``--name value`` / ``name`` from the
     command line (``-t10:00``: the one-letter name ``t``, value ``10:00``)."""
-    if m := _OPTION.fullmatch(text):
+    if m := re.fullmatch(_OPTION, text):
         name, value = m.group(1), m.group(3) if m.group(2) else m.group(4)
-    elif m := _ATTACHED.fullmatch(text):
+    elif m := re.fullmatch(_ATTACHED, text):
         name, value = m.group(1), m.group(2)
     else:
         raise UsageError(f"--option {shown(text)}: expected NAME=VALUE, e.g. --option "

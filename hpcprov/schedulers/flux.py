@@ -71,7 +71,7 @@ GEOMETRY_OPTIONS = {
 # what the rank's tasks run on: every line of `flux hostlist -e` (space-separated) alone
 HOSTS = "flux hostlist -e local | tr ' ' '\\n'"
 # a job id as flux prints it: F58 (with ƒ or f), or decimal
-JOB_ID = re.compile(r"^(?:[ƒf][1-9A-HJ-NP-Za-km-z]{1,12}|[0-9]{1,20})$")
+JOB_ID = r"^(?:[ƒf][1-9A-HJ-NP-Za-km-z]{1,12}|[0-9]{1,20})$"
 _FINISHED = {"INACTIVE"}
 _RUNNING = {"RUN", "CLEANUP"}
 
@@ -110,7 +110,7 @@ def directive(name: str, value: str | None) -> str:
 def job_ids(text: str) -> str | None:
     """The job id ``flux batch`` printed (its last line), or None."""
     last = text.strip().splitlines()[-1].strip() if text.strip() else ""
-    return last if JOB_ID.match(last) else None
+    return last if re.match(JOB_ID, last) else None
 
 
 class Flux(Backend):

@@ -53,9 +53,9 @@ GEOMETRY_OPTIONS = {
     "q": "queue", "queue": "queue", "partition": "queue",
 }
 # a resource requirement (-R) that places tasks on nodes or asks for GPUs
-_TASKS_RESOURCE = re.compile(r"span\[|ptile")
-_GPU_RESOURCE = re.compile(r"ngpus|rusage\[[^]]*gpu", re.I)
-_SAFE = re.compile(r"^[A-Za-z0-9_.,:=%+@/*-]+$")
+_TASKS_RESOURCE = r"span\[|ptile"
+_GPU_RESOURCE = r"(?i)ngpus|rusage\[[^]]*gpu"
+_SAFE = r"^[A-Za-z0-9_.,:=%+@/*-]+$"
 _FINISHED = {"DONE", "EXIT"}
 _RUNNING = {"RUN", "USUSP", "SSUSP"}
 
@@ -77,7 +77,7 @@ def directive(name: str, value: str | None) -> str:
         return flag
     if name == "time":
         value = minutes(value)
-    if _SAFE.match(value):
+    if re.match(_SAFE, value):
         return f"{flag} {value}"
     if re.search(r'["$`\\]', value):
         raise UsageError(f"option {name}={value!r}: quotes, $, ` and \\ cannot be written "
@@ -116,9 +116,9 @@ class Lsf(Backend):
         kind = super().geometry_of(req, name, value)
         if kind is not None or name not in ("R", "resource"):
             return kind
-        if _TASKS_RESOURCE.search(value or ""):
+        if re.search(_TASKS_RESOURCE, value or ""):
             return "tasks"
-        if _GPU_RESOURCE.search(value or ""):
+        if re.search(_GPU_RESOURCE, value or ""):
             return "gpus"
         return "tasks" if any(n == name for n, _ in self._tasks(req)) else None
 

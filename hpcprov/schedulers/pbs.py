@@ -55,7 +55,7 @@ _RUNNING = {"R", "E", "B"}  # running; exiting; an array job with subjobs runnin
 def render_select(text: str, values: dict[str, int]) -> str:
     """The select value with its fields filled in (checked first)."""
     check_select(text)
-    return SELECT_FIELD.sub(lambda m: str(values[m.group(1)]), text)
+    return re.sub(SELECT_FIELD, lambda m: str(values[m.group(1)]), text)
 
 
 def directive(name: str, value: str | None) -> str:

@@ -68,8 +68,8 @@ GEOMETRY_OPTIONS = {
 # --tres-per-task=gres/gpu:1)
 GENERIC_RESOURCES = ("gres", "tres-per-task")
 # a --cpu-bind listing each task's CPUs or locality domains ([verbose,]mask_cpu:M1,M2...)
-_PER_TASK_BIND = re.compile(r"--cpu-bind=(?:[a-z_]+,)*(?:mask|map)_(?:cpu|ldom)[:=]")
-_GPU_RESOURCE = re.compile(r"(?:^|[,/:])gpu(?:[:,]|$)")
+_PER_TASK_BIND = r"--cpu-bind=(?:[a-z_]+,)*(?:mask|map)_(?:cpu|ldom)[:=]"
+_GPU_RESOURCE = r"(?:^|[,/:])gpu(?:[:,]|$)"
 # job options that srun steps must be given again to bind their tasks as the job does
 STEP_OPTIONS = ("cpu-bind", "gpu-bind")
 # options only srun takes: sbatch and salloc refuse them ("unrecognized option"), so a
@@ -80,7 +80,7 @@ SRUN_FORGETS_CPUS = (22, 5)  # from Slurm 22.05 srun no longer inherits --cpus-p
 def srun_forgets_cpus(version: str | None) -> bool:
     """True when srun steps do not inherit the job's --cpus-per-task (Slurm 22.05 and
     later, and an unknown version, taken as a recent one)."""
-    m = SLURM_VERSION.match(version or "")
+    m = re.match(SLURM_VERSION, version or "")
     return m is None or (int(m.group(1)), int(m.group(2))) >= SRUN_FORGETS_CPUS
 
 
@@ -119,7 +119,7 @@ class Slurm(Backend):
                 continue
             if long not in GENERIC_RESOURCES:
                 return GEOMETRY_OPTIONS[long]
-            if value is not None and _GPU_RESOURCE.search(value):
+            if value is not None and re.search(_GPU_RESOURCE, value):
                 return "gpus"
             if any(n == long for n, _ in self.gpu_request(req)):
                 return "gpus"
@@ -231,7 +231,7 @@ class Slurm(Backend):
         map_cpu, mask_ldom, map_ldom): its one task per node would take the first task's
         mask, and every rank it spawns with it."""
         step = self.task_step(req, cpus)
-        return PerNode([w for w in step.argv if not _PER_TASK_BIND.match(str(w))], step.setup)
+        return PerNode([w for w in step.argv if not re.match(_PER_TASK_BIND, str(w))], step.setup)
 
     def daemon_setup(self, req: JobRequest) -> list[str]:
         """mpirun starts one daemon per node with srun: SRUN_CPUS_PER_TASK (exported for an

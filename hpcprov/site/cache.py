@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 FORMAT = 5  # 5: the site as plain JSON (4 was tagged); 3 had a summary; 2 was binary
 MAX_ENTRIES = 256
+# printable ASCII less the backslash (JSON's escape)
+_PLAIN_BYTES = bytes(range(0x20, 0x7F)).replace(b"\\", b"")
 
 
 def enabled() -> bool:
@@ -46,24 +48,53 @@ def enabled() -> bool:
 
 @functools.cache
 def fingerprint() -> str:
-    """hpcprov's code fingerprint: the source of the hpcprov and hpcprov.provision packages
-    and their subpackages (with the Horovod patches), Python's version, and which pydantic
-    is installed. Anything cached from a run of other code is not used."""
-    h = hashlib.sha256(f"{FORMAT}|{sys.version}".encode())
+    """hpcprov's code fingerprint: each source file of the hpcprov and hpcprov.provision
+    packages and their subpackages (with the Horovod patches) by its path, size and
+    modification time, Python's version, and which pydantic is installed. Anything cached
+    from a run of other code is not used.
+
+    The files are compared as Python compares a module with its bytecode cache (size and
+    mtime, not content): code that Python would run anew is code this cache does not trust,
+    and no file is read (reading and hashing them all cost every warm start about 2 ms)."""
     provision = find_spec("hpcprov.provision")
     assert provision is not None and provision.submodule_search_locations
-    seen: set[Path] = set()
-    for root in (Path(__file__).parent, Path(provision.submodule_search_locations[0])):
-        for path in sorted([*root.rglob("*.py"), *root.glob("patches/*.patch")]):
-            if path not in seen:  # in a wheel, provision/ lies inside hpcprov/
-                seen.add(path)
-                h.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # hpcprov/
+    code = code_state(package, provision.submodule_search_locations[0])
+    h = hashlib.sha256(f"{FORMAT}|{sys.version}|{code}".encode())
     for dist in ("pydantic", "pydantic_core"):
         spec = find_spec(dist)
         origin = spec.origin if spec else None
         st = os.stat(origin) if origin else None
         h.update(f"|{dist}:{origin}:{st and st.st_mtime_ns}:{st and st.st_size}".encode())
     return h.hexdigest()
+
+
+def code_state(*roots: str) -> str:
+    """Each source file under ``roots`` (:func:`_sources`) by its path, size and mtime."""
+    seen: set[str] = set()
+    out = []
+    for root in roots:
+        for name in _sources(root):
+            path = os.path.join(root, name)
+            if path not in seen:  # in a wheel, provision/ lies inside hpcprov/
+                seen.add(path)
+                st = os.stat(path)
+                out.append(f"{name}:{st.st_size}:{st.st_mtime_ns}")
+    return "\0".join(out)
+
+
+def _sources(root: str) -> list[str]:
+    """The source files under ``root`` (``*.py`` at any depth, ``patches/*.patch``), as
+    sorted paths relative to it."""
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        rel = os.path.relpath(folder, root)
+        for name in files:
+            if name.endswith(".py") or (name.endswith(".patch")
+                                        and os.path.basename(folder) == "patches"):
+                found.append(name if rel == "." else f"{rel}/{name}")
+    return sorted(found)
 
 
 def _entry(path: Path) -> Path:
@@ -123,8 +154,12 @@ def load(path: Path) -> Site | None:
     from hpcprov.site.types import Site
     from hpcprov.site.types import load as decode
 
+    body = found[1]
     try:
-        site: Site = decode(Site, json.loads(found[1]))
+        # json.dumps escapes every control character (and all that is not ASCII): JSON that
+        # is printable ASCII with no backslash holds none, in any string of the site
+        plain = body.translate(None, _PLAIN_BYTES) in (b"", b"\n")
+        site: Site = decode(Site, json.loads(body), plain=plain)
         return site
     except Exception:
         return None

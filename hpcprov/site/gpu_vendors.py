@@ -15,7 +15,6 @@ Plain data and pure functions only: no pydantic, nothing run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import NamedTuple
 
 
@@ -28,14 +27,12 @@ class Query(NamedTuple):
     pattern: str
 
 
-# (a dataclass, not a NamedTuple: its field ``count`` would shadow tuple.count)
-@dataclass(frozen=True)
-class Vendor:
+class Vendor(NamedTuple):
     summary: str
     """one line for the profile reference"""
     visible_devices: str
     """the variable that limits the GPUs a process sees"""
-    count: Query
+    counter: Query
     """counts the GPUs of this node as torch sees them (doctor, validate's env check)"""
     models: Query
     """names the GPUs' models (``site draft``: group 1 of ``pattern``)"""

@@ -30,12 +30,11 @@ from typing import Any
 
 # a name with a tag or digest and no path before it (nvcr.io/nvidia/pytorch:24.01-py3,
 # localhost:5000/torch@sha256:..., debian:12), not a path
-_NAME_WITH_TAG = re.compile(
-    r"[A-Za-z0-9][\w.-]*(:[0-9]+)?(/[\w.-]+)*(:\w[\w.-]*|@sha256:[0-9a-f]{64})")
+_NAME_WITH_TAG = r"[A-Za-z0-9][\w.-]*(:[0-9]+)?(/[\w.-]+)*(:\w[\w.-]*|@sha256:[0-9a-f]{64})"
 # enroot's and pyxis's form: [USER@]REGISTRY#IMAGE[:TAG]
-_ENROOT_FORM = re.compile(r"([\w.-]+@)?[A-Za-z0-9][\w.-]*(:[0-9]+)?#[\w.-]+(/[\w.-]+)*"
-                          r"(:\w[\w.-]*|@sha256:[0-9a-f]{64})?")
-_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*)://(.*)", re.S)
+_ENROOT_FORM = (r"([\w.-]+@)?[A-Za-z0-9][\w.-]*(:[0-9]+)?#[\w.-]+(/[\w.-]+)*"
+                r"(:\w[\w.-]*|@sha256:[0-9a-f]{64})?")
+_SCHEME = r"(?s)([A-Za-z][A-Za-z0-9+.-]*)://(.*)"
 
 # the schemes each tool pulls from (apptainer pull, singularity pull, enroot import)
 APPTAINER_SCHEMES = ("docker", "oras", "library", "shub", "http", "https")
@@ -82,13 +81,13 @@ def _docker(text: str) -> Reference:
 
 def parse(ref: str) -> Reference | None:
     """The reference ``ref`` names, or None where it is a path."""
-    m = _SCHEME.fullmatch(ref)
+    m = re.fullmatch(_SCHEME, ref)
     if m:
         scheme = m.group(1).lower()
         return _docker(m.group(2)) if scheme == "docker" else Reference(scheme, m.group(2))
     if ref.startswith("docker:") and len(ref) > len("docker:"):  # Shifter's IMAGETYPE:NAME
         return _docker(ref[len("docker:"):])
-    if _ENROOT_FORM.fullmatch(ref) or _NAME_WITH_TAG.fullmatch(ref):
+    if re.fullmatch(_ENROOT_FORM, ref) or re.fullmatch(_NAME_WITH_TAG, ref):
         return _docker(ref)
     return None
 

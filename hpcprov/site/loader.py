@@ -14,7 +14,6 @@ bundled profiles. See docs/security.md, "Profiles and the search path".
 
 from __future__ import annotations
 
-import difflib
 import functools
 import hashlib
 import os
@@ -425,6 +424,8 @@ def find_profile(ref: str, relative_to: Path | None = None, skip: Path | None = 
         raise ProfileError(ref, 0, f"{ref!r} names this profile itself, and no other profile "
                            f"{ref!r} is on the search path; a profile cannot extend itself")
     names = sorted(available_sites())
+    import difflib  # (only for an error: not on every start)
+
     close = difflib.get_close_matches(ref, names, n=1)
     hint = f"; did you mean {close[0]!r}?" if close else f"; known sites: {', '.join(names)}"
     raise ProfileError(ref, 0, f"unknown site {ref!r}{hint}")

@@ -7,7 +7,6 @@ so pydantic is imported only when a profile is actually validated.
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +30,8 @@ MISSING = ("missing", "missing_argument", "missing_keyword_only_argument")
 def _hint(err: ErrorDetails, model_fields: list[str], written: str | None = None) -> str:
     kind, value = err["type"], err.get("input")
     if kind in EXTRA:
+        import difflib  # (only for an error: not on every start)
+
         close = difflib.get_close_matches(str(err["loc"][-1]), model_fields, n=1)
         return f" (did you mean {close[0]!r}?)" if close else ""
     if kind == "string_type" and isinstance(value, int | float) and not isinstance(value, bool):

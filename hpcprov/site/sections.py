@@ -37,28 +37,28 @@ class Registered(NamedTuple):
 
 # ---------------------------------------------------------------- the checks (pure)
 
-SLURM_VERSION = re.compile(r"^(\d+)\.(\d+)(\.\d+)?$")
+SLURM_VERSION = r"^(\d+)\.(\d+)(\.\d+)?$"
 
 
 def check_slurm_version(text: str | None) -> None:
     """Refuse a Slurm version that is not MAJOR.MINOR[.PATCH] (as sinfo --version says)."""
-    if text is not None and not SLURM_VERSION.match(text):
+    if text is not None and not re.match(SLURM_VERSION, text):
         raise ValueError(f"{text!r} is not a Slurm version: write it as sinfo --version "
                          "prints it, e.g. '23.02' or '23.02.7' (quoted)")
 
 
 SELECT_FIELDS = ("nodes", "ncpus", "gpus", "mpiprocs")
-SELECT_FIELD = re.compile(r"\{([^{}]*)\}")
+SELECT_FIELD = r"\{([^{}]*)\}"
 
 
 def check_select(text: str) -> None:
     """Refuse a select_format with anything in braces but the four field names (it is
     profile text, never a Python format string: no specs, conversions or attributes)."""
-    for name in SELECT_FIELD.findall(text):
+    for name in re.findall(SELECT_FIELD, text):
         if name not in SELECT_FIELDS:
             raise ValueError(f"{{{name}}} is not a field: use {{nodes}}, {{ncpus}}, {{gpus}} "
                              "or {mpiprocs}")
-    if "{" in SELECT_FIELD.sub("", text) or "}" in SELECT_FIELD.sub("", text):
+    if "{" in re.sub(SELECT_FIELD, "", text) or "}" in re.sub(SELECT_FIELD, "", text):
         raise ValueError("unbalanced { or }: fields are {nodes}, {ncpus}, {gpus}, {mpiprocs}")
 
 

@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
 _OPTION_RE = r"^[A-Za-z][A-Za-z0-9-]*$"
-_ENV_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# (patterns as text: re compiles one when a check first uses it, never on a warm start)
+_ENV_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 # a value refused: (its location, relative to the object checked; why; the value)
 Problem = tuple[tuple[str | int, ...], str, Any]
@@ -280,7 +281,7 @@ def _refused(name: str, value: Any, check: Callable[[Any], Any]
 
 def _check_env_names(env: dict[str, str]) -> dict[str, str]:
     for key in env:
-        if not _ENV_RE.match(key):
+        if not re.match(_ENV_RE, key):
             raise ValueError(f"{key!r} is not a valid environment variable name")
     return env
 
@@ -295,6 +296,8 @@ class ModuleSet(Strict):
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Modules(Strict):
+    """The module system: how it is started, and the modules builds and jobs load."""
+
     system: ModuleSystem = ModuleSystem.lmod
     init: str | None = F(
         None,
@@ -316,6 +319,8 @@ else:
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Gpus(Strict):
+    """The GPUs of each node of a partition: how many, and whose."""
+
     count: int = _count(0, ge=0, le=64, description="GPUs per node (at most 64)")
     vendor: VendorName = F(  # the vendors: hpcprov.site.gpu_vendors
         DEFAULT_VENDOR, description="; ".join(
@@ -374,6 +379,8 @@ def _walltime(value: str | None) -> None:
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Limits(Strict):
+    """What the scheduler allows: jobs and GPUs per user, nodes per job, walltimes."""
+
     max_jobs_per_user: int | None = _count(
         None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,} (more than a scheduler queues)")
     max_gpus_per_user: int | None = _count(
@@ -425,12 +432,12 @@ class Reference(Strict):
     note: str | None = None
 
 
-_HOST_TEMPLATE = re.compile(r"^[A-Za-z0-9.-]*\{host\}[A-Za-z0-9.-]*$")
+_HOST_TEMPLATE = r"^[A-Za-z0-9.-]*\{host\}[A-Za-z0-9.-]*$"
 
 
 def _check_host_name(value: str | None) -> str | None:
     """A host name template: ``{host}`` once, letters, digits, '.' and '-' around it."""
-    if value is not None and not _HOST_TEMPLATE.match(value):
+    if value is not None and not re.match(_HOST_TEMPLATE, value):
         raise ValueError(f"{value!r} is not a host name template: write {{host}} (the name "
                          "the scheduler lists) once, with letters, digits, '.' or '-' around "
                          "it, e.g. '{host}-ib', '{host}i' or 'ib-{host}'")
@@ -493,6 +500,8 @@ def _flags_have_no_value(value: Any) -> Any:
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Partition(Strict):
+    """One partition (queue) of the cluster: its nodes, GPUs, limits and network."""
+
     description: str | None = None
     nodes: int | None = _count(None, le=MAX_NODES, description=f"number of nodes in the "
                                f"partition (at most {MAX_NODES:,}: more than any machine "
@@ -574,6 +583,8 @@ class Proxy(Strict):
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Policies(Strict):
+    """The site's rules: options a job must or may not give, internet, conda, purges."""
+
     required_options: dict[OptionName, RequiredOption] = F(factory=dict)
     forbidden_options: dict[OptionName, str] = F(
         factory=dict, description="option -> why it is refused"
@@ -592,6 +603,8 @@ class Policies(Strict):
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Paths(Strict):
+    """Where things go: scratch, the install prefix, the work folder, the wheelhouse."""
+
     scratch: str = F("$HOME", description="user scratch (may use $VARS)")
     prefix: str = F(
         "{scratch}/hpcprov", description="install prefix; {scratch} is replaced by scratch"
@@ -614,11 +627,11 @@ class Paths(Strict):
 
 
 _SHELL_VAR = r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*"
-_CHANNEL = re.compile(rf"(?:[A-Za-z0-9]|{_SHELL_VAR})(?:[A-Za-z0-9_.:/+-]|{_SHELL_VAR})*")
+_CHANNEL = rf"(?:[A-Za-z0-9]|{_SHELL_VAR})(?:[A-Za-z0-9_.:/+-]|{_SHELL_VAR})*"
 
 
 def _channel(value: str) -> str:
-    if not _CHANNEL.fullmatch(value):
+    if not re.fullmatch(_CHANNEL, value):
         raise ValueError(f"{value!r} is not a conda channel: a name or URL of letters, digits "
                          "and _.:/+-, which may use the node's variables as $NAME or ${NAME} "
                          "(nothing else expands: no $(...), quotes, spaces or globs)")
@@ -631,6 +644,8 @@ Channel = Annotated[str, Meta(max_length=512), After(_channel)]
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class CondaSpec(Strict):
+    """Where Miniconda comes from and how it is set up (python.backend: conda)."""
+
     installer_url: str = "https://repo.anaconda.com/miniconda/Miniconda3-latest-Linux-x86_64.sh"
     installer_sha256: str | None = F(None, pattern=r"^[0-9a-f]{64}$")
     mirror_url: str | None = None
@@ -658,6 +673,8 @@ class CondaSpec(Strict):
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class VenvSpec(Strict):
+    """How the virtual environment is made and filled (python.backend: venv)."""
+
     creator: Literal["venv", "virtualenv", "uv"] = "venv"
     installer: Literal["pip", "uv", "auto"] = F(
         "pip", description="what installs the frameworks and packages: pip, uv (`uv pip "
@@ -707,6 +724,8 @@ PackageSpec = Annotated[str, After(_no_option)]
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Framework(Strict):
+    """One deep-learning framework: its version, what installs it and from where."""
+
     version: str
     installer: Literal["pip", "conda", "module"] = F(
         "pip", description="pip or conda install it into the environment; module: the "
@@ -745,6 +764,8 @@ class Framework(Strict):
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class PythonStack(Strict):
+    """The Python environment: conda, a venv or a container, and its frameworks."""
+
     backend: Literal["conda", "venv", "container"] = "venv"
     env_name: Name = "horovod"
     conda: CondaSpec = F(factory=CondaSpec)
@@ -797,6 +818,8 @@ class PythonStack(Strict):
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class HorovodBuild(Strict):
+    """How Horovod is obtained and built: its source, version and operations."""
+
     source: Literal["pip", "wheelhouse", "module", "container", "none"] = "pip"
     version: str | None = F("0.28.1", description="null: whatever pip picks")
     module: str | None = F(None, description="module providing Horovod (source: module)")
@@ -938,6 +961,8 @@ def _default(cls: type[Strict], name: str) -> Any:
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Containers(Strict):
+    """The container runtime, the images jobs may run in, and what they mount."""
+
     runtime: Literal["singularity", "apptainer", "enroot", "shifter", "podman-hpc",
                      "charliecloud"] | None = \
         F(None, description="the runtime setup --container prepares images with "
@@ -1284,7 +1309,7 @@ def dump(value: Any) -> Any:
     return value
 
 
-def load(kind: Any, data: Any) -> Any:
+def load(kind: Any, data: Any, *, plain: bool = False) -> Any:
     """What :func:`dump` wrote, read back as ``kind`` (the :class:`Site`, or a part of
     one), directed by the classes' type hints: every field present and of its type, enum
     members by value, no control character in a single-line value (free text: no other
@@ -1292,8 +1317,12 @@ def load(kind: Any, data: Any) -> Any:
     not run again: what :func:`dump` wrote was validated, and the profile cache uses an
     entry only for the same files and code. ValueError/TypeError for anything
     :func:`dump` does not write for that type. No pydantic: this is how a site comes back
-    from the profile cache."""
-    return _decoder(kind)(data)
+    from the profile cache.
+
+    ``plain``: the caller has seen that no string in ``data`` can hold a control character
+    (the JSON it was parsed from is printable ASCII with no escape, as :func:`json.dumps`
+    writes a site whose text holds none), so the text rule is not checked value by value."""
+    return _decoder(kind, not plain)(data)
 
 
 def _refuse(what: str) -> Any:
@@ -1301,17 +1330,18 @@ def _refuse(what: str) -> Any:
 
 
 @functools.cache
-def _decoder(kind: Any) -> Callable[[Any], Any]:
-    """The reader of one type's JSON (built once per type)."""
+def _decoder(kind: Any, text: bool = True) -> Callable[[Any], Any]:
+    """The reader of one type's JSON (built once per type), checking each object's text
+    against the text rule where ``text``."""
     origin, args = get_origin(kind), get_args(kind)
     if origin is Annotated:
-        return _decoder(args[0])
+        return _decoder(args[0], text)
     if kind is Any:
         return lambda data: data
     if isinstance(kind, type) and issubclass(kind, Strict):  # the site's classes
-        return _object_decoder(kind)
+        return _object_decoder(kind, text)
     if origin is Union or origin is UnionType:
-        arms = [_decoder(a) for a in args if a is not type(None)]
+        arms = [_decoder(a, text) for a in args if a is not type(None)]
         nullable = type(None) in args
         if len(arms) == 1:
             (arm,) = arms
@@ -1333,11 +1363,11 @@ def _decoder(kind: Any) -> Callable[[Any], Any]:
         return lambda data: data if (type(data), data) in allowed else _refuse(
             f"{data!r} is not one of {args}")
     if origin is list:
-        item = _decoder(args[0])
+        item = _decoder(args[0], text)
         return lambda data: [item(v) for v in data] if type(data) is list else _refuse(
             "not a list")
     if origin is dict:
-        key, value = _decoder(args[0]), _decoder(args[1])
+        key, value = _decoder(args[0], text), _decoder(args[1], text)
         return lambda data: {key(k): value(v) for k, v in data.items()} \
             if type(data) is dict else _refuse("not an object")
     if isinstance(kind, type) and issubclass(kind, Enum):
@@ -1350,7 +1380,7 @@ def _decoder(kind: Any) -> Callable[[Any], Any]:
     raise TypeError(f"no reader for {kind}")
 
 
-def _object_decoder(kind: type[Strict]) -> Callable[[Any], Any]:
+def _object_decoder(kind: type[Strict], text: bool) -> Callable[[Any], Any]:
     readers: dict[str, Callable[[Any], Any]] = {}
 
     def read(data: Any) -> Any:
@@ -1359,12 +1389,12 @@ def _object_decoder(kind: type[Strict]) -> Callable[[Any], Any]:
             # no string), held as an object: mypy refuses type[Any] as a cache key
             # (python/mypy#11470)
             hints: dict[str, object] = {f.name: f.type for f in fields(kind)}
-            readers.update({name: _decoder(hint) for name, hint in hints.items()})
+            readers.update({name: _decoder(hint, text) for name, hint in hints.items()})
         if type(data) is not dict or data.keys() != readers.keys():
             raise ValueError(f"{kind.__name__}: not its fields")
         obj = object.__new__(kind)
         obj.__dict__.update({name: reader(data[name]) for name, reader in readers.items()})
-        problems = obj._text_problems()
+        problems = obj._text_problems() if text else None
         if problems:
             raise ValueError(f"{kind.__name__}.{problems[0][0][0]}: {problems[0][1]}")
         return obj

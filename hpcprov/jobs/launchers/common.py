@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from hpcprov.site.types import Partition, Site
 
 Context = Literal["batch", "allocation"]
-_HOST = re.compile(r"^[A-Za-z0-9][A-Za-z0-9.-]*$")
+_HOST = r"^[A-Za-z0-9][A-Za-z0-9.-]*$"
 PY = re.compile(r"^python(\d+(\.\d+)?)?$")
 
 
@@ -114,7 +114,7 @@ def expand_hosts(hosts: tuple[str, ...]) -> list[str]:
         except hostlist.BadHostlist as exc:
             raise UsageError(f"--hosts {item!r}: {exc}") from None
         for host in expanded:
-            if not _HOST.match(host):
+            if not re.match(_HOST, host):
                 raise UsageError(f"--hosts: {host!r} is not a host name")
             out.append(host)
     return out
