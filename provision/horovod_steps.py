@@ -17,7 +17,7 @@ from hpcprov.jobs.checkbuild import CB_SECTIONS, expected_check_build
 from hpcprov.provision.compat import patches_for
 from hpcprov.provision.horovod import gpu_vendor, pip_spec, site_build_env
 from hpcprov.provision.library import file_function, program_file
-from hpcprov.provision.pip_args import pip_index_args, pip_settings_line
+from hpcprov.provision.pip_args import install_lines, pip_index_args, pip_settings_line
 from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
 from hpcprov.site.image_refs import registry_reference
 from hpcprov.site.kinds import ModuleSystem
@@ -218,8 +218,9 @@ def build_lines(site: Site) -> list[str]:
     """Build Horovod (or install it from the wheelhouse when this ABI was built before)."""
     return [
         pip_settings_line(site),
-        join(["python", "-m", "pip", "install", "--no-compile", *pip_index_args(site),
-              *BUILD_REQUIREMENTS]),
+        # with the profile's installer (uv where it has it: a second of pip's start-up and
+        # resolution on every setup, a wheelhouse hit's too), not the frameworks' index
+        *install_lines(site, *BUILD_REQUIREMENTS, frameworks=False),
         'mkdir -p "$STATE/programs"',
         program_file("abi_facts.py")[0],
         *(["hpcprov_cuda_home"] if builds_cuda(site) else []),
@@ -228,7 +229,9 @@ def build_lines(site: Site) -> list[str]:
         "if ! " + join(["hpcprov_wheelhouse_get", *site.paths.wheelhouse_trust]) + "; then",
         *(f"  {line}" for line in _compile_lines(site)),
         "fi",
-        'python -m pip install --no-compile --no-deps --force-reinstall "$HPCPROV_WHEEL"',
+        *install_lines(site, Raw('"$HPCPROV_WHEEL"'), frameworks=False,
+                       pip_extra=("--no-deps", "--force-reinstall"),
+                       uv_extra=("--no-deps", "--reinstall")),
         "hpcprov_horovod_record",
     ]
 
@@ -240,36 +243,51 @@ FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "mxnet": "m
 LAZY_MODULES = {"pytorch": ("torch._dynamo",)}
 
 
+def proves_in_check(site: Site) -> bool:
+    """Whether the proof runs in check-build's interpreter (check_build.py --prove): where
+    horovodrun over Gloo starts it, which that interpreter can run with the frameworks
+    already imported; an MPI starter (mpirun, mpiexec) runs in a step of its own."""
+    return proof_starter(site)[0] == "horovodrun"
+
+
 def check_build_lines(site: Site) -> list[str]:
     """`horovodrun -cb`, run by check_build.py with the built frameworks imported first (its
     checking processes are forks: they inherit the imports instead of repeating them), and
-    every entry the profile builds expected in its output."""
+    every entry the profile builds expected in its output; where :func:`proves_in_check`,
+    then the proof from the same interpreter (:func:`prove_lines` otherwise)."""
     frameworks = site.horovod.frameworks
     modules = [FRAMEWORK_MODULES[f] for f in frameworks if f in FRAMEWORK_MODULES]
     warm = [m for f in frameworks for m in LAZY_MODULES.get(f, ())]
+    proofs = _proof_files(site) if proves_in_check(site) else []
     # the frameworks were installed --no-compile: let these imports write the bytecode
     write, program = program_file("check_build.py")
-    lines = ["unset PYTHONDONTWRITEBYTECODE", 'mkdir -p "$STATE/programs"', write,
-             join(["python", program, *modules,
-                   *(("--warm", *warm) if warm else ())])
-             + ' | tee "$STATE/check-build.txt"']
+    lines = ["unset PYTHONDONTWRITEBYTECODE", 'mkdir -p "$STATE/programs"', write]
+    if proofs:
+        lines.append('mkdir -p "$STATE/proof"')
+        lines += [join([file_function(name)]) + " > " + path for name, path in proofs]
+    lines.append(join(["python", program, "--output", Raw('"$STATE/check-build.txt"'),
+                       *modules, *(("--warm", *warm) if warm else ()),
+                       *(("--prove", *(path for _, path in proofs)) if proofs else ())]))
     want = expected_check_build(site.horovod)
     for key, names in want.items():
         title = CB_SECTIONS[key][0]
         lines += [join(["hpcprov_expect_cb", title, name]) for name in names]
     lines.append(join(["echo", "hpcprov: horovodrun -cb shows everything the profile builds"]))
+    if proofs:
+        lines.append(join(["echo", "hpcprov: 2-process allreduce ok"]))
     return lines
+
+
+def _proof_files(site: Site) -> list[tuple[str, Raw]]:
+    """(program, its path under $STATE/proof) of each built framework's proof."""
+    return [(PROOFS[fw], Raw(f'"$STATE/proof/{PROOFS[fw]}"')) for fw in site.horovod.frameworks
+            if fw in PROOFS]
 
 
 def prove_lines(site: Site) -> list[str]:
     """A 2-process allreduce per built framework, through Gloo when built, else MPI."""
-    hvd = site.horovod
     lines = ['mkdir -p "$STATE/proof"']
-    for fw in hvd.frameworks:
-        program = PROOFS.get(fw)
-        if program is None:
-            continue
-        path = Raw(f'"$STATE/proof/{program}"')
+    for program, path in _proof_files(site):
         lines.append(join([file_function(program)]) + " > " + path)
         lines.append(join([*proof_starter(site), "python", path]))
     lines.append(join(["echo", "hpcprov: 2-process allreduce ok"]))
@@ -278,8 +296,8 @@ def prove_lines(site: Site) -> list[str]:
 
 def proof_starter(site: Site) -> list[str]:
     """What starts the 2-process proof where setup runs: horovodrun over Gloo when Horovod
-    has it; else the MPI starter of the site's launchers (mpirun, or mpiexec as its flavor
-    spells it), the default launcher's first."""
+    has it (check_build.py's PROOF_STARTER); else the MPI starter of the site's launchers
+    (mpirun, or mpiexec as its flavor spells it), the default launcher's first."""
     if "gloo" in site.horovod.controllers:
         return ["horovodrun", "--gloo", "-np", "2", "-H", "localhost:2"]
     names = [site.default_launcher, *site.launchers]

@@ -54,18 +54,23 @@ def framework_index_args(site: Site) -> list[str]:
     return args
 
 
-def install_lines(site: Site, *specs: str) -> list[str]:
+def install_lines(site: Site, *specs: str, frameworks: bool = True,
+                  pip_extra: tuple[str, ...] = (), uv_extra: tuple[str, ...] = ()
+                  ) -> list[str]:
     """Install ``specs`` into the environment with the profile's installer, without
     byte-compiling (check-build's imports compile what jobs use): pip; uv, given pip's own
-    configuration as well (hpcprov_uv_install); or auto, uv where it is on the PATH. The
-    frameworks' index URLs come first, as separate words."""
+    configuration as well (hpcprov_uv_install); or auto, uv where it is on the PATH. With
+    ``frameworks``, the frameworks' index URLs come first, as separate words; ``pip_extra``
+    and ``uv_extra`` are each installer's own further options (pip's --force-reinstall is
+    uv's --reinstall)."""
     installer = site.python.venv.installer if site.python.backend == "venv" else "pip"
-    index = framework_index_args(site)
-    pip = pip_install(site, *specs, extra=("--no-compile", *index))
+    index = framework_index_args(site) if frameworks else []
+    pip = pip_install(site, *specs, extra=("--no-compile", *pip_extra, *index))
     if installer == "pip":
         return [pip]
     write, program = program_file("pip_to_uv.py")
-    uv = join(["hpcprov_uv_install", program, *index, *pip_index_args(site), *specs])
+    uv = join(["hpcprov_uv_install", program, *uv_extra, *index, *pip_index_args(site),
+               *specs])
     lines = ['mkdir -p "$STATE/programs"', write]
     if installer == "uv":
         return [*lines, uv]

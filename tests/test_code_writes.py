@@ -57,6 +57,8 @@ NOT_CODE = {
     ("provision/journal.py", "Journal.save", "atomic_write"): "the journal (data)",
     ("provision/manifest.py", "write_manifest", "atomic_write"): "the manifest (data)",
     ("provision/plan.py", "fingerprints", "copy"): "a copy of a Python object",
+    ("provision/programs/check_build.py", "main", "open"):
+        "horovodrun -cb's output, which the step's checks read (data)",
     ("provision/programs/nccl_home.py", "link", "symlink"):
         "links inside the environment, made by a step in the checked prefix",
     ("provision/programs/wheelhouse.py", "open_entry", "os.open"): "reads",

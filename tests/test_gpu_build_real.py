@@ -184,7 +184,11 @@ def test_the_wheelhouse_key_names_cuda_and_nccl(run: GpuRun) -> None:
 
 def test_the_proof_passes_and_doctor_is_healthy(run: GpuRun) -> None:
     assert run.rc == 0, run.output[-3000:]
-    assert "torch allreduce ok on rank 1 of 2" in run.log("prove-allreduce")
+    # the proof runs in check-build's interpreter where Horovod has Gloo, else on its own
+    proved = [step for step in ("check-build", "prove-allreduce")
+              if list((run.state / "logs").glob(f"*-{step}.log"))
+              and "torch allreduce ok on rank 1 of 2" in run.log(step)]
+    assert proved, run.log("check-build")[-3000:]
     doctor = json.loads((run.dir / "out" / "doctor.json").read_text())
     assert doctor["ok"], doctor
     assert "validate: not run (the no-GPU mode" in run.output

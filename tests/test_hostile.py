@@ -124,7 +124,7 @@ def test_hostile_local_setup_runs_without_injection(hostile: Path, tmp_path: Pat
     assert any({"foo; touch PWNED11", "$(touch PWNED12)"} <= set(c) for c in pips + uvs)
     wheels = [c for c in stubs.calls("python") if "pip" in c and "wheel" in c]
     assert any("`touch PWNED17`" in c for c in wheels)  # horovod.pip_args reach pip wheel
-    assert any(f"{stubs.home}/wh$(touch PWNED16)" in c for c in pips)
+    assert any(f"{stubs.home}/wh$(touch PWNED16)" in c for c in pips + uvs)
     assert any(f"{stubs.home}/wh$(touch PWNED16)" in c for c in uvs)
     prefix = stubs.home / "x$(touch PWNED1)" / ".hpcprov" / "local"
     assert (prefix / "activate").is_file()  # the literal directory was created

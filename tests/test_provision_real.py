@@ -115,8 +115,11 @@ def test_local_setup_builds_proves_and_records(local_ready: tuple[Path, dict[str
     sections = subprocess.run(["readelf", "-S", "-W", str(lib)], capture_output=True,
                               text=True, timeout=60, check=True).stdout
     assert ".text" in sections and ".debug_info" not in sections
-    # the proof ran two ranks and both got the right sum
-    proof = step_log(prefix, "prove-allreduce")
+    # the proof ran two ranks and both got the right sum, from check-build's interpreter
+    # (horovodrun over Gloo, the frameworks imported once): no step of its own
+    assert "prove-allreduce" not in [s["id"] for s in manifest["steps"]]
+    proof = step_log(prefix, "check-build")
+    assert proof.index("[X] Gloo") < proof.index("torch allreduce ok on rank")
     for rank in (0, 1):
         assert f"torch allreduce ok on rank {rank} of 2: sum 3.0" in proof
     # what a training process imports (torch, and torch._dynamo on its optimizer's first
@@ -555,7 +558,7 @@ def test_tensorflow_and_pytorch_variant(
         assert "building with cmake version 3." in build
     assert manifest["versions"]["tensorflow"] == "2.21.0"
     assert {"TensorFlow", "PyTorch"} <= set(manifest["check_build"]["found"]["frameworks"])
-    proof = step_log(prefix, "prove-allreduce")
+    proof = step_log(prefix, "check-build")  # the proof runs in check-build (Gloo)
     assert "tensorflow allreduce ok on rank 1 of 2: sum 3.0" in proof
     assert "torch allreduce ok on rank 1 of 2: sum 3.0" in proof
     # the compatibility table's Keras 3 row, checked in this very environment
