@@ -69,9 +69,9 @@ def test_pip_installs_without_uv_anywhere_and_is_the_default(tmp_path: Path) -> 
     lines = frameworks_step(tmp_path, "{installer: pip}")
     assert "python -m pip install --no-compile torch==2.13.0 numpy" in lines
     assert not [ln for ln in lines if "uv" in ln]
-    testbed = load_site("testbed")  # names no installer
-    assert testbed.python.venv.installer == "pip"
-    (step,) = [s for s in build_plan(testbed, "/p").steps if s.id == "install-frameworks"]
+    sockeye = load_site("sockeye")  # names no installer
+    assert sockeye.python.venv.installer == "pip"
+    (step,) = [s for s in build_plan(sockeye, "/p").steps if s.id == "install-frameworks"]
     assert not [ln for ln in step.lines if "uv" in ln]
 
 

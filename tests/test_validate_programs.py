@@ -561,6 +561,42 @@ def test_the_time_budget_per_size_counts_the_whole_iteration() -> None:
     assert t.mean_s < 0.01  # the timed call itself stays the allreduce alone
 
 
+@pytest.mark.parametrize("seconds_per_call, calls, timed", [
+    (1.0, 2 + 2 + 2, 2),     # slow: the 2 first warm-up calls, 2 timed, 2 checked
+    (0.25, 2 + 4 + 2, 4),    # 8 calls in the 2 s budget
+    (0.001, 5 + 20 + 5, 20),  # fast: all of them
+])
+def test_the_budget_of_a_size_holds_its_warm_up_timed_and_checked_calls(
+        monkeypatch: pytest.MonkeyPatch, seconds_per_call: float, calls: int, timed: int
+        ) -> None:
+    """The default budget (2 s) counts every call of a size: a size of slow calls (256 MiB
+    over Gloo on CPUs) makes 6 of them, not 5 warm-up + up to 20 timed + 5 checked."""
+    torch = pytest.importorskip("torch")
+    import time
+
+    allreduce = load("allreduce.py")
+    now = [0.0]
+    made: list[int] = []
+    monkeypatch.setattr(time, "perf_counter", lambda: now[0])
+
+    class OneRank:
+        rank, size = 0, 1
+
+        def barrier(self) -> None:
+            pass
+
+        def max_(self, tensor):
+            return tensor
+
+    def call(tensor) -> None:
+        made.append(1)
+        now[0] += seconds_per_call
+
+    t = allreduce.measure(torch, OneRank(), call, 1024, torch.float32, "cpu", 20, 5,
+                          allreduce.MAX_SECONDS_PER_SIZE)
+    assert (len(made), t.iters, t.failures) == (calls, timed, 0)
+
+
 # ------------------------------------------------------------------ the device step
 
 FAKE_GPU = REPO / "tests" / "fake_gpu"  # torch.cuda of HPCPROV_TEST_GPUS GPUs (a CPU torch)

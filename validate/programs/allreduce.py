@@ -7,8 +7,9 @@ and torch (and Horovod for ``--impl horovod``), nothing of hpcprov. Start one pr
 
 For each message size every rank fills a tensor with ``rank + 1`` and runs ``--warmup``
 allreduces, each refilled and checked (every element must equal ``n (n + 1) / 2``). Then the
-``--iters`` timed ones (fewer for big sizes when ``--max-seconds-per-size`` would be
-exceeded, never fewer than 2). On CPU, where the collectives are synchronous, they run as
+``--iters`` timed ones. ``--max-seconds-per-size`` is the budget of a size's calls: a size
+whose calls would take longer (estimated from the first two warm-up calls) runs those two,
+fewer timed ones (never fewer than 2) and, on the CPU, 2 checked ones. On CPU, where the collectives are synchronous, they run as
 nccl-tests and a bare loop run them: one barrier, then back to back, with no refill or
 check in between (with either, the ranks drift apart and every call times its wait for a
 partner), each call timed with ``time.perf_counter``; after them the checked iterations
@@ -72,6 +73,10 @@ from runtime import (
 )
 
 CHECK = "allreduce"
+# the budget of one size's calls (warm-up, timed, checked): where one call takes a quarter
+# second or more (256 MiB over Gloo on a CPU), 2 s still times at least 2 of them, and the
+# 14 sizes of a default run cost about what the 3 slowest take, not 30 calls each
+MAX_SECONDS_PER_SIZE = 2.0
 ITEMSIZE = {"float32": 4, "float64": 8}
 
 # one size's measurement: the times are the slowest rank's mean, fastest and median call
@@ -256,25 +261,37 @@ def timed_block(comm, allreduce_, tensor, value, count):
 def measure(torch, comm, allreduce_, nel, dtype, device, iters, warmup, max_seconds,
             corrupt=False):
     """Time allreduces of ``nel`` elements; returns a Timing, every field the maximum of
-    the ranks' values."""
+    the ranks' values.
+
+    ``max_seconds`` is the budget of the whole size: warm-up, timed and checked calls. The
+    first two warm-up calls give every rank the same estimate of one call (the second's, the
+    slowest rank's: the first pays for buffers and connections); a size whose calls the
+    budget holds runs them all, a slower one its first two warm-up calls (they warmed it
+    up), at least 2 timed calls and on the CPU 2 checked ones."""
     ranks = comm.size
     value = float(comm.rank + 1)
     expected = ranks * (ranks + 1) / 2
     tensor = torch.empty(nel, dtype=dtype, device=device)
 
+    first = min(warmup, 2)
     _, failures, warm_walls = run_iters(torch, comm, allreduce_, tensor, value, expected,
-                                        warmup)
+                                        first)
+    more = warmup - first
     on_device = tensor.device.type != "cpu"
     checks = 0 if on_device else max(2, warmup)  # checked again after the timed block (CPU)
     if warm_walls and max_seconds > 0:
-        # the budget is for the whole size (timed calls and checked ones), estimated per
-        # iteration from the warm-up (refill, barrier, allreduce, check: an upper bound);
-        # the first call of a size pays for buffers and connections: estimate from the rest
+        # estimated per iteration from the warm-up (refill, barrier, allreduce, check: an
+        # upper bound); every rank must run the same counts
         rest = warm_walls[1:] or warm_walls
         estimate = torch.tensor([sum(rest) / len(rest)], dtype=torch.float64, device=device)
-        estimate = float(comm.max_(estimate)[0])  # every rank must run the same count
-        if estimate > 0:
-            iters = min(iters, max(2, int(max_seconds / estimate) - checks))
+        estimate = float(comm.max_(estimate)[0])
+        room = int(max_seconds / estimate) - first if estimate > 0 else more + iters + checks
+        if room < more + iters + checks:
+            more, checks = 0, min(checks, 2)
+            iters = min(iters, max(2, room - checks))
+    if more:
+        _, more_failures, _ = run_iters(torch, comm, allreduce_, tensor, value, expected, more)
+        failures += more_failures
 
     if on_device:
         times, timed_failures, _ = run_iters(torch, comm, allreduce_, tensor, value, expected,
@@ -310,9 +327,10 @@ def parse_args(argv=None):
                         help="sizes min, min*factor, ... below max, then max")
     parser.add_argument("--iters", type=int, default=20, help="timed iterations per size")
     parser.add_argument("--warmup", type=int, default=5, help="untimed iterations per size")
-    parser.add_argument("--max-seconds-per-size", type=float, default=10.0,
-                        help="fewer timed iterations (at least 2) for sizes that would take "
-                        "longer, estimated from the warmup; 0: no limit")
+    parser.add_argument("--max-seconds-per-size", type=float, default=MAX_SECONDS_PER_SIZE,
+                        help="the budget of a size's warm-up, timed and checked calls, "
+                        "estimated from the first two warm-up calls: a slower size runs "
+                        "those two, at least 2 timed and (CPU) 2 checked ones; 0: no limit")
     parser.add_argument("--dtype", choices=sorted(ITEMSIZE), default="float32")
     add_binding_args(parser)
     # test hook: this rank adds 1 to one element after each timed allreduce
