@@ -6,9 +6,10 @@ form (:func:`hpcprov.site.types.dump`: dicts, lists and scalars, read back into 
 classes by :func:`hpcprov.site.types.load`, so loading it needs no pydantic).
 The header records the SHA-256 of every file the profile was built from (itself and what it
 extends), how each ``extends`` was resolved on the search path, and hpcprov's code
-fingerprint (:func:`fingerprint`, which the "already set up" cache of
-:mod:`hpcprov.provision.quick` uses too). An entry is used only when all of these are still
-the same and its values pass the model's single-line check again; a changed, moved or
+fingerprint (:func:`fingerprint`: each source file's size and mtime, which the "already set
+up" cache of :mod:`hpcprov.provision.quick` uses too). An entry is used only when all of
+these are still the same and its values pass the model's single-line check again (value by
+value unless the entry is printable ASCII with no escape, which holds no control character); a changed, moved or
 shadowed file, another search path, other code, or an entry that is corrupt, unreadable, not
 the user's own or in a folder that is not (:mod:`hpcprov.core.fsutil`) is a miss, and the profile
 is read and validated as if there were no cache. Writing is best effort (a read-only home
