@@ -52,11 +52,12 @@ so "install-frameworks" is unpacking and linking, not downloading."""
 
 
 CHECK_BUILD_NOTE = (
-    "`check-build` is `horovodrun -cb`, which forks a process per framework and feature it repo"
-    "rts; hpcprov runs it with torch imported first, so the forks inherit the import, and it al"
-    "so imports torch._dynamo (what a training process's optimizer imports on first use) to wri"
-    "te its bytecode once, here, instead of in every rank of every job that cannot write it: ab"
-    "out 8 s of this step on 2 cores, without which the hit would be about 20 s.")
+    "`check-build` is `horovodrun -cb`, which forks a process per framework and feature it "
+    "reports, then (Horovod has Gloo) the 2-process proof through horovodrun, both from one "
+    "interpreter that imported torch first: the forks, and horovodrun's own check that Gloo "
+    "is built, inherit the import. A forked process imports torch._dynamo beside them (what "
+    "a training process's optimizer imports on first use) to write its bytecode once, here, "
+    "instead of in every rank of every job that cannot write it.")
 
 
 def _hpcprov() -> list[str]:
