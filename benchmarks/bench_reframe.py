@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import pprint
+import random
 import statistics
 import subprocess
 import sys
@@ -31,6 +32,7 @@ PROGRAMS = ("allreduce.py", "runtime.py")
 PROGRAM_ARGS = ("--impl", "torch", "--dist-backend", "gloo", "--min-bytes", "8",
                 "--max-bytes", str(4 * 1024 * 1024), "--iters", "5", "--device", "cpu")
 JOB_ID = "allreduce-torch-gloo"  # hpcprov's name for that job
+PHASE_SEED = 36  # the random pauses before the runs (see run())
 HALF = 0.5  # the target: hpcprov's own overhead per job at most half ReFrame's (issue 36)
 CHECK_CLASS = "HpcprovAllreduce"
 MASTER_ADDR = ('MASTER_ADDR="$(scontrol show hostnames "$SLURM_JOB_NODELIST" | sed -n 1p)"',
@@ -84,7 +86,11 @@ per second and lowers the rate by 10% at every poll down to one poll every 10 s 
 defaults `poll_rate_max`, `poll_rate_decay`, `poll_rate_min`), each poll a `sacct` query,
 so the longer the job, the later ReFrame notices its end. Slurm's part varies from job to
 job whichever tool submits: slurmctld starts batch jobs on its one-second background tick
-(docs/testbed.md), so a job waits 0 to 1 s for it, by chance, plus its start. The rows
+(docs/testbed.md), so a job waits 0 to 1 s for it, plus its start. Where in that second
+a job is submitted would follow from the runs before it (how soon the previous tool noticed
+its job's end, how long this one takes to submit), which favours neither tool on purpose:
+before each run the benchmark pauses 0-1 s, drawn at random (seeded), so that the wait is
+chance for both. The rows
 *overhead less Slurm's start* therefore compare the harnesses themselves, what each tool
 does before `sbatch` returns and after the job's exit: their target is half ReFrame's
 (issue 36). The whole overhead's target stays ReFrame's median (issue 16): half of it
@@ -380,10 +386,16 @@ def run(ctx: Context) -> list[Result]:
     scheduler = "slurm" if tb.accounting else "squeue"
     repeat = 1 if ctx.quick else min(ctx.repeat, 3)
     runs: dict[str, list[Run]] = {"hpcprov": [], "reframe": []}
+    phase = random.Random(PHASE_SEED)
     for i in range(repeat):
         order = ("hpcprov", "reframe") if i % 2 == 0 else ("reframe", "hpcprov")
         for tool in order:
             ctx.log(f"{tool}: run {i + 1} of {repeat}")
+            # slurmctld starts batch jobs on a one-second tick: a pause of 0-1 s drawn at
+            # random before each run, so that neither tool's own timing (how soon the one
+            # before noticed its end, how long this one takes to submit) decides where in
+            # that second its job is submitted
+            time.sleep(phase.uniform(0.0, 1.0))
             with tempfile.TemporaryDirectory(dir=SCRATCH, prefix="bench-reframe-") as tmp:
                 if tool == "hpcprov":
                     runs[tool].append(_hpcprov(site, env, Path(tmp) / "run"))
