@@ -9,10 +9,11 @@ extends), how each ``extends`` was resolved on the search path, and hpcprov's co
 fingerprint (:func:`fingerprint`: each source file's size and mtime, which the "already set
 up" cache of :mod:`hpcprov.provision.quick` uses too). An entry is used only when all of
 these are still the same and its values pass the model's single-line check again (value by
-value unless the entry is printable ASCII with no escape, which holds no control character); a changed, moved or
-shadowed file, another search path, other code, or an entry that is corrupt, unreadable, not
-the user's own or in a folder that is not (:mod:`hpcprov.core.fsutil`) is a miss, and the profile
-is read and validated as if there were no cache. Writing is best effort (a read-only home
+value unless the entry is printable ASCII with no escape: that holds no control character);
+a changed, moved or shadowed file, another search path, other code, or an entry that is
+corrupt, unreadable, not the user's own or in a folder that is not
+(:mod:`hpcprov.core.fsutil`) is a miss, and the profile is read and validated as if there
+were no cache. Writing is best effort (a read-only home
 loses only the speed). ``HPCPROV_NO_CACHE=1`` turns the cache off.
 
 This module imports neither PyYAML nor pydantic. The entry holds one form of the site, the

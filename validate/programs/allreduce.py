@@ -9,11 +9,12 @@ For each message size every rank fills a tensor with ``rank + 1`` and runs ``--w
 allreduces, each refilled and checked (every element must equal ``n (n + 1) / 2``). Then the
 ``--iters`` timed ones. ``--max-seconds-per-size`` is the budget of a size's calls: a size
 whose calls would take longer (estimated from the first two warm-up calls) runs those two,
-fewer timed ones (never fewer than 2) and, on the CPU, 2 checked ones. On CPU, where the collectives are synchronous, they run as
-nccl-tests and a bare loop run them: one barrier, then back to back, with no refill or
-check in between (with either, the ranks drift apart and every call times its wait for a
-partner), each call timed with ``time.perf_counter``; after them the checked iterations
-run again (as many as the warm-up, at least 2), so a fault that shows only later is still
+fewer timed ones (never fewer than 2) and, on the CPU, 2 checked ones. On CPU, where the
+collectives are synchronous, they run as nccl-tests and a bare loop run them: one barrier,
+then back to back, with no refill or check in between (with either, the ranks drift apart
+and every call times its wait for a partner), each call timed with ``time.perf_counter``;
+after them the checked iterations run again (as many as the warm-up, at least 2; 2 for a
+size over its budget), so a fault that shows only later is still
 caught. On GPUs every timed allreduce is refilled and checked on the device, timed with
 CUDA events around the call alone, so the loop has no host synchronisation. The time of a
 size is the slowest rank's mean time per allreduce (``time_s``; ``time_min_s`` and
