@@ -39,7 +39,13 @@ process adds its start-up, under a second), and beside it the JSON's split: `job
   processes, the setup's share in the note. The testbed profile makes its environment with
   virtualenv and installs with uv where it is on the PATH (`installer: auto`: torch linked
   from uv's cache); the row after it is the same path with the profile naming `venv` and
-  `pip` (a site without uv), for comparison (no target).
+  `pip` (a site without uv), for comparison (no target). Each new-user row is followed by
+  where its time went: each setup step (the journal's clock), the validation (its JSON's
+  seconds) and the rest (the two processes' start-up and exit).
+
+Where the default run's time goes: after the **one allocation** row, one row per job (its
+`run_s`, from the job script's first line to its exit; the two 1-node baselines run side by
+side).
 
 The default run (**one allocation**) has a target of 60 s (issue 36).
 
@@ -74,10 +80,14 @@ def _testbed_env() -> dict[str, str]:
 
 
 def _new_user(ctx: Context, env: dict[str, str], base: Path, repeat: int,
-              label: str = NEW_USER, target: float | None = NEW_USER_TARGET) -> Result:
+              label: str = NEW_USER, target: float | None = NEW_USER_TARGET
+              ) -> list[Result]:
     """An empty prefix -> `hpcprov setup --site testbed` (Horovod from the wheelhouse) ->
-    `hpcprov validate --quick` in it: the path a new user of a provisioned site takes."""
+    `hpcprov validate --quick` in it: the path a new user of a provisioned site takes. The
+    row, then where its time went: each setup step (the journal's clock), the validation
+    (its JSON's seconds) and the rest (two processes' start-up and exit, the run folder)."""
     walls, setups, hits, failed = [], [], [], []
+    parts: list[dict[str, float]] = []
     for i in range(repeat):
         with tempfile.TemporaryDirectory(dir=base) as tmp:
             ctx.log(f"new user: run {i + 1} of {repeat}")
@@ -90,18 +100,31 @@ def _new_user(ctx: Context, env: dict[str, str], base: Path, repeat: int,
             if proc.returncode != 0:
                 raise RuntimeError(f"setup: rc {proc.returncode}: {proc.stderr[-500:]}")
             hits.append("wheelhouse hit" in proc.stdout + proc.stderr)
+            journal = json.loads((prefix / ".hpcprov" / "journal.json").read_text())
             data = _validate(("--quick",), env, Path(tmp) / "run", str(prefix))
             walls.append(time.monotonic() - t0)
             setups.append(setup_s)
+            steps = {f"setup step {name}": step["seconds"]
+                     for name, step in journal["steps"].items()}
+            parts.append({**steps, "validate --quick": data["seconds"],
+                          "the rest": walls[-1] - sum(steps.values()) - data["seconds"]})
             if not data["ok"]:  # a time to a verdict all the same: say which checks failed
                 bad = sorted(f"{o['name']}: {o.get('detail') or o['status']}"
                              for o in data["outcomes"] if o["status"] in ("fail", "error"))
                 failed.append("; ".join(bad)[:400])
     how = "from the wheelhouse" if all(hits) else "BUILT (no wheelhouse hit)"
-    return Result(label, "s", walls, target=target,
+    return [Result(label, "s", walls, target=target,
                   note=f"setup {min(setups):.1f}-{max(setups):.1f} s ({how}), the rest "
                        f"validate --quick and its process start-up; verdict "
-                       + (f"FAIL ({failed[0]})" if failed else "PASS"))
+                       + (f"FAIL ({failed[0]})" if failed else "PASS"))] \
+        + _part_rows(label, parts)
+
+
+def _part_rows(label: str, runs: list[dict[str, float]]) -> list[Result]:
+    """One row per part of a measurement (a job, a setup step), its time in each run."""
+    names = list(dict.fromkeys(name for run in runs for name in run))
+    return [Result(f"{label}: {name}", "s", [run.get(name, 0.0) for run in runs])
+            for name in names]
 
 
 def _validate(args: tuple[str, ...], env: dict[str, str], work: Path,
@@ -132,6 +155,7 @@ def run(ctx: Context) -> list[Result]:
     results = []
     for label, args in RUNS:
         walls, jobs, overhead, submissions, failed = [], [], [], [], set()
+        per_job: list[dict[str, float]] = []
         for i in range(repeat):
             with tempfile.TemporaryDirectory(dir=base) as tmp:
                 ctx.log(f"{label}: run {i + 1} of {repeat}")
@@ -140,6 +164,7 @@ def run(ctx: Context) -> list[Result]:
             jobs.append(data["jobs_seconds"])
             overhead.append(data["overhead_s"])
             submissions.append(data["submissions"])
+            per_job.append({f"job {j['id']}": j.get("run_s") or 0.0 for j in data["jobs"]})
             failed |= {o["name"] for o in data["outcomes"] if o["status"] in ("fail", "error")}
         results.append(Result(label, "s", walls,
                               target=DEFAULT_TARGET if label == "one allocation" else None,
@@ -149,8 +174,10 @@ def run(ctx: Context) -> list[Result]:
                                    f"{len(data['jobs'])} jobs; verdict "
                                    + (f"FAIL ({', '.join(sorted(failed))})" if failed
                                       else "PASS")))
+        if label == "one allocation":  # where the default run's time goes: each job
+            results += _part_rows(label, per_job)
     if os.environ.get("HPCPROV_WHEELHOUSE"):
-        results.append(_new_user(ctx, env, base, repeat))
+        results += _new_user(ctx, env, base, repeat)
         # the same site, its profile naming venv and pip (a user profile of that name first
         # on the search path: the run directory and the jobs are the testbed's)
         sites = ROOT / ".bench-cache" / "verdict-pip-site"
@@ -161,7 +188,7 @@ def run(ctx: Context) -> list[Result]:
         (sites / "testbed.yaml").write_text(f"extends: {bundled}\npython:\n  venv: "
                                             "{creator: venv, installer: pip}\n")
         pip_env = {**env, "HPCPROV_SITES_PATH": str(sites)}
-        results.append(_new_user(ctx, pip_env, base, repeat, NEW_USER_PIP, target=None))
+        results += _new_user(ctx, pip_env, base, repeat, NEW_USER_PIP, target=None)
     else:
         results.append(Result(NEW_USER, "s", target=NEW_USER_TARGET,
                               status="not available: set HPCPROV_WHEELHOUSE to a wheelhouse "
