@@ -88,6 +88,14 @@ class Context:
         print(f"benchmarks: {text}", file=sys.stderr, flush=True)
 
 
+def part_rows(label: str, runs: list[dict[str, float]], kind: str = "") -> list[Result]:
+    """One row per part of a measurement (a setup step, a job), its seconds in each run (0
+    in a run without it), named "LABEL: KIND PART", in the order the parts first appear."""
+    names = list(dict.fromkeys(name for run in runs for name in run))
+    return [Result(f"{label}: {kind}{name}", "s", [run.get(name, 0.0) for run in runs])
+            for name in names]
+
+
 def time_call(fn: Callable[[], object], repeat: int, warmup: int = 1) -> list[float]:
     """Wall seconds of ``fn()`` per run (perf_counter), after ``warmup`` untimed calls."""
     for _ in range(warmup):

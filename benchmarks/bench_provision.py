@@ -10,7 +10,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import BenchError, Context, Process, Result, time_processes
+from benchmarks import BenchError, Context, Process, Result, part_rows, time_processes
 
 NAME = "provision"
 TITLE = "Provisioning (`hpcprov setup --site local`)"
@@ -89,12 +89,6 @@ def _bare(prefix: Path, env: dict[str, str]) -> float:
     return time.perf_counter() - t0
 
 
-def _step_rows(kind: str, per_run: list[dict[str, float]]) -> list[Result]:
-    steps = list(per_run[0]) if per_run else []
-    return [Result(f"{kind}: step {step}", "s", [r.get(step, 0.0) for r in per_run])
-            for step in steps]
-
-
 def run(ctx: Context) -> list[Result]:
     ctx.cache.mkdir(parents=True, exist_ok=True)
     base = Path(tempfile.mkdtemp(prefix="provision-", dir=ctx.cache))
@@ -136,7 +130,8 @@ def run(ctx: Context) -> list[Result]:
             ctx.repeat)["warm"]
         results.append(Result("warm (nothing changed: \"nothing to do\")", "s", warm,
                               target=1.0))
-        results += _step_rows("cold", cold_steps) + _step_rows("wheelhouse hit", hit_steps)
+        results += part_rows("cold", cold_steps, "step ") \
+            + part_rows("wheelhouse hit", hit_steps, "step ")
         if hit_steps:
             hit = {k: sorted(r[k] for r in hit_steps)[len(hit_steps) // 2]
                    for k in hit_steps[0]}

@@ -11,7 +11,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks import ROOT, Context, Result
+from benchmarks import ROOT, Context, Result, part_rows
 
 NAME = "verdict"
 TITLE = "Time to a verdict (`hpcprov validate --site testbed -N 2`)"
@@ -117,14 +117,7 @@ def _new_user(ctx: Context, env: dict[str, str], base: Path, repeat: int,
                   note=f"setup {min(setups):.1f}-{max(setups):.1f} s ({how}), the rest "
                        f"validate --quick and its process start-up; verdict "
                        + (f"FAIL ({failed[0]})" if failed else "PASS"))] \
-        + _part_rows(label, parts)
-
-
-def _part_rows(label: str, runs: list[dict[str, float]]) -> list[Result]:
-    """One row per part of a measurement (a job, a setup step), its time in each run."""
-    names = list(dict.fromkeys(name for run in runs for name in run))
-    return [Result(f"{label}: {name}", "s", [run.get(name, 0.0) for run in runs])
-            for name in names]
+        + part_rows(label, parts)
 
 
 def _validate(args: tuple[str, ...], env: dict[str, str], work: Path,
@@ -175,7 +168,7 @@ def run(ctx: Context) -> list[Result]:
                                    + (f"FAIL ({', '.join(sorted(failed))})" if failed
                                       else "PASS")))
         if label == "one allocation":  # where the default run's time goes: each job
-            results += _part_rows(label, per_job)
+            results += part_rows(label, per_job)
     if os.environ.get("HPCPROV_WHEELHOUSE"):
         results += _new_user(ctx, env, base, repeat)
         # the same site, its profile naming venv and pip (a user profile of that name first

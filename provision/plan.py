@@ -154,16 +154,14 @@ def _horovod_steps(site: Site) -> list[Step]:
         return []
     # where horovodrun over Gloo starts the proof, check-build's interpreter runs it too
     # (with the frameworks imported once); else it is a step of its own
-    if hs.proves_in_check(site):
-        check = Step("check-build", "Check the Horovod build (horovodrun -cb) and prove it: "
-                     "a 2-process allreduce", tuple(hs.check_build_lines(site)),
-                     modules="runtime", in_env=True)
-        checks = [check]
-    else:
-        check = Step("check-build", "Check the Horovod build (horovodrun -cb)",
-                     tuple(hs.check_build_lines(site)), modules="runtime", in_env=True)
-        checks = [check, Step("prove-allreduce", "Prove it: a 2-process allreduce",
-                              tuple(hs.prove_lines(site)), modules="runtime", in_env=True)]
+    proves = hs.proves_in_check(site)
+    title = "Check the Horovod build (horovodrun -cb)" + (
+        " and prove it: a 2-process allreduce" if proves else "")
+    checks = [Step("check-build", title, tuple(hs.check_build_lines(site)), modules="runtime",
+                   in_env=True)]
+    if not proves:
+        checks.append(Step("prove-allreduce", "Prove it: a 2-process allreduce",
+                           tuple(hs.prove_lines(site)), modules="runtime", in_env=True))
     if hvd.source == "module":
         return checks
     if hvd.source == "wheelhouse":

@@ -55,17 +55,22 @@ def warm_beside(names):
     imported); its pid, or None where they were imported here (no fork on this system)."""
     if not names:
         return None
+    if not hasattr(os, "fork"):
+        _import_quietly(names)
+        return None
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork() if hasattr(os, "fork") else 0
-    if pid and pid > 0:
+    pid = os.fork()
+    if pid:
         return pid
+    _import_quietly(names)
+    os._exit(0)  # the forked child: no exit handlers, no buffers of the parent's
+
+
+def _import_quietly(names):
     for name in names:
         with contextlib.suppress(Exception):  # an older release without it: nothing to do
             importlib.import_module(name)
-    if pid == 0 and hasattr(os, "fork"):
-        os._exit(0)  # the forked child: no exit handlers, no buffers of the parent's
-    return None
 
 
 def horovodrun(words):
