@@ -170,3 +170,64 @@ def test_a_signal_while_sbatch_runs_cancels_the_job_it_submitted_in_one_line(
                                             f"cancelled job 4242; the run's files are in "
                                             f"{tmp_path / 'run'}"), err
     assert (stubs / "scancel.log").read_text().split() == ["4242"]
+
+
+def test_a_signal_inside_a_held_block_that_fails_is_not_lost() -> None:
+    """Issue 41, defect 2: a submission the scheduler refuses (the held block raises) while a
+    signal waited: the signal is raised, not dropped with the block's error, so the run ends
+    and cancels instead of going on with every later signal ignored."""
+    from hpcprov.core.errors import HpcprovError
+    with pytest.raises(Interrupted) as caught, cancelling() as guard:
+        try:
+            with guard.held():
+                os.kill(os.getpid(), signal.SIGINT)
+                raise HpcprovError("sbatch: error: Batch job submission failed")
+        except Interrupted:
+            raise
+        except HpcprovError:  # what validate's rounds do with a refusal
+            pytest.fail("the refusal swallowed the signal that came during it")
+    assert caught.value.exit_code == 130
+    assert isinstance(caught.value.__context__, HpcprovError)  # the refusal stays chained
+
+
+# a slow sbatch that the scheduler refuses in the end (issue 41, defect 2)
+SLOW_REFUSED_SBATCH = """#!/bin/bash
+echo "$$" > "$STUB_DIR/sbatch.started"
+sleep 2
+echo "sbatch: error: Batch job submission failed: Invalid account or account/partition" >&2
+exit 1
+"""
+
+
+def test_a_signal_during_a_refused_sbatch_ends_the_run(hung_prefix: Path,
+                                                       tmp_path: Path) -> None:
+    """SIGINT while a submission runs that the scheduler then refuses: the run exits 130 at
+    once, with one line, instead of judging the refusal and waiting out its jobs with every
+    later signal ignored."""
+    stubs = tmp_path / "stubs"
+    stubs.mkdir()
+    for name, text in (("sbatch", SLOW_REFUSED_SBATCH), ("scontrol", SCONTROL),
+                       ("scancel", SCANCEL), ("sinfo", "#!/bin/bash\necho 'node1 idle'\n"),
+                       ("sacct", "#!/bin/bash\n")):
+        (stubs / name).write_text(text)
+        (stubs / name).chmod(0o755)
+    env = {**os.environ, "HPCPROV_HISTORY": str(tmp_path / "history"),
+           "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_DIR": str(stubs)}
+    proc = subprocess.Popen(
+        [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(hung_prefix),
+         "--checks", "env", "--nodes", "1", "--allocation", "per-job",
+         "--workdir", str(tmp_path / "run")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    started = stubs / "sbatch.started"
+    deadline = time.monotonic() + 60
+    while not started.is_file():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"sbatch never ran: {proc.communicate()}")
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=30)  # a hang guard: without the fix it goes on
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("hpcprov: error: interrupted by SIGINT"), err
+    assert not (stubs / "scancel.log").exists()  # nothing was submitted: nothing to cancel

@@ -50,15 +50,18 @@ class Guard:
 
     @contextmanager
     def held(self) -> Iterator[None]:
-        """Defer a signal that arrives inside until the block ends (then it is raised)."""
+        """Defer a signal that arrives inside until the block ends, however it ends: then it
+        is raised. A block that fails (a submission the scheduler refused) does not swallow
+        it: the signal replaces the block's own error (chained to it), so the run still ends
+        and cancels what it started instead of going on with every later signal ignored."""
         self._holding += 1
         try:
             yield
         finally:
             self._holding -= 1
-        if not self._holding and self._pending is not None:
-            signum, self._pending = self._pending, None
-            raise Interrupted(signum)
+            if not self._holding and self._pending is not None:
+                signum, self._pending = self._pending, None
+                raise Interrupted(signum)  # the deferred signal wins
 
 
 @contextmanager
