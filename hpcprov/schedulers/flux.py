@@ -32,7 +32,7 @@ import hostlist
 from hpcprov.core.errors import HpcprovError, UsageError
 from hpcprov.core.findings import Finding
 from hpcprov.core.shell import Raw, quote
-from hpcprov.core.text import status_number
+from hpcprov.core.text import shown, status_number
 from hpcprov.core.walltime import walltime_seconds
 from hpcprov.request.job import JobRequest
 from hpcprov.request.options import Option, short_name_findings
@@ -74,6 +74,8 @@ HOSTS = "flux hostlist -e local | tr ' ' '\\n'"
 JOB_ID = r"^(?:[ƒf][1-9A-HJ-NP-Za-km-z]{1,12}|[0-9]{1,20})$"
 _FINISHED = {"INACTIVE"}
 _RUNNING = {"RUN", "CLEANUP"}
+# what a # flux: word writes backslash-escaped, outside quotes (directive_word)
+_DIRECTIVE_SPECIAL = ("'", '"', "\\")
 
 
 def duration(walltime: str) -> str:
@@ -99,12 +101,39 @@ def words(name: str, value: str | None) -> list[str]:
     return [flag, value]
 
 
+def directive_word(word: str) -> str:
+    r"""One word of a ``# flux:`` line, read back as ``word`` both by a POSIX shell and by
+    flux batch's directive parser (RFC 36, flux-core's ``flux.job.directives``), which
+    differs from a shell in two ways that matter here: any run of three quote characters
+    (three single quotes, three double quotes, or mixed: ``'"'``) is a triple quote,
+    rewritten or refused before the line is split into words; and inside single quotes a
+    backslash escapes a quote or a backslash. So a word with a quote or a backslash has each
+    ``'``, ``"`` and ``\`` backslash-escaped outside quotes and the rest single-quoted
+    (``it's`` as ``it\'s``, not the shell's ``'it'"'"'s'``, which flux refuses): no three
+    quote characters ever meet, and no backslash stands inside quotes. Any other word is
+    quoted as for the shell."""
+    if not any(c in word for c in _DIRECTIVE_SPECIAL):
+        return quote(word)
+    return "".join("\\" + part if part in _DIRECTIVE_SPECIAL else quote(part)
+                   for part in re.findall(r"[^'\"\\]+|.", word, re.S))
+
+
 def directive(name: str, value: str | None) -> str:
-    """The text after ``# flux: `` for one option, quoted as Flux reads directives (shell
-    words, RFC 36)."""
-    if value is not None and "\n" in value:
-        raise UsageError(f"option {name}={value!r}: a # flux: line cannot hold a newline")
-    return " ".join(quote(w) for w in words(name, value))
+    """The text after ``# flux: `` for one option, quoted so that flux batch reads the words
+    hpcprov means (RFC 36: :func:`directive_word`). Refused: a line break (flux reads the
+    script with universal newlines: a carriage return ends the line as a newline does),
+    and what is no UTF-8 text (flux batch refuses the whole script)."""
+    argv = words(name, value)
+    for word in argv:
+        if "\n" in word or "\r" in word:
+            raise UsageError(f"option {name}={shown(value)}: a # flux: line cannot hold a "
+                             "newline or a carriage return")
+        try:
+            word.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UsageError(f"option {name}={shown(value)}: a # flux: line must be UTF-8 "
+                             "text, as flux batch reads the script") from None
+    return " ".join(directive_word(w) for w in argv)
 
 
 def job_ids(text: str) -> str | None:
