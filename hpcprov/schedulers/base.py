@@ -507,6 +507,22 @@ class Executor:
         self._event(h, "cancelled: " + h.reason)
 
 
+def submitted_job_id(stdout: str, pattern: str, command: str, script: Path) -> str:
+    """The job id a submit command printed: the last non-empty line of its output (a
+    site's notice or a wrapper's words may come before it), where the whole line has the
+    form ``pattern`` (its first group, where it has one, is the id); else the scheduler's
+    error naming the command and the end of what it printed (escaped, bounded)."""
+    lines = [line.strip() for line in stdout.splitlines() if line.strip()]
+    m = re.fullmatch(pattern, lines[-1]) if lines else None
+    if m is None:
+        text = stdout.strip()
+        printed = (repr(text) if len(text) <= 200 else "..." + repr(text[-200:])) \
+            if text else "nothing"
+        raise HpcprovError(f"{command} gave no job id for {script.name} (its last line "
+                           f"should be one): it printed {printed}")
+    return m.group(1) if m.re.groups else m.group(0)
+
+
 def interrupted(h: Handle) -> None:
     """Mark a job that was running or queued as cancelled because the run was interrupted."""
     h.state, h.ended, h.exit_code = "CANCELLED", time.monotonic(), None

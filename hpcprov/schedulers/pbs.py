@@ -22,6 +22,7 @@ from hpcprov.schedulers.base import (
     Handle,
     Placement,
     slots_list,
+    submitted_job_id,
     unique_hosts,
 )
 from hpcprov.site.sections import SELECT_FIELD, check_select, settings_of
@@ -48,6 +49,9 @@ GEOMETRY_RESOURCES = {
     "select": "chunks", "place": "placement", "nodes": "nodes", "nodect": "nodes",
     "ncpus": "cpus", "mpiprocs": "tasks", "ngpus": "gpus", "walltime": "time",
 }
+# what qsub prints: SEQUENCE[.SERVER] (1234.pbs01.example.org), an array job's with []
+# (1234[].pbs01)
+JOB_ID = r"[0-9]{1,20}(?:\[[0-9]*\])?(?:\.[A-Za-z0-9][A-Za-z0-9_.-]{0,254})?"
 _DONE = {"F", "X"}          # finished; a finished subjob
 _RUNNING = {"R", "E", "B"}  # running; exiting; an array job with subjobs running
 
@@ -224,7 +228,8 @@ class PbsExecutor(Executor):
                place: Placement | None = None) -> Handle:
         proc = self._run("qsub", "-o", str(output), "-j", "oe", str(script))
         self._submitted(proc, "qsub", script)
-        return self._accepted(proc.stdout.strip(), script, output, exit_file)
+        job = submitted_job_id(proc.stdout, JOB_ID, "qsub", script)
+        return self._accepted(job, script, output, exit_file)
 
     def refresh(self, handles: list[Handle]) -> None:
         for h in handles:

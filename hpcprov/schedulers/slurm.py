@@ -30,11 +30,15 @@ from hpcprov.schedulers.base import (
     head_options,
     read_exit,
     slots_list,
+    submitted_job_id,
 )
 from hpcprov.site.sections import SLURM_VERSION, settings_of
 
 NODES = '"$SLURM_JOB_NODELIST"'
 HOSTNAMES = f"scontrol show hostnames {NODES}"
+# what `sbatch --parsable` prints: the job id, and the cluster's name where there are
+# several ("JOBID;CLUSTER"); an array or heterogeneous job is named by its first id too
+PARSABLE_ID = r"([0-9]{1,20})(?:;[A-Za-z0-9_.-]{1,64})?"
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
             "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE"}
 
@@ -304,7 +308,8 @@ class SlurmExecutor(Executor):
         proc = self._run("sbatch", "--parsable", f"--output={output}", f"--error={output}",
                          str(script))
         self._submitted(proc, "sbatch", script)
-        return self._accepted(proc.stdout.strip().split(";")[0], script, output, exit_file)
+        job = submitted_job_id(proc.stdout, PARSABLE_ID, "sbatch --parsable", script)
+        return self._accepted(job, script, output, exit_file)
 
     def refresh(self, handles: list[Handle]) -> None:
         for h in handles:

@@ -19,6 +19,14 @@ read the name setup pulled into their own store; Charliecloud runs directory ima
 pulls none. :func:`image_problems` is the profile's side of these rules, each problem
 located at its key (the model refuses them at their lines).
 
+A text written as a registry reference (a scheme, Shifter's ``docker:``, a name with a tag)
+is one exactly as written, or refused (:class:`BadReference`): setup pulls a reference as
+one quoted word while a job's shell would expand a ``$VAR`` or a backquote in it, take
+``*``, ``?`` or ``[`` as a pattern of file names in the job's folder, and a runtime's
+command would read a part starting with ``-`` as an option. A Docker/OCI image must also be
+one by its grammar: ``[REGISTRY[:PORT]/]NAME[:TAG][@DIGEST]``, or enroot's
+``[USER@][REGISTRY#]NAME[:TAG]``, NAME in lowercase.
+
 Pure and free of pydantic: the model, setup's plan and the jobs' image words read it.
 """
 
@@ -28,6 +36,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from hpcprov.core.errors import UsageError
+
 # a name with a tag or digest and no path before it (nvcr.io/nvidia/pytorch:24.01-py3,
 # localhost:5000/torch@sha256:..., debian:12), not a path
 _NAME_WITH_TAG = r"[A-Za-z0-9][\w.-]*(:[0-9]+)?(/[\w.-]+)*(:\w[\w.-]*|@sha256:[0-9a-f]{64})"
@@ -35,6 +45,21 @@ _NAME_WITH_TAG = r"[A-Za-z0-9][\w.-]*(:[0-9]+)?(/[\w.-]+)*(:\w[\w.-]*|@sha256:[0
 _ENROOT_FORM = (r"([\w.-]+@)?[A-Za-z0-9][\w.-]*(:[0-9]+)?#[\w.-]+(/[\w.-]+)*"
                 r"(:\w[\w.-]*|@sha256:[0-9a-f]{64})?")
 _SCHEME = r"(?s)([A-Za-z][A-Za-z0-9+.-]*)://(.*)"
+
+# the grammar of a Docker/OCI image reference (the distribution project's reference
+# grammar, ASCII only): a registry host[:port], path components in lowercase joined by
+# '.', '_', '__' or dashes, a tag of at most 128 characters, a sha256 or sha512 digest
+_HOST_PART = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?"
+_REGISTRY = rf"{_HOST_PART}(?:\.{_HOST_PART})*(?::[0-9]{{1,5}})?"
+_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_DIGEST = r"sha256:[0-9a-f]{64}|sha512:[0-9a-f]{128}"
+_IMAGE = rf"{_COMPONENT}(?:/{_COMPONENT})*(?::{_TAG})?(?:@(?:{_DIGEST}))?"
+_USER = r"[A-Za-z0-9_][A-Za-z0-9_.-]*"  # enroot's USER@ (the credentials' login)
+DOCKER_GRAMMAR = ("[REGISTRY[:PORT]/]NAME[:TAG][@sha256:DIGEST] (enroot's form: "
+                  "[USER@]REGISTRY#NAME[:TAG]), NAME of lowercase letters and digits in parts "
+                  "joined by '/', '.', '_', '__' or '-', TAG at most 128 letters, digits, "
+                  "'_', '.' and '-' (not first), DIGEST 64 lowercase hex digits")
 
 # the schemes each tool pulls from (apptainer pull, singularity pull, enroot import)
 APPTAINER_SCHEMES = ("docker", "oras", "library", "shub", "http", "https")
@@ -79,16 +104,78 @@ def _docker(text: str) -> Reference:
     return Reference("docker", image=text)
 
 
+class BadReference(UsageError, ValueError):
+    """A text written as a registry reference that is none as written: the shell of a job
+    would change it, a runtime's command would read part of it as an option, or it is no
+    Docker/OCI image name. One line that names it, why, and what to write instead."""
+
+
+def _shown(ref: str) -> str:
+    """``ref`` for a message: quoted, escaped (repr) and bounded."""
+    return repr(ref) if len(ref) <= 120 else repr(ref[:120]) + "..."
+
+
+def _refusal(ref: str, body: str, docker: bool) -> str | None:
+    """Why the registry reference ``ref`` (``body``: what follows its scheme) is refused,
+    or None: characters a job's shell would change (every form), a part a command would
+    take for an option, and a Docker/OCI image that is none by its grammar."""
+    odd = next((c for c in ref if c.isspace() or not c.isprintable()), None)
+    if odd is not None:
+        return (f"it holds {odd!r} (whitespace or a control character), which no image "
+                "name has: write the reference without it")
+    odd = next((c for c in ref if c in "$`"), None)
+    if odd is not None:
+        return (f"it holds {odd!r}: a registry reference is pulled as written, while a "
+                "job's shell would expand it: write the reference itself (no variable or "
+                "command substitution)")
+    odd = next((c for c in ref if c in "*?["), None)
+    if odd is not None:
+        return (f"it holds {odd!r}, which a job's shell would take as a pattern of file names "
+                "in the job's folder: name one image exactly (its tag or digest)")
+    parts = re.split(r"[/#@]", body) if docker else [body]
+    if any(part.startswith("-") for part in parts):
+        return ("a part of it starts with '-', which the runtime's command (enroot import, "
+                "podman-hpc pull...) would read as an option: no registry, user or image "
+                "name starts with '-'")
+    if not body:
+        return "it names no image after its scheme"
+    if docker and not _docker_grammar(body):
+        return f"it is no Docker/OCI image name: write {DOCKER_GRAMMAR}"
+    return None
+
+
+def _docker_grammar(body: str) -> bool:
+    """Whether ``body`` (a Docker/OCI reference less its scheme) is one by its grammar."""
+    if "#" in body:  # enroot's [USER@][REGISTRY#]IMAGE
+        head, _, image = body.partition("#")
+        user, at, host = head.rpartition("@")
+        return bool((not at or re.fullmatch(_USER, user))
+                    and (not host or re.fullmatch(_REGISTRY, host))
+                    and re.fullmatch(_IMAGE, image))
+    r = _docker(body)
+    return bool((r.registry is None or re.fullmatch(_REGISTRY, r.registry))
+                and re.fullmatch(_IMAGE, r.image))
+
+
+def _checked(ref: str, body: str, docker: bool) -> str:
+    why = _refusal(ref, body, docker)
+    if why is not None:
+        raise BadReference(f"image {_shown(ref)} is refused as a registry reference: {why}")
+    return body
+
+
 def parse(ref: str) -> Reference | None:
-    """The reference ``ref`` names, or None where it is a path."""
+    """The reference ``ref`` names, or None where it is a path. A text written as a
+    registry reference that is none as written raises :class:`BadReference`."""
     m = re.fullmatch(_SCHEME, ref)
     if m:
         scheme = m.group(1).lower()
-        return _docker(m.group(2)) if scheme == "docker" else Reference(scheme, m.group(2))
+        body = _checked(ref, m.group(2), scheme == "docker")
+        return _docker(body) if scheme == "docker" else Reference(scheme, body)
     if ref.startswith("docker:") and len(ref) > len("docker:"):  # Shifter's IMAGETYPE:NAME
-        return _docker(ref[len("docker:"):])
+        return _docker(_checked(ref, ref[len("docker:"):], True))
     if re.fullmatch(_ENROOT_FORM, ref) or re.fullmatch(_NAME_WITH_TAG, ref):
-        return _docker(ref)
+        return _docker(_checked(ref, ref, True))
     return None
 
 
@@ -264,10 +351,30 @@ def _default_image_problems(site: Any) -> list[Problem]:
     return []
 
 
+def _refused_references(site: Any) -> list[Problem]:
+    """Each image of the profile written as a registry reference that is none as written
+    (:class:`BadReference`), at its key."""
+    spec = site.python.container
+    refs = [] if spec is None else [(("python", "container", "source"), spec.source)]
+    refs += [(("containers", "images", name), ref)
+             for name, ref in site.containers.images.items() if ref is not None]
+    out: list[Problem] = []
+    for loc, ref in refs:
+        try:
+            parse(ref)
+        except BadReference as e:
+            out.append((loc, str(e)))
+    return out
+
+
 def image_problems(site: Any) -> list[Problem]:
     """Each registry reference of the profile that setup could not pull, or not into the
     place the jobs read, and each relative image path setup would write: (the key's path,
-    why). ``site``: the typed site (:class:`hpcprov.site.types.Site`)."""
+    why). ``site``: the typed site (:class:`hpcprov.site.types.Site`). A reference that is
+    none as written is refused first, alone (the rules below read what it names)."""
+    refused = _refused_references(site)
+    if refused:
+        return refused
     out = _source_problems(site) if site.python.backend == "container" \
         and site.python.container is not None else []
     seen = {loc for loc, _ in out}
