@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hpcprov.core.errors import UsageError
+from hpcprov.core.errors import HpcprovError, UsageError
 from hpcprov.core.findings import Finding, LintFailed
 from hpcprov.jobs.layout import expand_prefix
 from hpcprov.provision.plan import Plan, build_plan, render_script
@@ -166,8 +166,19 @@ def doctor(site: str | None = None, prefix: str | None = None,
         steps = {k: {"status": v.status, "log": v.log} for k, v in journal.steps.items()}
         return DoctorReport(target, [not_ready(target, steps, rerun)])
     rerun = f"hpcprov setup --site {manifest.profile or manifest.site} --prefix {target}"
+    _trusted_env(target, "doctor's probe (it sources activate)")
     return DoctorReport(target, judge(manifest, probe(manifest, target),
                                       _gpus_expected(manifest, partition), rerun))
+
+
+def _trusted_env(prefix: Path, runs: str) -> None:
+    """Refuse, in one line, a prefix someone else could change (fsutil.others_can_change):
+    nothing is run from it (doctor sources its activate)."""
+    from hpcprov.core import fsutil
+
+    why = fsutil.others_can_change(prefix)
+    if why is not None:
+        raise HpcprovError(fsutil.untrusted_env(prefix, why, runs))
 
 
 def _gpus_expected(manifest: Manifest, partition: str | None) -> int | None:

@@ -217,8 +217,13 @@ class Runner:
                 path.unlink()
 
     def run(self, until: str | None = None, redo: bool = False) -> SetupResult:
+        """Run the pending steps. Whatever the caller's umask (002 in a group project), what
+        setup makes (the state, the logs, the environment, activate, images) is made with no
+        write for group or others (fsutil.no_write_for_others; each step's bash also starts
+        with ``umask go-w``): what a later shell, job or doctor runs is the owner's alone."""
         try:
-            return self._run(until, redo)
+            with fsutil.no_write_for_others():
+                return self._run(until, redo)
         except OSError as exc:  # hpcprov's own files (journal, lock, manifest) under the prefix
             raise HpcprovError(f"{exc.strerror} while writing under {self.state}"
                                f"{' (' + exc.filename + ')' if exc.filename else ''}: free "

@@ -53,6 +53,8 @@ NOT_CODE = {
     ("hpcprov/schedulers/allocation.py", "OneAllocation.close", "atomic_write"):
         "an empty END marker",
     ("hpcprov/schedulers/local.py", "LocalExecutor.submit", "open"): "a job's output",
+    ("hpcprov/schedulers/local.py", "_new_private_output", "open_nofollow"):
+        "a job's output (data: new, 0644, read back only as the user's own)",
     ("hpcprov/site/cache.py", "store", "atomic_write"): "the profile cache (data)",
     ("provision/journal.py", "Journal.save", "atomic_write"): "the journal (data)",
     ("provision/manifest.py", "write_manifest", "atomic_write"): "the manifest (data)",

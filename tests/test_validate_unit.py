@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import write_profile
 
-from hpcprov.core.shell import quote
+from hpcprov.core.shell import NO_WRITE_FOR_OTHERS, quote
 from hpcprov.jobs.jobscript import build_jobscript
 from hpcprov.request.job import JobRequest
 from hpcprov.site.model import Reference
@@ -71,6 +71,8 @@ def test_the_status_trap_is_the_job_scripts_prolog_and_the_script_parses(
     script = job_script(job, o, rundir, ("python", f"{rundir}/allreduce.py"))
     lines = script.splitlines()
     at = lines.index("set -eo pipefail")
+    assert lines[at + 1] == NO_WRITE_FOR_OTHERS  # then nothing the job makes is others'
+    at += 1
     if scheduler_prolog:
         assert lines[at + 1] == scheduler_prolog
         at += 1
@@ -331,7 +333,7 @@ def test_two_validations_never_share_a_run_folder(
     from hpcprov.validate.run import RUN_LOCK, default_rundir
 
     o = Options(JobRequest(load_site("testbed"), partition="amd_a100nv_8"), ("env",))
-    assert default_rundir(o) != default_rundir(o)
+    assert default_rundir(o)[0] != default_rundir(o)[0]
     # a folder given by --workdir is held for the run's life: a second run there is refused
     prefix = tmp_path / "prefix"
     (prefix / ".hpcprov").mkdir(parents=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hpcprov import schedulers
+from hpcprov.core import fsutil
 from hpcprov.core.errors import UsageError
 from hpcprov.core.text import shown
 from hpcprov.jobs.api import request
@@ -98,6 +99,7 @@ class Prepared:
     rundir: Path
     allocation: str = "per-job"           # "one" or "per-job", resolved for the scheduler
     skipped: tuple[Skipped, ...] = ()
+    notes: tuple[str, ...] = ()           # warnings about how it was resolved
 
 
 def _checked(o: ValidateOptions) -> tuple[str, ...]:
@@ -239,14 +241,15 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
     _unplannable(o, opts, skipped)
     if o.quick and device == "cpu":
         opts = _side_by_side(opts)
-    rundir = Path(expand_prefix(o.workdir or default_rundir(opts), "--workdir DIR",
-                                "the run folder"))
+    where, moved = default_rundir(opts) if not o.workdir else (o.workdir, None)
+    rundir = Path(expand_prefix(where, "--workdir DIR", "the run folder"))
     allocation = _allocation(o, backend, s)
     if allocation == "one":  # steps go where they are told: baselines on nodes of their own
         opts = replace(opts, apart=True)
     prefix = _ready(s, o.prefix, provisioned=not dry_run)
     job = replace(opts.job, prefix=str(prefix) if prefix else None, activate=prefix is not None)
-    return Prepared(replace(opts, job=job), rundir, allocation, tuple(skipped))
+    return Prepared(replace(opts, job=job), rundir, allocation, tuple(skipped),
+                    (f"warning: {moved}",) if moved else ())
 
 
 def _ready(site: Site, prefix: str | None, provisioned: bool = True) -> Path | None:
@@ -259,6 +262,10 @@ def _ready(site: Site, prefix: str | None, provisioned: bool = True) -> Path | N
         raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
                          f"hpcprov setup --site {site.name} --prefix {target} first, or pass "
                          "--env")
+    if provisioned:  # what the jobs would run from it: nobody else's to change
+        why = fsutil.others_can_change(target)
+        if why is not None:
+            raise UsageError(fsutil.untrusted_env(target, why, "a validation job"))
     return target
 
 
@@ -419,6 +426,8 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
     verdict."""
     ready = prepare(o)
     site = ready.options.site
+    for note in ready.notes:
+        say(note)
     # what the run ends with is checked before it starts: the baseline, the report files,
     # the history folder
     baseline = _baseline(site.name, o.compare, o.quick, say) if o.compare else None
@@ -435,8 +444,9 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
     if ready.allocation == "one":
         executor = OneAllocation(executor, ready.rundir / "allocation",
                                  lambda queue: allocation_script(ready.options, queue))
-    data = run_validation(ready.options, ready.rundir, executor, o.timeout, o.pending_timeout,
-                          say)
+    with fsutil.no_write_for_others():  # the run folder, the outputs the scheduler makes
+        data = run_validation(ready.options, ready.rundir, executor, o.timeout,
+                              o.pending_timeout, say)
     data["allocation"] = ready.allocation
     data["quick"] = o.quick
     _add_skipped(data, ready)

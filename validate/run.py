@@ -7,7 +7,10 @@ check's pair jobs run a round at a time, and its confirmations one at a time."""
 from __future__ import annotations
 
 import contextlib
+import errno
+import os
 import re
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -55,6 +58,8 @@ def command_for(job: Job, o: Options, rundir: Path) -> tuple[str, ...]:
     ``horovodrun -cb`` (with the frameworks it imports already imported), every line of
     that tagged for the judge."""
     cb = ("--check-build",) if job.check == "env" and _checks_horovod_build(o) else ()
+    # (the programs write no bytecode of runtime.py beside it: a __pycache__ a group member
+    # could replace under umask 002; the program check refuses one that is there)
     return ("python", str(rundir / job.program), *job.args, *cb)
 
 
@@ -63,12 +68,16 @@ MAX_OUTPUT_BYTES = 64 << 20  # a job's output: its records and some thousand lin
 
 def _result(job: Job, h: Handle) -> JobResult:
     unread = ""
-    try:  # a regular file of bounded size: a FIFO is never waited on, GBs never read
-        text = fsutil.read_regular(h.output, MAX_OUTPUT_BYTES).decode("utf-8", "replace")
-    except (fsutil.NotRegularFile, fsutil.TooLarge) as exc:
+    try:  # a regular file of bounded size (a FIFO is never waited on, GBs never read), of
+        # this user's that nobody else may write: else it could be a forged PASS
+        text = fsutil.read_regular(h.output, MAX_OUTPUT_BYTES, follow=False,
+                                   owned_only=True).decode("utf-8", "replace")
+    except (fsutil.NotRegularFile, fsutil.TooLarge, fsutil.NotOwned) as exc:
         text, unread = "", f"output not read: {exc}"  # that job's error, naming why
-    except OSError:
+    except OSError as exc:
         text = ""
+        if exc.errno == errno.ELOOP:
+            unread = f"output not read: {h.output} is a symbolic link, not the job's file"
     seconds = (h.ended or time.monotonic()) - h.submitted
     records, malformed = shaped_records(text)
     malformed = unread or malformed
@@ -309,12 +318,50 @@ def _cancelled(gone: list[str], rundir: Path) -> str:
     return f"{what}; the run's files are in {rundir}"
 
 
-def default_rundir(o: Options) -> str:
+def default_rundir(o: Options) -> tuple[str, str | None]:
     """A new folder per run: the time, and a random tag (two validations started in the
-    same second, of two partitions, got one folder and mixed their results)."""
+    same second, of two partitions, got one folder and mixed their results), in a parent
+    of the user's own, ``hpcprov-validate-USER``: one name for every user made whoever
+    validated first in a group scratch its owner, and the folder rule then refused every
+    other member. Where that name is held by something not this user's (a folder of
+    somebody else's, a file, a link), the run folder goes beside it, itself of a new random
+    name, so nobody can keep a user from validating by taking the name first; the second
+    value then says so (a warning), else None."""
     import secrets
 
     base = o.site.paths.workdir or o.site.paths.scratch
-    return (f"{base}/hpcprov-validate/{o.site.name}-{time.strftime('%Y%m%d-%H%M%S')}-"
-            f"{secrets.token_hex(3)}")
+    user = _user_name()
+    run = f"{o.site.name}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+    parent = f"{base}/hpcprov-validate-{user}"
+    held = _held_by_another(Path(os.path.expandvars(os.path.expanduser(parent))))
+    if held is None:
+        return f"{parent}/{run}", None
+    return (f"{base}/hpcprov-validate-{user}-{run}",
+            f"{parent} {held}: this run's folder is beside it instead")
 
+
+def _user_name() -> str:
+    """This user's name, for a folder name (the uid where the name is not a plain word)."""
+    import pwd
+
+    try:
+        name = pwd.getpwuid(os.getuid()).pw_name
+    except KeyError:
+        name = ""
+    return name if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}", name) else str(os.getuid())
+
+
+def _held_by_another(folder: Path) -> str | None:
+    """Why ``folder`` cannot be this user's parent of run folders (None: it is missing or a
+    real folder of this user's)."""
+    try:
+        st = os.lstat(folder)
+    except OSError:
+        return None  # missing (or its parent unreadable: the folder rule says so later)
+    if stat.S_ISLNK(st.st_mode):
+        return "is a symbolic link"
+    if not stat.S_ISDIR(st.st_mode):
+        return "is not a folder"
+    if st.st_uid != os.getuid():
+        return f"belongs to user {st.st_uid}"
+    return None

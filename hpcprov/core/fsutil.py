@@ -101,10 +101,7 @@ def _unsafe_way(start: Path, missing_ok: bool) -> str | None:
                     return f"{folder}: more than 40 symbolic links on the way"
                 todo.append(Path(os.path.realpath(folder)))
             elif st.st_mode & _OTHERS_WRITE and not st.st_mode & stat.S_ISVTX:
-                who = "its group" if st.st_mode & stat.S_IWGRP else "everyone"
-                if st.st_mode & stat.S_IWGRP and st.st_mode & stat.S_IWOTH:
-                    who = "its group and everyone"
-                return f"{folder} may be written by {who}"
+                return f"{folder} may be written by {_who(st.st_mode)}"
     return None
 
 
@@ -410,3 +407,90 @@ def write_code(path: Path, data: str | bytes, mode: int = 0o644, what: str | Non
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+# ---- what a later job, shell or doctor runs from a prefix (issue 41) -----------------------
+
+@contextlib.contextmanager
+def no_write_for_others() -> Iterator[int]:
+    """Inside, this process (and what it starts) creates nothing its group or others may
+    write, whatever the caller's umask: group and other write are added to the umask (a
+    stricter one is kept), the caller's comes back after. Yields the umask in force."""
+    before = os.umask(0o022)
+    os.umask(before | _OTHERS_WRITE)
+    try:
+        yield before | _OTHERS_WRITE
+    finally:
+        os.umask(before)
+
+
+# folders of a prefix that nothing runs or imports from after setup (conda's package cache:
+# the envs hard-link its files, whose modes the envs' own entries show; the installer's
+# download; Horovod's build folder, whose sources keep their archive's owners)
+PASSIVE = ("miniconda3/pkgs", "downloads", "build")
+# where setup keeps container images: each image (a file, or a directory image's root) is
+# checked, not what a directory image holds (an image's own /tmp is 1777 by design)
+IMAGES = "images"
+ENV_FIX = ("make it writable by its owner alone (chmod -R go-w {prefix}, or set it up again: "
+           "hpcprov setup never leaves a file others may write) and a shared folder above it "
+           "sticky (chmod +t)")
+
+
+def others_can_change(prefix: Path) -> str | None:
+    """Why someone other than this user, root or the prefix's owner could change what a
+    shell, a job or doctor runs from the provisioned ``prefix`` (its ``activate``, an
+    environment's ``bin/`` and ``site-packages/``, its images): an entry of the prefix (but
+    symlinks, :data:`PASSIVE` folders and what a directory image holds) that its group or
+    others may write or that another user owns, or a folder above the prefix that they could
+    swap (another user's, or writable by others without the sticky bit). None when nobody
+    can. Never raises. hpcprov/jobs/env_trust.sh makes the same test in every job."""
+    real = Path(os.path.realpath(prefix))
+    try:
+        top = os.lstat(real)
+    except OSError as exc:
+        return f"{real} cannot be checked ({exc.strerror})"
+    trusted = {os.geteuid(), 0, top.st_uid}
+
+    def why(path: str, st: os.stat_result, sticky_ok: bool = False) -> str | None:
+        if st.st_uid not in trusted:
+            return f"{path} belongs to user {st.st_uid}"
+        if st.st_mode & _OTHERS_WRITE and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+            return f"{path} may be written by {_who(st.st_mode)}"
+        return None
+
+    for folder in real.parents:
+        try:
+            found = why(str(folder), os.lstat(folder), sticky_ok=True)
+        except OSError as exc:
+            return f"{folder} cannot be checked ({exc.strerror})"
+        if found:
+            return found
+    skip = {str(real / p) for p in PASSIVE}
+    images = str(real / IMAGES)
+    for here, dirs, files in os.walk(real):
+        names = [here, *(os.path.join(here, f) for f in files)]
+        if here == images:  # each image itself, not what a directory image holds
+            names += [os.path.join(here, d) for d in dirs]
+            dirs[:] = []
+        dirs[:] = [d for d in dirs if os.path.join(here, d) not in skip]
+        for name in names:
+            try:
+                st = os.lstat(name)
+            except OSError:
+                continue  # gone meanwhile
+            found = None if stat.S_ISLNK(st.st_mode) else why(name, st)  # a link's own mode
+            if found:                                                    # means nothing
+                return found
+    return None
+
+
+def _who(mode: int) -> str:
+    if mode & stat.S_IWGRP and mode & stat.S_IWOTH:
+        return "its group and everyone"
+    return "its group" if mode & stat.S_IWGRP else "everyone"
+
+
+def untrusted_env(prefix: Path, why: str, runs: str) -> str:
+    """The one line that refuses a prefix others could change (:func:`others_can_change`)."""
+    return (f"{why}: someone else could change what {runs} runs from {prefix} and have it run "
+            f"as you; {ENV_FIX.format(prefix=prefix)}")

@@ -91,3 +91,10 @@ def fragment(path: Path) -> tuple[str, ...]:
     (:func:`assign`), never by editing its text. Read once per process: a validation
     writes it into every job script."""
     return tuple(path.read_text(encoding="utf-8").split("\n\n", 1)[1].splitlines())
+
+
+# the first command of every job script, step file and pilot, and of every setup step (issue
+# 41): nothing they make (outputs, status files, bytecode, a venv, an image) may be written
+# by the group or others, whatever umask they were started with (002 in a group project);
+# a stricter umask is kept
+NO_WRITE_FOR_OTHERS = "umask go-w  # nothing this job creates may be written by others"

@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpcprov.core.shell import Template, quote
+from hpcprov.core.shell import Template, fragment, quote
 
 if TYPE_CHECKING:
     from hpcprov.site.types import Site
+
+ENV_TRUST = Path(__file__).with_name("env_trust.sh")  # the job's check of the prefix, a file
 
 
 def expand_prefix(template: str, option: str = "--prefix DIR", what: str = "the prefix") -> str:
@@ -103,13 +105,16 @@ class Layout:
 
     def environment_check(self) -> list[str]:
         """Lines that stop a job at once, with one message naming the prefix and the fix,
-        when its Python environment is not there (never set up, or removed)."""
+        when its Python environment is not there (never set up, or removed), or when
+        someone else could change what the job would run from it (env_trust.sh: an entry
+        others may write or own, a folder above it they could swap)."""
         path = self.activated_file()
         if path is None:
             return []
         fix = (f"hpcprov: no Python environment at {self.prefix} (set up with hpcprov setup "
                f"--site {self.site.name} --prefix {self.prefix}, then submit this job again)")
-        return [f"[ -e {quote(path)} ] || {{ echo {quote(Template(fix))} >&2; exit 2; }}"]
+        return [f"[ -e {quote(path)} ] || {{ echo {quote(Template(fix))} >&2; exit 2; }}",
+                f"hpcprov_env={quote(Template(self.prefix))}", *fragment(ENV_TRUST)]
 
     def python_activation(self) -> list[str]:
         """Shell lines that activate the Python environment (no modules)."""

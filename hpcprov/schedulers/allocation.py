@@ -23,7 +23,7 @@ from pathlib import Path
 import hostlist
 
 from hpcprov.core.fsutil import atomic_write, write_code
-from hpcprov.core.shell import assign, fragment, join, quote
+from hpcprov.core.shell import NO_WRITE_FOR_OTHERS, assign, fragment, join, quote
 from hpcprov.schedulers.base import (
     Executor,
     Handle,
@@ -46,7 +46,7 @@ def pilot_lines(queue: str, nodes_command: str, idle_s: int = IDLE_S) -> list[st
     The pilot is the shell file allocation_pilot.sh (shellchecked as a file), carried
     verbatim after its header; the lines before it set its variables, quoted, and define
     the function that prints the nodes (``nodes_command``: :meth:`Steps.nodes`)."""
-    return [assign("q", queue), assign("idle_s", str(int(idle_s))),
+    return [NO_WRITE_FOR_OTHERS, assign("q", queue), assign("idle_s", str(int(idle_s))),
             "hpcprov_allocation_nodes() {", f"  {nodes_command}", "}",
             *fragment(PILOT)]
 
@@ -96,7 +96,8 @@ class OneAllocation(Executor):
 
         if self.nodes is None:
             try:
-                text = read_regular(self.queue / "nodes", 4 << 20).decode(errors="replace")
+                text = read_regular(self.queue / "nodes", 4 << 20, follow=False,
+                                    owned_only=True).decode(errors="replace")
             except OSError:
                 return
             self.nodes = [n for n in text.split() if n]
@@ -130,7 +131,7 @@ class OneAllocation(Executor):
         env, hosts = self.inner_steps.env(fixed, base.with_suffix(".hosts"))
         if hosts is not None:
             atomic_write(base.with_suffix(".hosts"), hosts)
-        body = [f"export {assign(k, v)}" for k, v in env.items()]
+        body = [NO_WRITE_FOR_OTHERS, *(f"export {assign(k, v)}" for k, v in env.items())]
         body.append(join(["exec", "bash", str(h.script)]) + f" > {quote(str(h.output))} 2>&1")
         write_code(base.with_suffix(".step"), "\n".join(body) + "\n",
                    what="the allocation's steps", runs="the allocation")

@@ -7,12 +7,14 @@
 #   hpcprov_allocation_nodes() { ... }   prints the allocation's nodes, one a line (the
 #                                        backend's allocation_nodes())
 # It writes the nodes to QUEUE/nodes, then starts each step file QUEUE/N.step (renamed
-# N.run) in a session of its own, its pid in N.pid; stops a step on QUEUE/N.cancel; ends
+# N.run) in a session of its own, its pid kept in memory (a pid file could be rewritten
+# before it is read: a kill of somebody's choosing); stops a step on QUEUE/N.cancel; ends
 # on QUEUE/END, after its steps.
 # shellcheck disable=SC2154  # q and idle_s: set by the lines before it
 
 # hpcprov/schedulers/allocation_pilot.sh, verbatim: q, idle_s, hpcprov_allocation_nodes above
 set -u
+declare -A hpcprov_pids=()
 hpcprov_allocation_nodes > "$q/nodes.part" && mv "$q/nodes.part" "$q/nodes"
 last=$SECONDS
 while [ ! -e "$q/END" ]; do
@@ -21,12 +23,14 @@ while [ ! -e "$q/END" ]; do
     n=${s%.step}
     mv "$s" "$n.run"
     setsid bash "$n.run" &
-    echo "$!" > "$n.pid"
+    hpcprov_pids[$n]=$!
   done
   for c in "$q"/*.cancel; do
     [ -e "$c" ] || continue
     n=${c%.cancel}
-    kill -TERM -- "-$(cat "$n.pid")" 2>/dev/null || true
+    if [ -n "${hpcprov_pids[$n]:-}" ]; then
+      kill -TERM -- "-${hpcprov_pids[$n]}" 2>/dev/null || true
+    fi
     rm -f "$c"
   done
   if [ -n "$(jobs -rp)" ]; then last=$SECONDS; fi

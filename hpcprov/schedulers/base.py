@@ -531,13 +531,15 @@ def interrupted(h: Handle) -> None:
 
 def read_exit(path: Path) -> int | None:
     """The exit status the job script's EXIT trap wrote (first field), or None. Read as a
-    regular file of at most 4 KiB (a status and two times): a FIFO there is never waited
-    on, /dev/zero never read; either is no status."""
+    regular file of this user's that nobody else may write (else another could forge a
+    status), of at most 4 KiB (a status and two times): a FIFO there is never waited on,
+    /dev/zero never read, a symlink never followed; each is no status."""
     from hpcprov.core.fsutil import read_regular
     from hpcprov.core.text import status_number
 
     try:
-        return status_number(read_regular(path, 4096).decode(errors="replace").split()[0])
+        return status_number(read_regular(path, 4096, follow=False, owned_only=True)
+                             .decode(errors="replace").split()[0])
     except (OSError, ValueError, IndexError):
         return None
 
@@ -553,7 +555,8 @@ def read_run_seconds(path: Path) -> float | None:
     from hpcprov.core.fsutil import read_regular
 
     try:
-        _, start, end = read_regular(path, 4096).decode(errors="replace").split()[:3]
+        _, start, end = read_regular(path, 4096, follow=False, owned_only=True).decode(
+            errors="replace").split()[:3]
         return max(0.0, float(end) - float(start))
     except (OSError, ValueError):
         return None

@@ -32,6 +32,16 @@ class Local(Backend):
 BACKEND = Local()
 
 
+def _new_private_output(path: str, flags: int) -> int:
+    """``open``'s opener for a job's output: a new file (``O_EXCL``), never a link planted at
+    its name (``O_NOFOLLOW``), mode 0644 whatever the umask."""
+    from hpcprov.core.fsutil import open_nofollow
+
+    fd = open_nofollow(Path(path), flags | os.O_EXCL, 0o644)
+    os.fchmod(fd, 0o644)
+    return fd
+
+
 class LocalExecutor(Executor):
     """Jobs as local processes in their own session (killed as a group on cancel)."""
 
@@ -43,7 +53,10 @@ class LocalExecutor(Executor):
         if os.geteuid() == 0:  # Open MPI refuses root unless told (mpirun launchers)
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
             env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
-        with open(output, "wb") as out:
+        # the output is made anew, never through a link planted at its name, and with no
+        # write for group or others whatever the umask: it is read back as the job's truth
+        output.unlink(missing_ok=True)
+        with open(output, "wb", opener=_new_private_output) as out:
             proc = subprocess.Popen(["bash", str(script)], stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True, env=env,
                                     cwd=script.parent)

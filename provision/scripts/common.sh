@@ -26,10 +26,14 @@ hpcprov_require_tool() {
 
 # hpcprov_write_lines PATH LINE...: write the lines to PATH, through PATH.part, so that PATH
 # is either the old file or the whole new one.
+# The file is never writable by group or others, whatever the umask: a line a group member
+# appended to PREFIX/activate would run as its owner at the next source or doctor.
 hpcprov_write_lines() {
   local path="$1"
   shift
-  printf '%s\n' "$@" > "$path.part"
+  rm -f "$path.part"
+  (umask go-w && printf '%s\n' "$@" > "$path.part")
+  chmod go-w "$path.part"
   mv -f "$path.part" "$path"
 }
 
@@ -45,11 +49,18 @@ hpcprov_mkdir_parent() {
 # without this comment.
 hpcprov_run() {
   local s
+  umask go-w  # nothing a step makes may be written by others, whatever the caller's umask
   for s in "$@"; do
     if ! declare -F "step_${s//-/_}" >/dev/null; then
       echo "hpcprov: unknown step $s (steps: ${HPCPROV_STEPS[*]})" >&2; return 2
     fi
     echo "==> [hpcprov] $s" >&2
     "step_${s//-/_}"
+    # group and other write off what a tool made with an explicit mode the umask does not
+    # mask (uv's 0666 venv .lock), but symlinks and what a directory image holds (its /tmp)
+    if [ -n "${PREFIX:-}" ] && [ -d "$PREFIX" ]; then
+      find "$PREFIX" -path "$PREFIX/images/*/*" -prune -o ! -type l -perm /022 \
+        -exec chmod go-w {} + 2>/dev/null || true
+    fi
   done
 }

@@ -54,7 +54,10 @@ import sys
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # runtime.py lies beside
-from runtime import (
+# its bytecode is never written beside it (a __pycache__ there could be replaced by others;
+# the job's program check refuses one, as it hashes runtime.py, not what is cached)
+sys.dont_write_bytecode, _writes_bytecode = True, sys.dont_write_bytecode
+from runtime import (  # noqa: E402 - after its bytecode is switched off
     CHECK_BUILD,
     CHILD,
     PER_RANK,
@@ -64,6 +67,8 @@ from runtime import (
     emit,
     local_world_size,
 )
+
+sys.dont_write_bytecode = _writes_bytecode
 
 CHECK = "env"
 DEFAULT_IMPORTS = "torch,tensorflow,horovod,horovod.torch,horovod.tensorflow"
