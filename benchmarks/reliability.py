@@ -63,6 +63,13 @@ CODE = ("Files a job runs: one rule (write_code), run folders, programs changed 
 CODE_RACE = "A real second user (runuser) changing what a validation job runs"
 EDF_FILE = "The EDF file: hostile values, glob matches, quotes, planted links, shared folders"
 ROUND4 = "JUnit of any output, typed manifests, env value lines, a uenv mounted elsewhere"
+# round five (issue 41)
+UMASK = ("Umask 002: what setup makes, what jobs write and hpcprov reads, a prefix others "
+         "could change")
+UMASK_RACE = ("A real second user (runuser) under umask 002, bytecode on: setup, validate, "
+              "doctor")
+FLUX = "Flux directives as flux-core's own parser reads them (RFC 36)"
+REFS = "Registry references and job ids: what the shell or a site notice would change"
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,7 @@ RULES = [
          "newline_injected|pickle|symlink|atomic_write|another_user|others_can_change|"
          "private|ready_entry|other_code|prefix_state_files|shadowed|broken_profile", CACHE),
     Rule("tests/test_provision_wheelhouse.py", "", WHEEL),
+    Rule("tests/test_second_user.py", "umask_002", UMASK_RACE),
     Rule("tests/test_second_user.py", "setup_sh", PREFIX_RACE),
     Rule("tests/test_second_user.py", "validation_job", CODE_RACE),
     Rule("tests/test_second_user.py", "", SECOND),
@@ -115,10 +123,15 @@ RULES = [
     Rule("tests/test_edf_file.py", "", EDF_FILE),
     Rule("tests/test_round_four.py", "", ROUND4),
     Rule("tests/test_uenv.py", "mounted_elsewhere|private_file", ROUND4),
+    Rule("tests/test_group_umask.py", "", UMASK),
+    Rule("tests/test_flux_directives.py", "", FLUX),
+    Rule("tests/test_image_refs_hostile.py", "refused_at|refused_in|refused_for|refuse_a_|"
+         "refuses_it|shown_bounded", REFS),
+    Rule("tests/test_job_ids.py", "", REFS),
 ]
 ORDER = [BAD, ESC, SEARCH, SPECIAL, SHELL, OUTPUT, CACHE, WHEEL, SECOND, FAULTS, REAL,
          PREFIX, PREFIX_RACE, SIGNALS, VERDICT, NUMBERS, DRAFT, GEOMETRY, PROBES,
-         CODE, CODE_RACE, EDF_FILE, ROUND4]
+         CODE, CODE_RACE, EDF_FILE, ROUND4, UMASK, UMASK_RACE, FLUX, REFS]
 
 
 def function_name(name: str) -> str:

@@ -421,7 +421,7 @@ def _registry_image_steps(site: Site, runtime: str, source: str, load: list[str]
     cb = image_check(site)
     if runtime == "shifter":
         pull = join(["shifterimg", "pull", source])
-        check = cb.line(join(["shifter", Template(f"--image={source}")]))
+        check = cb.line(join(["shifter", f"--image={source}"]))
     else:  # podman-hpc passes standard input on only with -i
         pull = join(["podman-hpc", "pull", source])
         check = cb.line(join(["podman-hpc", "run", "--rm", *(["-i"] if cb.stdin else []),

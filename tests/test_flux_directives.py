@@ -31,8 +31,10 @@ from hpcprov.schedulers.flux import directive
 
 EMULATOR = Path(__file__).with_name("flux_emulator.py")
 REAL = flux_core_parser() is not None
-needs_flux_core = pytest.mark.skipif(not REAL, reason="flux-python (flux-core's parser) "
-                                     "is not installed")
+# CI installs flux-python (the dev extra, Linux x86_64): there a missing parser fails
+needs_flux_core = pytest.mark.skipif(
+    not REAL and not os.environ.get("HPCPROV_REQUIRE_LINT_TOOLS"),
+    reason="flux-python (flux-core's parser) is not installed")
 Outcome = list[tuple[int, str, list[str]]] | str  # the directives, or "error"
 
 

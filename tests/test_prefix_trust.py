@@ -145,16 +145,19 @@ def test_setup_sh_swapped_between_steps_by_the_same_user_is_not_run(tmp_path: Pa
 
 
 def test_the_state_folder_is_checked_again_before_each_step(tmp_path: Path) -> None:
-    """A step that leaves the state folder writable by its group (a `chmod -R g+w` in a
-    profile's commands, say) stops the setup before the next step runs."""
+    """A step that leaves a folder above the state writable by its group (a `chmod g+w` in a
+    profile's commands, say) stops the setup before the next step runs. (What a step leaves
+    group-writable inside the prefix, the step's own end takes back: issue 41.)"""
     from hpcprov.provision.progress import make_reporter
     from hpcprov.provision.runner import Runner
 
-    prefix = tmp_path / "env"
-    plan = _two_step_plan(prefix, ('mkdir -p "$STATE"', 'chmod g+w "$STATE"'))
-    with pytest.raises(HpcprovError, match="may be written by its group"):
+    prefix = tmp_path / "area" / "env"
+    prefix.parent.mkdir()
+    plan = _two_step_plan(prefix, ('mkdir -p "$STATE"', 'chmod g+w "$STATE" "$PREFIX/.."'))
+    with pytest.raises(HpcprovError, match=f"{prefix.parent} may be written by its group"):
         Runner(plan, make_reporter(quiet=True), prefix_path=prefix).run()
     assert not (prefix / ".hpcprov" / "logs" / "02-second.log").exists()
+    assert not (prefix / ".hpcprov").stat().st_mode & 0o022  # taken back after the step
 
 
 def test_a_fifo_as_a_step_log_does_not_hang_setup(tmp_path: Path) -> None:

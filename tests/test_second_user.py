@@ -888,3 +888,195 @@ def test_nobody_cannot_change_what_a_validation_job_runs(
         assert f"{scratch} may be written by its group" in line and "chmod +t" in line, line
         assert not any(p.name in ("envcheck.py", "env.sh") for p in scratch.rglob("*")), \
             list(scratch.rglob("*"))
+
+
+# ------------------------------------------------------ umask 002, bytecode on (issue 41)
+
+GROUP_RACER = r"""
+import json, os, sys, time
+roots, stop, seconds = sys.argv[1].split(":"), sys.argv[2], float(sys.argv[3])
+evil = b"import os; os.system('touch %s')\n" % sys.argv[4].encode()
+tries, won, end = 0, [], time.monotonic() + seconds
+def attempt(what, fn):
+    try:
+        fn()
+        won.append(what)
+    except OSError:
+        pass
+def append(path):
+    with open(path, "ab") as f:
+        f.write(b"\n" + evil)
+def plant(folder, name):
+    with open(os.path.join(folder, name), "xb") as f:
+        f.write(evil)
+while True:
+    tries += 1
+    for root in roots:
+        for here, dirs, files in os.walk(root):
+            for name in files:
+                path = os.path.join(here, name)
+                if not os.path.islink(path) and not name.startswith((".", "nobody-")):
+                    attempt("appended to " + path, lambda p=path: append(p))
+            attempt("planted in " + here, lambda h=here: plant(h, "nobody-%d.pth" % tries))
+            if os.path.basename(here) in ("bin", "site-packages") or "hpcprov-validate" in here:
+                attempt("made __pycache__ in " + here,
+                        lambda h=here: os.mkdir(os.path.join(h, "__pycache__")))
+    if os.path.exists(stop) or time.monotonic() > end:
+        break
+    time.sleep(0.01)
+print(json.dumps({"tries": tries, "won": won}))
+"""
+
+
+def _as(uid: int, gid: int, program: str, argv: list[str], env: dict[str, str],
+        python: str = sys.executable) -> subprocess.CompletedProcess[str]:
+    """hpcprov's main(ARGV) as the user ``uid`` (primary group ``gid``, and the shared
+    group), with umask 002, after importing as root (SETUP_AS_VICTIM, VALIDATE_AS_VICTIM)."""
+    return subprocess.run([python, program, str(uid), str(gid), str(SHARED_GID), *argv],
+                          capture_output=True, text=True, timeout=600, env=env, cwd="/")
+
+
+def test_under_umask_002_a_group_member_changes_nothing_setup_doctor_or_validate_run(
+        area: Path, python_for_others: str) -> None:
+    """Issue 41, as the attack ran: umask 002, bytecode on (no PYTHONDONTWRITEBYTECODE), a
+    victim whose primary group is the attacker's (users), a sticky group scratch (3775).
+
+    * setup (a real venv): nobody, in a loop while it runs and after, appends to every file
+      of the prefix, plants a .pth in every folder (site-packages, bin/) and a __pycache__:
+      nothing is writable, nothing is planted;
+    * validate with two checks, nobody first, then the victim, each in its default run
+      folder in the same scratch: neither is refused; meanwhile nobody tries the same on
+      the victim's run folders, outputs and status files: nothing; no bytecode is written
+      beside the programs;
+    * doctor of a prefix left group-writable (as setup made it before): nobody appends a
+      line to activate, the victim's doctor refuses the prefix in one line, the line never
+      runs."""
+    scratch = area / "scratch"
+    scratch.mkdir()
+    os.chown(scratch, 0, SHARED_GID)
+    scratch.chmod(0o3775)
+    home = area / "victim-home"
+    sites = home / ".config" / "hpcprov" / "sites"
+    sites.mkdir(parents=True)
+    (sites / "local.yaml").write_text(  # python3 -m venv: no tool the victim cannot run
+        f"extends: local\npaths:\n  scratch: {scratch}\npython:\n  venv:\n    creator: venv\n")
+    chown_tree(home, VICTIM, SHARED_GID)
+    marker = area / "markers" / "PWNED"
+    marker.parent.mkdir()
+    marker.parent.chmod(0o1777)
+    programs = {}
+    for name, text in (("racer.py", GROUP_RACER), ("setup.py", SETUP_AS_VICTIM),
+                       ("validate.py", VALIDATE_AS_VICTIM)):
+        programs[name] = area / name
+        programs[name].write_text(text)
+        programs[name].chmod(0o644)
+    code = str(Path(hpcprov.__file__).parent.parent)
+    env = {**BASE_ENV, "HOME": str(home), "USER": "victim", "HPCPROV_NO_CACHE": "1",
+           "HPCPROV_HISTORY": str(home / "history"),
+           "XDG_CACHE_HOME": str(home / ".cache"), "XDG_CONFIG_HOME": str(home / ".config"),
+           "PYTHONPATH": os.pathsep.join(filter(None, [os.environ.get("PYTHONPATH"), code]))}
+    assert "PYTHONDONTWRITEBYTECODE" not in env  # bytecode on, as the attack ran
+
+    def race(roots: list[Path], seconds: int = 120) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [str(RUNUSER), "-u", ATTACKER, "-G", GROUP, "--", "sh", "-c", 'umask 002; exec "$@"',
+             "sh", python_for_others, str(programs["racer.py"]),
+             ":".join(map(str, roots)), str(area / "stop"), str(seconds), str(marker)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=BASE_ENV)
+
+    def raced(proc: subprocess.Popen[str]) -> dict:
+        """What nobody managed, but in what is theirs or everyone's (the scratch itself, a
+        group folder where anyone may add a file, and nobody's own run folder)."""
+        (area / "stop").touch()
+        out, err = proc.communicate(timeout=120)
+        (area / "stop").unlink()
+        assert proc.returncode == 0, err
+        got = json.loads(out)
+        got["won"] = [w for w in got["won"] if not w.endswith(f" in {scratch}")
+                      and "hpcprov-validate-nobody" not in w]
+        return got
+
+    # ---- setup: a real venv, made at umask 002 by a user of the attacker's group
+    prefix = scratch / "env"
+    nobody = race([scratch])
+    setup = _as(VICTIM, SHARED_GID, str(programs["setup.py"]),
+                [str(area / "warm"), "setup", "--site", "local", "--prefix", str(prefix),
+                 "--until", "create-env"], env)
+    got = raced(nobody)
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    assert list(prefix.glob("venvs/*/lib/python3*/site-packages")), "no venv was made"
+    after = race([prefix], seconds=0)  # once more over the finished prefix
+    got_after = raced(after)
+    assert got["tries"] > 0 and got_after["tries"] > 0
+    assert got["won"] == [] and got_after["won"] == [], (got["won"] + got_after["won"])[:5]
+    assert not [p for p in prefix.rglob("*") if not p.is_symlink() and p.lstat().st_mode & 0o022]
+
+    # ---- validate: nobody first, then the victim, both in the same sticky scratch
+    env_prefix = area / "fake-env"  # reads as provisioned; its python runs the program given
+    bin_ = env_prefix / "venvs" / "horovod" / "bin"
+    bin_.mkdir(parents=True)
+    (env_prefix / ".hpcprov").mkdir()
+    (env_prefix / ".hpcprov" / "manifest.json").write_text("{}")
+    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
+    (bin_ / "python").write_text(
+        "#!/bin/bash\nfor a; do case $a in *.py) exec "
+        f'{python_for_others} "$a" --imports os ;; esac; done\nexit 3\n')
+    for path in (env_prefix, *env_prefix.rglob("*")):
+        path.chmod(0o755 if path.is_dir() or path.name == "python" else 0o644)
+    argv = ["validate", "--site", "local", "--env", str(env_prefix), "--checks",
+            "env,allreduce", "--nodes", "1", "--json", "--timeout", "120", "--no-history"]
+    nobody_home = area / "nobody-home"
+    (nobody_home / ".config" / "hpcprov" / "sites").mkdir(parents=True)
+    shutil.copy(sites / "local.yaml", nobody_home / ".config" / "hpcprov" / "sites")
+    chown_tree(nobody_home, NOBODY_UID, NOBODY_GID)
+    theirs = _as(NOBODY_UID, NOBODY_GID, str(programs["validate.py"]), [str(area / "w1"), *argv],
+                 {**env, "HOME": str(nobody_home), "USER": "nobody",
+                  "XDG_CONFIG_HOME": str(nobody_home / ".config"),
+                  "XDG_CACHE_HOME": str(nobody_home / ".cache")})
+    assert "Traceback" not in theirs.stderr
+    assert json.loads(theirs.stdout)["jobs"], theirs.stdout + theirs.stderr  # not refused
+    nobody = race([scratch])
+    mine = _as(VICTIM, SHARED_GID, str(programs["validate.py"]), [str(area / "w2"), *argv],
+               env)
+    got = raced(nobody)
+    assert "Traceback" not in mine.stderr
+    data = json.loads(mine.stdout)
+    assert {j["check"] for j in data["jobs"]} >= {"env", "allreduce"}, mine.stderr
+    run = Path(data["rundir"])
+    assert run.parent.name == f"hpcprov-validate-{VICTIM}"  # the victim's own, beside nobody's
+    assert (scratch / "hpcprov-validate-nobody").is_dir()
+    assert got["tries"] > 0 and got["won"] == [], got["won"][:5]
+    assert not list(run.rglob("__pycache__")), "bytecode was written beside the programs"
+    assert owners(run) == {VICTIM}
+    assert not [p for p in run.rglob("*") if not p.is_symlink() and p.lstat().st_mode & 0o022]
+
+    # ---- doctor: a prefix left group-writable refuses, and what nobody appended never runs
+    old = scratch / "old-env"
+    made = _as(VICTIM, SHARED_GID, str(programs["setup.py"]), [
+        str(area / "w3"), "setup", "--site", "local", "--prefix", str(old), "--until",
+        "preflight"], env)
+    assert made.returncode == 0, made.stderr
+    victim_python_as = textwrap.dedent(f"""
+        import os, sys
+        from hpcprov.provision.journal import Journal
+        from hpcprov.provision.manifest import build_manifest, write_manifest
+        from hpcprov.site.profiles import load_site
+        prefix = {str(old)!r}
+        write_manifest(build_manifest(load_site("local"), "local", __import__("pathlib")
+                       .Path(prefix), Journal(prefix + "/.hpcprov/journal.json")),
+                       __import__("pathlib").Path(prefix))
+        os.setgroups([{SHARED_GID}]); os.setresgid({SHARED_GID}, {SHARED_GID}, {SHARED_GID})
+        os.setresuid({VICTIM}, {VICTIM}, {VICTIM}); os.umask(0o002)
+        with open(prefix + "/activate", "w") as f:  # as setup wrote it before issue 41
+            f.write("export HPCPROV_OLD=1\\n")
+        """)
+    assert subprocess.run([sys.executable, "-c", victim_python_as], env=env, timeout=120,
+                          capture_output=True).returncode == 0
+    chown_tree(old, VICTIM, SHARED_GID)
+    as_nobody(f'printf "\\ntouch {marker}\\n" >> "$1"', str(old / "activate"))
+    doctor = _as(VICTIM, SHARED_GID, str(programs["setup.py"]),
+                 [str(area / "w4"), "doctor", "--site", "local", "--prefix", str(old)], env)
+    assert doctor.returncode != 0, doctor.stdout
+    (line,) = doctor.stderr.strip().splitlines()
+    assert f"{old / 'activate'} may be written by its group" in line, line
+    assert not marker.exists(), "a line nobody appended to activate ran as the victim"
