@@ -384,3 +384,43 @@ def test_the_pilot_kills_no_process_a_planted_pid_file_names(tmp_path: Path) -> 
     finally:
         bystander.kill()
         bystander.wait()
+
+
+# ------------------------------------------ the default run folder (defect 6)
+
+
+@pytest.mark.parametrize("squat", ["another user's folder", "a file", "a link"])
+def test_the_default_run_folder_is_the_users_own_and_cannot_be_squatted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, squat: str) -> None:
+    """One parent for every user (SCRATCH/hpcprov-validate) made the first validating
+    member its owner, and the folder rule refused all others; a member could take the name
+    on purpose. Now the parent is the user's own, and a name held by something not theirs
+    puts the run folder beside it, with a warning naming why."""
+    import pwd
+
+    from hpcprov.validate.plan import Options
+    from hpcprov.validate.run import default_rundir
+
+    monkeypatch.setenv("HOME", str(tmp_path))  # local's scratch
+    o = Options(JobRequest(load_site("local"), activate=False), ("env",))
+    user = pwd.getpwuid(os.getuid()).pw_name
+    path, note = default_rundir(o)
+    assert path.startswith(f"$HOME/hpcprov-validate-{user}/local-") and note is None
+    parent = tmp_path / f"hpcprov-validate-{user}"
+    if squat == "a file":
+        parent.write_text("")
+        why = "is not a folder"
+    elif squat == "a link":
+        (tmp_path / "elsewhere").mkdir()
+        parent.symlink_to(tmp_path / "elsewhere")
+        why = "is a symbolic link"
+    else:
+        if os.geteuid() != 0:
+            pytest.skip("a folder of another user's needs root to make (CI runs as root)")
+        parent.mkdir()
+        os.chown(parent, 65534, 65534)
+        why = "belongs to user 65534"
+    path, note = default_rundir(o)
+    assert path.startswith(f"$HOME/hpcprov-validate-{user}-local-"), path
+    assert note == f"$HOME/hpcprov-validate-{user} {why}: this run's folder is beside it instead"
+    assert default_rundir(o)[0] != path  # a new random name each time
