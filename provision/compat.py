@@ -67,9 +67,10 @@ RULES: tuple[Rule, ...] = (
          "reads from the PyTorch it builds against (the __cplusplus check of torch/all.h), CPU "
          "and GPU builds alike; CXXFLAGS cannot do it, the CMake files strip -std=",
          evidence="built here: torch 2.13.0 (C++17), g++ 12, Open MPI 4.1.4, CMake 3.25: -cb "
-         "shows PyTorch, MPI, Gloo; torch 2.14.1+cu130 (C++20) with "
-         "CUDA 13.0 and NCCL "
-         "2.30.7, every CI run: -cb shows PyTorch, Gloo, NCCL (as reported when the gap was "
+         "shows PyTorch, MPI, Gloo; torch 2.14.1+cu130 (C++20) with CUDA 13.0 and NCCL "
+         "2.30.7 (CI until 2026-11-28); torch 2.15.0+cu132 (C++20, its CUDA 13.2 runtime "
+         "wheels) against the CUDA 13.0 toolkit and NCCL 2.30.7, every CI run since: -cb "
+         "shows PyTorch, Gloo, NCCL, the 2-rank proof passes (as reported when the gap was "
          "found, C++17 stops at 94%: "
          "'strong_ordering' in namespace 'std' does not name a type)",
          patch="horovod-0.28.1-cxx-standard.patch"),
@@ -128,8 +129,8 @@ RULES: tuple[Rule, ...] = (
          evidence="Horovod issue #4290; here with tensorflow-cpu 2.21.0 (Keras 3.15), 2 ranks "
          "over Gloo: the Keras optimizer left the ranks' weights 0.23 apart after 8 steps; "
          "the tape with v.value kept them identical (difference 0.0)"),
-    Rule("untested-torch", "caveat", "==0.28.1", torch=">=2.15",
-         explanation="newer than any PyTorch this table has built against (2.14.1); "
+    Rule("untested-torch", "caveat", "==0.28.1", torch=">=2.16",
+         explanation="newer than any PyTorch this table has built against (2.15.0); "
          "the cxx-standard patch is applied, but the build is untested",
          evidence="none yet"),
     Rule("untested-tensorflow", "caveat", "==0.28.1", tensorflow=">2.21",

@@ -272,3 +272,54 @@ def test_lrun_with_gpubind_off_binds_nothing(capsys: pytest.CaptureFixture[str],
     bound, _ = profile(tmp_path / "bound", "lrun", "all")
     job = cli(capsys, "jobscript", "--site", str(bound), "-N", "2", "--", "python", "t.py")
     assert job.rc == 0 and "[gpu-binding] launchers.lrun: lrun binds each rank" in job.err
+
+
+@pytest.mark.slow
+def test_on_a_one_gpu_node_two_ranks_share_it_over_gloo_with_cuda_tensors(
+        tmp_path: Path) -> None:
+    """Issue 44: with one GPU a node runs one NCCL rank, which moves nothing, and NCCL refuses
+    two ranks on one device; validate adds 2 ranks over Gloo with CUDA tensors on that GPU
+    (allreduce-torch-gloo-shared-gpu), each taking device LOCAL_RANK % device_count(): run
+    here by the stub srun on one fake GPU, both ranks on device 0, every sum correct."""
+    text = SLURM.format(per_rank="all", binding="").replace("count: 2", "count: 1")
+    path = write_profile(tmp_path, "bind", text)
+    o = Options(JobRequest(load_site(str(path)), partition="two", activate=False),
+                ("allreduce",), device="cuda", iters=2, max_bytes=4096)
+    jobs = {j.impl: j for j in plan_jobs(o)}
+    job = replace(jobs["torch-gloo-shared-gpu"], port=free_port())
+    assert (job.ranks_per_node, job.nodes) == (2, 1) and "--per-rank" in job.args
+    assert job.args[job.args.index("--per-rank") + 1] == "shared"
+    assert jobs["torch-nccl"].ranks_per_node == 1  # NCCL: one rank on the one GPU
+    rundir = tmp_path / "run"
+    rundir.mkdir()
+    copy_programs(rundir)
+    script = rundir / "job.sh"
+    script.write_text(job_script(job, o, str(rundir), command_for(job, o, rundir)))
+    log = tmp_path / "gpus.log"
+    env = {"PATH": f"{stub_bin(tmp_path)}:/usr/bin:/bin", "HOME": str(tmp_path),
+           "PYTHONPATH": str(FAKE_GPU), "HPCPROV_TEST_GPUS": "1",
+           "HPCPROV_TEST_GPU_LOG": str(log), "OMP_NUM_THREADS": "1",
+           "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": "7", "SLURM_NTASKS": "2",
+           "SLURM_NTASKS_PER_NODE": "2"}
+    proc = subprocess.run(["bash", str(script)], cwd=rundir, capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    records, malformed = shaped_records(proc.stdout)
+    result = JobResult(job.id, job.check, job.impl, 1, "COMPLETED", 0, "localhost", records,
+                       [], 1.0, malformed=malformed)
+    outcomes = {o.name: o for o in judge([result], {})}
+    assert outcomes["allreduce-torch-gloo-shared-gpu correctness"].status == "pass", outcomes
+    assert sorted(log.read_text().splitlines()) == ["0 0 0", "1 1 0"]  # RANK LOCAL GPU
+
+
+@pytest.mark.parametrize(("count", "device", "want"),
+                         [(1, "cuda", True), (2, "cuda", False), (1, "cpu", False)])
+def test_only_a_one_gpu_node_on_its_gpu_gets_the_shared_check(
+        tmp_path: Path, count: int, device: str, want: bool) -> None:
+    from hpcprov.validate.plan import plan_allreduce
+
+    text = SLURM.format(per_rank="all", binding="").replace("count: 2", f"count: {count}")
+    site = load_site(str(write_profile(tmp_path, "bind", text)))
+    o = Options(JobRequest(site, partition="two", activate=False), ("allreduce",),
+                device=device)
+    assert any(j.impl == "torch-gloo-shared-gpu" for j in plan_allreduce(o)) is want

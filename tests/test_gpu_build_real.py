@@ -1,7 +1,8 @@
 """The GPU build for real, with no GPU: Horovod 0.28.1 compiled with NCCL against PyTorch
-2.14.1+cu130 and its nvidia-nccl wheel, with the CUDA 13 toolkit behind the nvcc wrapper on
-PATH and CMake 4 first on PATH, as a new user gets it from docs/gpu (.ci/gpu-build runs
-docs/gpu/prepare.sh, then docs/gpu/run.sh in its no-GPU mode: site check, setup, doctor).
+2.15.0+cu130 and its nvidia-nccl wheel, with the CUDA 13 toolkit behind the nvcc wrapper on
+PATH and CMake 4 first on PATH, as a new user gets it from docs/gpu (.ci/gpu-build runs the
+GPU check's rehearsal: benchmarks/gpu_check.sh fetches its bundle with docs/gpu/prepare.sh,
+then runs docs/gpu/run.sh in its no-GPU mode: site check, setup, doctor).
 
 What a GPU user needs is asserted on what the run left: `horovodrun -cb` lists NCCL; the
 torch extension's libnccl.so.2 is PyTorch's wheel's and libcudart resolves (ldd); kernels
@@ -9,7 +10,7 @@ only for the profile's architecture (cuobjdump); the wheelhouse key names CUDA a
 2-process proof passed; doctor is healthy. Only a CUDA tensor through NCCL needs a GPU.
 
 Inputs (the folders are big, so they are made once by .ci/run, or by hand):
-* HPCPROV_TEST_TORCH_CUDA: `pip install --target DIR torch==2.14.1` (Python 3.11);
+* HPCPROV_TEST_TORCH_CUDA: `pip install --target DIR torch==2.15.0 numpy` (Python 3.11);
 * HPCPROV_TEST_GPU_RUN: where .ci/run runs .ci/gpu-build beside the tests, writing DIR/rc when
   it ends (the tests wait for that file); else the test runs it, about 4 minutes on 2 cores;
 * HPCPROV_TEST_TORCH_CUDA_312 (+ pyenv's 3.12.1, or HPCPROV_TEST_PYTHON_312): the same on
@@ -35,7 +36,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.last]
 
 REPO = Path(__file__).resolve().parents[1]
 REQUIRE = os.environ.get("HPCPROV_REQUIRE_GPU_BUILD") == "1"
-ARCH = "90"  # H100
+ARCH = "90"  # H100, H200
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,9 @@ def test_the_wheelhouse_key_names_cuda_and_nccl(run: GpuRun) -> None:
     version = ".".join(re.search(rf"#define NCCL_{p} +(\d+)", nccl)[1]
                        for p in ("MAJOR", "MINOR", "PATCH"))
     assert key["nccl"].rstrip(".") == version
-    assert key["torch"] == "torch 2.14.1" and key["torch-cxx"] == "20"
+    (dist,) = run.torch.glob("torch-*.dist-info")  # the PyTorch the folder holds
+    version = dist.name.removeprefix("torch-").removesuffix(".dist-info")
+    assert key["torch"] == f"torch {version}" and key["torch-cxx"] == "20"
 
 
 def test_the_proof_passes_and_doctor_is_healthy(run: GpuRun) -> None:
@@ -192,6 +195,31 @@ def test_the_proof_passes_and_doctor_is_healthy(run: GpuRun) -> None:
     doctor = json.loads((run.dir / "out" / "doctor.json").read_text())
     assert doctor["ok"], doctor
     assert "validate: not run (the no-GPU mode" in run.output
+
+
+def test_the_gpu_check_carries_what_a_device_run_can_and_leaves_its_files(run: GpuRun) -> None:
+    """The GPU check's rehearsal (benchmarks/gpu_check.sh rehearse, issue 44): the bundle it
+    fetched fits in the 50 MB a device run carries and holds Horovod's sdist and hpcprov's
+    wheel (numpy is the machine's own); OUT holds at most 8 files, the ones named; the
+    output ends with its one-screen summary."""
+    assert run.rc == 0, run.output[-3000:]
+    kit = run.dir / "kit"
+    if not kit.is_dir():
+        pytest.skip("this build was not made by the GPU check (no bundle)")
+    size = sum(p.stat().st_size for p in kit.rglob("*") if p.is_file())
+    assert size <= 50 << 20, size
+    names = {p.name for p in (kit / "wheels").iterdir()}
+    assert "horovod-0.28.1.tar.gz" in names and any(n.startswith("hpcprov-") for n in names)
+    assert not any(n.startswith("numpy-") for n in names)
+    out = {p.name for p in (run.dir / "out").iterdir()}
+    assert len(out) <= 8 and {"run.log", "setup.log", "doctor.json", "timing.md"} <= out, out
+    summed = (run.dir / "out" / "setup.log").read_text(errors="replace")
+    logs = sorted(p.name for p in (run.state / "logs").glob("*.log"))
+    assert logs and all(f"==== {name} (" in summed for name in logs), logs  # every step's
+    timing = (run.dir / "out" / "timing.md").read_text()
+    assert "| hpcprov setup (the NCCL build, -cb, the proof) |" in timing
+    assert "================ summary (no-gpu mode, exit 0) ================" in run.output
+    assert "doctor: healthy" in run.output and "horovodrun -cb:" in run.output
 
 
 def _validate(run: GpuRun, tmp_path: Path, *args: str) -> tuple[int, dict, str]:

@@ -17,6 +17,7 @@ import tomllib
 from hpcprov_tests import BUNDLED, REPO, needs_shellcheck, write_profile
 
 from hpcprov.app import guide
+from hpcprov.core.shell import NO_WRITE_FOR_OTHERS
 from hpcprov.provision import library
 from hpcprov.provision.plan import build_plan, dispatcher, render_script
 from hpcprov.request.job import JobRequest
@@ -189,7 +190,7 @@ def test_the_pilot_reads_its_idle_time_from_its_variable(tmp_path: Path) -> None
     queue = tmp_path / "q"
     queue.mkdir()
     lines = allocation.pilot_lines(str(queue), "printf 'n1\\nn2\\n'", idle_s=0)
-    assert lines[:2] == [f"q={shlex.quote(str(queue))}", "idle_s=0"]
+    assert lines[:3] == [NO_WRITE_FOR_OTHERS, f"q={shlex.quote(str(queue))}", "idle_s=0"]
     proc = subprocess.run(["bash", "-c", "\n".join(lines)], capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 0, proc.stderr

@@ -196,6 +196,24 @@ def plan_allreduce(o: Options) -> list[Job]:
         impl = data_path(o, impl) + _via(o, launcher)
         jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, rpn, launcher,
                         "allreduce.py", ("--impl", "horovod", *_size_args(o))))
+    return jobs + _shared_gpu(o)
+
+
+def _shared_gpu(o: Options) -> list[Job]:
+    """On a node with one GPU, where NCCL cannot put two ranks (it refuses two ranks on one
+    device) and one rank moves nothing: 2 ranks over Gloo with CUDA tensors on that GPU, so
+    that a collective between ranks with CUDA tensors is checked there too."""
+    if o.device == "cpu" or o.part.gpus.count != 1 or o.ranks_per_node:
+        return []
+    jobs = []
+    for launcher in torch_targets(o):
+        impl = f"torch-gloo-shared-gpu{_via(o, launcher)}"
+        jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, 2, launcher,
+                        "allreduce.py",
+                        ("--impl", "torch", "--dist-backend", "gloo", "--min-bytes",
+                         str(o.min_bytes), "--max-bytes", str(o.max_bytes), "--iters",
+                         str(o.iters), "--device", o.device, "--per-rank", "shared",
+                         "--visible-devices", vendor(o).visible_devices)))
     return jobs
 
 

@@ -4,6 +4,8 @@
 # Python, Horovod's sdist, what its build needs (cmake<4 included), in one folder to copy over.
 #
 # usage: docs/gpu/prepare.sh FOLDER [PYTHON_VERSION]   (the node's Python, default 3.12)
+# HPCPROV_KIT_SKIP="numpy ...": packages the node's Python already has (from its own site-
+# packages or the PyTorch module's PYTHONPATH), left out of the folder.
 set -euo pipefail
 out=${1:?usage: prepare.sh FOLDER [PYTHON_VERSION, e.g. 3.12]}
 py=${2:-3.12}
@@ -22,5 +24,8 @@ python3 -m pip download -q "${binary[@]}" -d "$wheels" setuptools wheel packagin
   cloudpickle psutil pyyaml numpy "cmake>=3.13,<4"
 echo "== Horovod's source"
 python3 -m pip download -q --no-deps --no-binary :all: -d "$wheels" horovod==0.28.1
+for name in ${HPCPROV_KIT_SKIP:-}; do   # what the node has: not carried
+  rm -f "$wheels/${name//-/_}"-[0-9]*.whl "$wheels/$name"-[0-9]*.whl
+done
 cp "$repo/docs/gpu/run.sh" "$repo/docs/gpu/profile.py" "$out/"
 echo "ready: copy $out to the GPU node and run: bash $out/run.sh $out"

@@ -3,8 +3,11 @@
 # PyTorch the node already has (from the system or a module: load it first), prove it, validate
 # on the GPU, and check the environment, with hpcprov doing every step itself.
 #
-# usage: run.sh FOLDER [OUT]    (FOLDER: what prepare.sh made; OUT: logs, default FOLDER/out)
+# usage: run.sh FOLDER [OUT]    (FOLDER: what prepare.sh made; OUT: default FOLDER/out)
 # WORK (default /tmp/hpcprov-gpu) holds hpcprov, the profile, the environment and the wheelhouse.
+# OUT gets at most 8 files: run.log (all of this output), setup.log (every step's log, the end
+# of each), validate.json, report.md and report-busbw.png, doctor.json, timing.md; the output
+# ends with a one-screen summary.
 #
 # Without a GPU (no nvidia-smi, or it lists none) the same script runs in its no-GPU mode for
 # the node that GPUS and MODEL describe (e.g. GPUS=4 MODEL="H100 80GB HBM3"): it builds for
@@ -17,6 +20,10 @@ work=${WORK:-/tmp/hpcprov-gpu}
 mkdir -p "$out" "$work"
 exec > >(tee "$out/run.log") 2>&1
 failed=0
+timing=()   # "PHASE|SECONDS|RESULT" rows of timing.md
+phase_end() {  # phase_end NAME RESULT: a row for the phase that started at SECONDS=0
+  timing+=("$1|$SECONDS|$2")
+}
 
 echo "== the node"
 gpu_list=$(nvidia-smi -L 2>/dev/null | grep '^GPU ' || true)
@@ -55,11 +62,13 @@ if PYTHONPATH='' python3 -c 'import torch' 2>/dev/null; then
 fi
 
 echo "== hpcprov, into its own venv (the node's PyTorch stays visible through PYTHONPATH)"
+SECONDS=0
 rm -rf "$work/hpcprov"
 python3 -m venv "$work/hpcprov"
 "$work/hpcprov/bin/python" -m pip install -q --no-index --find-links "$folder/wheels" hpcprov \
   || exit 3
 hp="$work/hpcprov/bin/hpcprov"
+phase_end "install hpcprov from the bundle" ok
 
 echo "== the profile: one node, no scheduler, $gpus x $model"
 site=$("$work/hpcprov/bin/python" "$folder/profile.py" "$work" "$folder/wheels" "$gpus" \
@@ -73,18 +82,22 @@ SECONDS=0
 "$hp" setup --site "$site" --verbose
 rc=$?
 echo "setup rc=$rc in ${SECONDS}s"
+phase_end "hpcprov setup (the NCCL build, -cb, the proof)" "rc=$rc"
 [ "$rc" -eq 0 ] || failed=$rc
-mkdir -p "$out/logs"
-cp "$work"/env/.hpcprov/logs/* "$out/logs/" 2>/dev/null
-cp "$work/env/.hpcprov/manifest.json" "$out/" 2>/dev/null
+for log in "$work"/env/.hpcprov/logs/*.log; do   # the logs summed up: each one's end
+  [ -f "$log" ] || continue
+  echo "==== ${log##*/} ($(wc -l <"$log") lines; the last 150)"
+  tail -n 150 "$log"
+done > "$out/setup.log"
 
 if [ "$mode" = gpu ] && [ "$failed" -eq 0 ]; then
   echo "== hpcprov validate (the default device: cuda, the partition has GPUs)"
   SECONDS=0
-  "$hp" validate --site "$site" --env "$work/env" --nodes 1 --report "$out/report.md" --json \
-    > "$out/validate.json"
+  "$hp" validate --site "$site" --env "$work/env" --nodes 1 --device cuda \
+    --report "$out/report.md" --json > "$out/validate.json"
   rc=$?
   echo "validate rc=$rc in ${SECONDS}s"
+  phase_end "hpcprov validate --device cuda -N 1" "rc=$rc"
   [ "$rc" -eq 0 ] || failed=$rc
   head -c 4000 "$out/validate.json"; echo
 else
@@ -94,9 +107,43 @@ else
 fi
 
 echo "== hpcprov doctor"
+SECONDS=0
 "$hp" doctor --prefix "$work/env" --json > "$out/doctor.json"
 rc=$?
 echo "doctor rc=$rc"
+phase_end "hpcprov doctor" "rc=$rc"
 [ "$rc" -eq 0 ] || [ "$failed" -ne 0 ] || failed=$rc
-echo "logs, manifest, validate.json, report.md, doctor.json: $out"
+{
+  echo "| phase | seconds | result |"
+  echo "|---|---:|---|"
+  for row in "${timing[@]}"; do IFS='|' read -r name secs result <<<"$row"
+    echo "| $name | $secs | $result |"; done
+} > "$out/timing.md"
+
+echo
+echo "================ summary ($mode mode, exit $failed) ================"
+cat "$out/timing.md"
+sed -n '/Available Tensor Operations/,$p' "$work/env/.hpcprov/check-build.txt" 2>/dev/null \
+  | sed 's/^/horovodrun -cb: /' || true
+"$work/hpcprov/bin/python" - "$out/validate.json" "$out/doctor.json" <<'PY' || true
+import json, sys
+for path in sys.argv[1:]:
+    try:
+        data = json.load(open(path, encoding="utf-8"))
+    except (OSError, ValueError):
+        print(f"{path.rsplit('/', 1)[-1]}: none")
+        continue
+    if "outcomes" in data:  # validate
+        print(f"validate: {'PASS' if data.get('ok') else 'FAIL'}")
+        for o in data["outcomes"]:
+            print(f"  {o['status'].upper():5} {o['name']}: {o.get('measured')}"
+                  f" {o.get('detail', '')}"[:110])
+    else:  # doctor
+        print(f"doctor: {'healthy' if data.get('ok') else 'NOT healthy'}")
+        for c in data.get("checks", []):
+            if c.get("status") != "ok":
+                print(f"  {c.get('status', '?').upper():5} {c.get('name')}: "
+                      f"{c.get('detail', '')}"[:110])
+PY
+echo "files: $out ($(find "$out" -maxdepth 1 -type f | wc -l) of at most 8)"
 exit "$failed"

@@ -86,7 +86,10 @@ def accelerator(torch, device):
     return getattr(torch, device, None)
 
 
-PER_RANK = ("all", "one")  # what a rank sees of its node's GPUs: the profile's gpus.per_rank
+# what a rank sees of its node's GPUs: the profile's gpus.per_rank (all, one), or, for the
+# check of several ranks on a node with one GPU, "shared": every rank takes device
+# LOCAL_RANK % device_count() (NCCL cannot put two ranks on one GPU; Gloo can)
+PER_RANK = ("all", "one", "shared")
 
 
 class BindingError(RuntimeError):
@@ -116,6 +119,9 @@ def binding_problem(program, device, count, local_rank, local_size, per_rank, va
     process sees, and its value here (None: unset), named in the line."""
     binding = f"{var}={value}" if value is not None else f"{var} unset"
     top = max(local_rank + 1, local_size or 0)
+    if per_rank == "shared":
+        return None if count >= 1 else (f"{program}: this rank sees no {device} device "
+                                        f"({binding})")
     if per_rank == "one":
         if count == 1 or top <= 1:
             return None
@@ -156,7 +162,8 @@ def use_device(torch, device, local_rank, program="", per_rank="all",
                           per_rank, visible_var, visible)
     if why:
         raise BindingError(why, count, visible)
-    accel.set_device(0 if per_rank == "one" else local_rank)
+    accel.set_device(0 if per_rank == "one" else local_rank % count if per_rank == "shared"
+                     else local_rank)
     return torch.device(device, accel.current_device())
 
 
@@ -182,7 +189,8 @@ def add_binding_args(parser):
     limits it (--visible-devices), both from the profile's GPU vendor and partition."""
     parser.add_argument("--per-rank", choices=PER_RANK, default="all",
                         help="what each rank sees of its node's GPUs (the partition's "
-                        "gpus.per_rank): all (device LOCAL_RANK) or one (device 0, its own)")
+                        "gpus.per_rank): all (device LOCAL_RANK) or one (device 0, its own); "
+                        "shared: device LOCAL_RANK % device_count(), ranks sharing a GPU")
     parser.add_argument("--visible-devices", default="CUDA_VISIBLE_DEVICES",
                         help="the variable that limits the GPUs a process sees")
 

@@ -9,8 +9,8 @@
 
 for ((hpcprov_i = 0; hpcprov_i < ${#hpcprov_programs[@]}; hpcprov_i += 2)); do
   hpcprov_file=${hpcprov_programs[hpcprov_i + 1]}
-  # Python would load bytecode cached beside it instead of the bytes checked here (the job
-  # runs python -B, which writes none): a __pycache__ there is not hpcprov's
+  # Python would load bytecode cached beside it instead of the bytes checked here (the
+  # programs write none of runtime.py): a __pycache__ there is not hpcprov's
   if [ -e "${hpcprov_file%/*}/__pycache__" ] || [ -L "${hpcprov_file%/*}/__pycache__" ]; then
     echo "hpcprov: ${hpcprov_file%/*}/__pycache__ holds bytecode Python would run instead of the program hpcprov wrote: refusing to run it; validate again from a folder only you can write" >&2
     exit 97
