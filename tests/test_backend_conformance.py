@@ -378,10 +378,14 @@ def test_validate_runs_one_allocation_only_where_jobs_can_run_as_steps(
     manifest_file(tmp_path / "env").write_text("{}")        # a provisioned prefix
 
     def prepared(allocation: str | None) -> str:
+        # the site's mandatory account given, as every job there needs it (issue 45)
+        required = load_site(sched.spec.site).policies.required_options
+        options = tuple(f"{name}={o.example or o.default or 'x'}"
+                        for name, o in required.items() if o.default is None)
         return prepare(ValidateOptions(
             site=sched.spec.site, partition=sched.spec.partition, nodes=1,
             prefix=str(tmp_path / "env"), workdir=str(tmp_path / "v"),
-            allocation=allocation)).allocation
+            allocation=allocation, options=options)).allocation
 
     steps = sched.executor().steps is not None
     assert prepared(None) == ("one" if steps else "per-job")

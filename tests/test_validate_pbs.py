@@ -62,7 +62,10 @@ def test_validate_runs_its_jobs_through_qsub_and_qstat(pbs: dict[str, str], tmp_
     """The whole command on a PBS site whose nodes are this machine: jobs submitted with
     qsub, polled with qstat -x -f, judged and reported."""
     sites = tmp_path / "sites"
-    write_profile(sites, "local-pbs", "extends: local\nscheduler: pbs\n")
+    # mpirun under PBS must be told it may place ranks beyond $PBS_NODEFILE's slot lines:
+    # jobscript refuses it otherwise ([pbs-slots]), and so does validate now (issue 45)
+    write_profile(sites, "local-pbs", "extends: local\nscheduler: pbs\n"
+                  "launchers:\n  mpirun: {oversubscribe: true}\n")
     env = {**pbs, "HPCPROV_SITES_PATH": str(sites), "HPCPROV_HISTORY": str(tmp_path / "h"),
            # the emulator runs jobs as whoever runs the tests (root in CI); PBS never does
            "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}

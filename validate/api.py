@@ -246,10 +246,35 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
     allocation = _allocation(o, backend, s)
     if allocation == "one":  # steps go where they are told: baselines on nodes of their own
         opts = replace(opts, apart=True)
+    _site_rules(opts, allocation)
     prefix = _ready(s, o.prefix, provisioned=not dry_run)
     job = replace(opts.job, prefix=str(prefix) if prefix else None, activate=prefix is not None)
     return Prepared(replace(opts, job=job), rundir, allocation, tuple(skipped),
                     (f"warning: {moved}",) if moved else ())
+
+
+def _site_rules(opts: Options, allocation: str) -> None:
+    """Refuse, in one line and before anything is written or submitted, a run with a job
+    that `hpcprov jobscript` would refuse (issue 45, defect 1): the same lint for every
+    command that writes a job, so a site's mandatory option, a lint error of its scheduler
+    or its policies is never found job by job by the scheduler. With one allocation, its
+    steps are launch lines inside it: the allocation itself carries the job options."""
+    from hpcprov.jobs import lint
+    from hpcprov.validate.plan import allocation_request, job_request, plan_jobs
+
+    requests = [("the allocation", allocation_request(opts))] if allocation == "one" else []
+    for job in plan_jobs(opts):
+        req = replace(job_request(job, opts, f"hpcprov-{job.id}"),
+                      command=("python", job.program, *job.args))
+        requests.append((f"job {job.id}", req))
+    for what, req in requests:
+        step = allocation == "one" and what != "the allocation"
+        errors = [f for f in lint.lint(req) if f.level == "error"
+                  and not (step and f.code == "missing-option")]
+        if errors:
+            more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+            raise UsageError(f"{what} would be refused, as hpcprov jobscript refuses it: "
+                             f"{errors[0]}{more}; nothing was submitted")
 
 
 def _ready(site: Site, prefix: str | None, provisioned: bool = True) -> Path | None:
@@ -441,6 +466,7 @@ def validate(o: ValidateOptions, say: Callable[[str], None] = lambda m: None
             raise UsageError(str(exc)) from None
     backend = schedulers.of(site)
     executor: Executor = backend.site_executor(site)
+    executor.poll_s = site.policies.scheduler_poll_seconds  # the site's rule on its traffic
     if ready.allocation == "one":
         executor = OneAllocation(executor, ready.rundir / "allocation",
                                  lambda queue: allocation_script(ready.options, queue))

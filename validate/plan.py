@@ -284,8 +284,8 @@ def plan_skipped(o: Options) -> list[Skipped]:
                             "ranks only, and the site's Horovod has no check it could run "
                             "(horovod.controllers, horovod.source)")
                     for c in wanted if c != "env"]
-    if o.launchers:
-        return out
+    # what the site as a whole cannot run is said whichever launchers were asked for: with
+    # --launchers (all, or a list) these rows were dropped in silence (issue 45, defect 4)
     backend = _backend(o)
     if "env" in wanted and _any_launcher(site) is None:
         out.append(Skipped("env", "env", roles.no_torch_launcher(site)))

@@ -107,6 +107,17 @@ class _Rounds:
         self.t0 = time.monotonic()
         self.busy = 0.0
         self.dead: set[str] = set()  # nodes seen dying during this run
+        self._nodes_at: tuple[float, list[str] | None] | None = None  # when, usable nodes
+
+    def _usable(self) -> list[str] | None:
+        """The partition's nodes that can take jobs now: the scheduler is asked (sinfo) at
+        most once per the site's poll interval (policies.scheduler_poll_seconds), however
+        many rounds the run has."""
+        now = time.monotonic()
+        if self._nodes_at is None or now - self._nodes_at[0] >= self.executor.pace():
+            self._nodes_at = (now, self.executor.usable_nodes(self.o.partition,
+                                                              self.o.node_picks))
+        return self._nodes_at[1]
 
     def _unrunnable(self, job: Job, usable: list[str] | None) -> str | None:
         """Why a job cannot start now (too few usable nodes), or None."""
@@ -131,7 +142,7 @@ class _Rounds:
         results: list[JobResult] = []
         handles: list[Handle] = []
         submitted: list[Job] = []
-        usable = self.executor.usable_nodes(self.o.partition, self.o.node_picks)
+        usable = self._usable()
         for job in rnd:
             why = self._unrunnable(job, usable)
             if why:

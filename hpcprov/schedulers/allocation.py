@@ -84,6 +84,9 @@ class OneAllocation(Executor):
         self.allocations.append(handle)
         return handle
 
+    def pace(self) -> float:
+        return self.inner.pace()  # its scheduler is the inner executor's
+
     @property
     def current(self) -> Handle | None:
         return self.allocations[-1] if self.allocations else None
@@ -144,8 +147,8 @@ class OneAllocation(Executor):
         alloc = self.current
         if alloc is None:
             return
-        if not alloc.done:
-            self.inner.refresh([alloc])
+        if not alloc.done:  # the scheduler's traffic: the inner executor's pace
+            self.inner.query([alloc], force=alloc.exit_file.exists())
         if alloc.done:
             for h in handles:
                 if not h.done:

@@ -377,6 +377,24 @@ class Executor:
     def __init__(self, env: dict[str, str] | None = None) -> None:
         self.env = env
         self.events: list[dict[str, object]] = []
+        # the least time between two queries of the scheduler (the site's
+        # policies.scheduler_poll_seconds, set by validate); 0: as often as wait() wakes
+        self.poll_s = 0.0
+        self._queried_at = float("-inf")
+
+    def pace(self) -> float:
+        """The least time between two queries of this executor's scheduler."""
+        return self.poll_s
+
+    def query(self, handles: list[Handle], force: bool = False) -> None:
+        """:meth:`refresh`, at most once every :attr:`poll_s` seconds (a site's rule on
+        scheduler traffic); ``force``: now all the same, but not twice within a second."""
+        now = time.monotonic()
+        since = now - self._queried_at
+        if since < self.poll_s and not (force and since >= min(1.0, self.poll_s)):
+            return
+        self._queried_at = now
+        self.refresh(handles)
 
     def _event(self, handle: Handle, what: str) -> None:
         self.events.append({"t": time.time(), "job": handle.job_id, "event": what,
@@ -459,7 +477,9 @@ class Executor:
         and a long one costs few scheduler queries. Between queries it watches each job's
         status file (:meth:`_nap`): the file appears when the job's script ends, and the
         scheduler is asked within 20 ms of that, the delay starting over, instead of up to
-        half a second later."""
+        half a second later. Where the site limits its scheduler traffic (:attr:`poll_s`),
+        the scheduler is asked at most that often, but at once (within a second of the
+        last) when every job left has ended its script, and before a job is given up."""
         deadline = time.monotonic() + timeout_s
         delay = 0.02
         seen: set[str] = set()  # jobs whose status file has appeared
@@ -467,7 +487,9 @@ class Executor:
             live = [h for h in handles if not h.done]
             if not live:
                 return
-            self.refresh(live)
+            # the scheduler is asked at most every poll_s (query), but at once when every
+            # job left has ended its script: the verdict does not wait for the next turn
+            self.query(live, force=all(h.job_id in seen for h in live))
             now = time.monotonic()
             for h in live:
                 if h.done:
@@ -475,6 +497,12 @@ class Executor:
                     continue
                 stuck = (pending_timeout_s is not None and h.started is None
                          and now - h.submitted > pending_timeout_s)
+                if (now > deadline or stuck) and self.poll_s > 1:
+                    self.query([h], force=True)  # what is known may be a turn old: ask first
+                    if h.done:
+                        self._event(h, f"ended rc={h.exit_code}")
+                        continue
+                    stuck = stuck and h.started is None
                 if now > deadline or stuck:
                     self._give_up(h, stuck, timeout_s, pending_timeout_s, now)
             if all(h.done for h in handles):

@@ -598,6 +598,12 @@ class Policies(Strict):
     submit_from: str | None = F(None, description="directory jobs must be submitted from")
     purge_days: int | None = _count(None, le=36_500, description="scratch files unused this "
                                    "long vanish (at most 36,500: a century)")
+    scheduler_poll_seconds: float = F(
+        60.0, strict=True, ge=0.05, le=3600,
+        description="the least time between two of hpcprov's queries of the scheduler while "
+        "its jobs run (job states, node states); busy sites forbid frequent polling (\"no "
+        "more often than once a minute\"). A job's end is noticed at once all the same, "
+        "through the status file its script writes")
     notes: list[str] = F(factory=list)
 
 

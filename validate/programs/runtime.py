@@ -190,7 +190,7 @@ def add_binding_args(parser):
     parser.add_argument("--per-rank", choices=PER_RANK, default="all",
                         help="what each rank sees of its node's GPUs (the partition's "
                         "gpus.per_rank): all (device LOCAL_RANK) or one (device 0, its own); "
-                        "shared: device LOCAL_RANK % device_count(), ranks sharing a GPU")
+                        "shared: device LOCAL_RANK %% device_count(), ranks sharing a GPU")
     parser.add_argument("--visible-devices", default="CUDA_VISIBLE_DEVICES",
                         help="the variable that limits the GPUs a process sees")
 
