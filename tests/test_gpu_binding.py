@@ -323,3 +323,19 @@ def test_only_a_one_gpu_node_on_its_gpu_gets_the_shared_check(
     o = Options(JobRequest(site, partition="two", activate=False), ("allreduce",),
                 device=device)
     assert any(j.impl == "torch-gloo-shared-gpu" for j in plan_allreduce(o)) is want
+
+
+def test_validate_plans_the_shared_gpu_check_past_the_sites_lint(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """validate lints every job as jobscript does (issue 45), which refuses 2 ranks on one GPU
+    ([tasks-gpus]): the shared-GPU check does it on purpose and is planned all the same."""
+    import json
+
+    text = SLURM.format(per_rank="all", binding="").replace("count: 2", "count: 1")
+    path = write_profile(tmp_path, "bind", text)
+    res = cli(capsys, "validate", "--site", str(path), "-p", "two", "--nodes", "1",
+              "--device", "cuda", "--dry-run", "--json", "--env", str(tmp_path / "env"),
+              "--workdir", str(tmp_path / "run"))
+    assert res.rc == 0, res.err
+    names = {Path(s["path"]).stem for s in json.loads(res.out)["scripts"]}
+    assert "allreduce-torch-gloo-shared-gpu" in names, names

@@ -210,7 +210,12 @@ def test_the_gpu_check_carries_what_a_device_run_can_and_leaves_its_files(run: G
     assert size <= 50 << 20, size
     names = {p.name for p in (kit / "wheels").iterdir()}
     assert "horovod-0.28.1.tar.gz" in names and any(n.startswith("hpcprov-") for n in names)
+    assert any(n.startswith("cmake-3.") for n in names)  # CMake 3 for a node with CMake 4
     assert not any(n.startswith("numpy-") for n in names)
+    assert {"run.sh", "profile.py"} <= {p.name for p in kit.iterdir()}
+    # hpcprov installed from it with --no-index (run.sh), and ran: the profile checked
+    assert "install hpcprov from the bundle | " in (run.dir / "out" / "timing.md").read_text()
+    assert (run.dir / "work" / "hpcprov" / "bin" / "hpcprov").is_file()
     out = {p.name for p in (run.dir / "out").iterdir()}
     assert len(out) <= 8 and {"run.log", "setup.log", "doctor.json", "timing.md"} <= out, out
     summed = (run.dir / "out" / "setup.log").read_text(errors="replace")

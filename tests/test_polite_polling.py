@@ -58,7 +58,7 @@ def job(tmp_path: Path, seconds: float) -> Path:
     return script
 
 
-@pytest.mark.parametrize("seconds", [3.0])
+@pytest.mark.parametrize("seconds", [1.5])
 def test_at_60_s_the_scheduler_is_asked_at_most_once_a_minute_and_the_end_is_at_once(
         tmp_path: Path, seconds: float) -> None:
     env, log = counted_slurm(tmp_path)
@@ -82,7 +82,7 @@ def test_with_no_rule_the_executor_asks_as_often_as_it_wakes(tmp_path: Path) -> 
     every wake-up, 20 ms apart at first: many queries for the same job."""
     env, log = counted_slurm(tmp_path)
     ex = schedulers.of(load_site("testbed")).executor(env)
-    h = ex.submit(job(tmp_path, 2.0), tmp_path / "sleepy.out", tmp_path / "sleepy.exit")
+    h = ex.submit(job(tmp_path, 1.0), tmp_path / "sleepy.out", tmp_path / "sleepy.exit")
     log.write_text("")
     ex.wait([h], timeout_s=120)
     assert h.state == "COMPLETED"
