@@ -19,8 +19,9 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -525,3 +526,79 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``last`` go after the others, in their order: what they wait for (a
     build .ci/run started beside the tests) is then most likely done."""
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+
+
+# ---- a second real user (tests/test_second_user.py, tests/test_edf_file.py) ----------------
+
+def free_id() -> int:
+    """A user and group id nobody has (a user with no account and no group: its files are its
+    own, nobody else's)."""
+    import grp
+    import pwd
+
+    for n in range(64900, 65500):
+        try:
+            pwd.getpwuid(n)
+            continue
+        except KeyError:
+            pass
+        try:
+            grp.getgrgid(n)
+        except KeyError:
+            return n
+    raise RuntimeError("no free user id in 64900-65499")
+
+
+@pytest.fixture
+def area() -> Iterator[Path]:
+    """A folder every user can reach (pytest's own tmp folder is root's alone)."""
+    root = Path(tempfile.mkdtemp(prefix="hpcprov-area-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# ---- a validation with stub scheduler commands (tests/test_interrupts.py, test_job_ids.py) ----
+
+def provisioned_prefix(root: Path) -> Path:
+    """ROOT/env, a prefix that reads as provisioned (a manifest) whose venv's activate puts
+    its bin/ first on PATH (a test may put a stub python there)."""
+    prefix = root / "env"
+    (prefix / ".hpcprov").mkdir(parents=True)
+    (prefix / ".hpcprov" / "manifest.json").write_text("{}")
+    bin_ = prefix / "venvs" / "horovod" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
+    return prefix
+
+
+def stub_commands(folder: Path, scripts: dict[str, str]) -> dict[str, str]:
+    """Each script of ``scripts`` made an executable named for the command it stands for, in
+    ``folder``; the environment that finds them first (STUB_DIR: the folder)."""
+    folder.mkdir()
+    for name, text in scripts.items():
+        (folder / name).write_text(text)
+        (folder / name).chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}:{os.environ['PATH']}", "STUB_DIR": str(folder)}
+
+
+def validation_until(prefix: Path, tmp_path: Path, env: dict[str, str], marker: Path,
+                     what: str) -> subprocess.Popen[str]:
+    """`hpcprov validate` of testbed's env check, a job of its own, in PREFIX, started with
+    ``env`` (its history under tmp_path), once ``marker`` exists (the test fails, naming
+    ``what``, when the run ends first or a minute passes)."""
+    env = {**env, "HPCPROV_HISTORY": str(tmp_path / "history")}
+    proc = subprocess.Popen(
+        [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(prefix),
+         "--checks", "env", "--nodes", "1", "--allocation", "per-job",
+         "--workdir", str(tmp_path / "run")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    deadline = time.monotonic() + 60
+    while not marker.is_file():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"{what}: {proc.communicate()}")
+        time.sleep(0.05)
+    return proc

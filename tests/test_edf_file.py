@@ -11,16 +11,13 @@ from __future__ import annotations
 
 import json
 import os
-import pwd
 import shutil
 import subprocess
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import tomllib
-from hpcprov_tests import cli, write_profile
+from hpcprov_tests import cli, free_id, write_profile
 
 from hpcprov.jobs.launchers.images import EDF_WRITER
 
@@ -213,34 +210,13 @@ def test_a_symlinked_path_to_a_folder_others_may_write_is_refused(
     assert line.startswith(f"hpcprov: {job} may be written by its group: ")
 
 
-def _free_id() -> int:
-    """A user id no account has (the job's user: its folders are its own, nobody else's)."""
-    for n in range(64900, 65500):
-        try:
-            pwd.getpwuid(n)
-        except KeyError:
-            return n
-    raise RuntimeError("no free user id in 64900-65499")
-
-
-@pytest.fixture
-def area() -> Iterator[Path]:
-    """A folder every user can reach (pytest's own tmp folder may be root's alone)."""
-    root = Path(tempfile.mkdtemp(prefix="hpcprov-edf-"))
-    root.chmod(0o755)
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
-
-
 @needs_root
 @pytest.mark.skipif(shutil.which("setpriv") is None, reason="setpriv (util-linux) is needed")
 def test_an_unprivileged_user_writes_in_its_own_folder_and_not_in_another_users_sticky_one(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, area: Path) -> None:
     """The job's user is the one running it (its uid, not root's): its own folder passes,
     a sticky folder another user made does not, though the user may create files in it."""
-    me = _free_id()
+    me = free_id()
     as_me = [str(shutil.which("setpriv")), f"--reuid={me}", f"--regid={me}", "--clear-groups",
              "--"]
     script = edf_lines(capsys, tmp_path, "/img/x.sqsh")

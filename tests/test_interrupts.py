@@ -13,7 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import hpcprov_argv, process_gone
+from hpcprov_tests import (
+    hpcprov_argv,
+    process_gone,
+    provisioned_prefix,
+    stub_commands,
+    validation_until,
+)
 
 from hpcprov.core.interrupts import Interrupted, cancelling
 
@@ -21,13 +27,8 @@ from hpcprov.core.interrupts import Interrupted, cancelling
 @pytest.fixture
 def hung_prefix(tmp_path: Path) -> Path:
     """A prefix that reads as provisioned, whose python writes its pid and hangs."""
-    prefix = tmp_path / "env"
-    (prefix / ".hpcprov").mkdir(parents=True)
-    (prefix / ".hpcprov" / "manifest.json").write_text("{}")
-    bin_ = prefix / "venvs" / "horovod" / "bin"
-    bin_.mkdir(parents=True)
-    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
-    stub = bin_ / "python"
+    prefix = provisioned_prefix(tmp_path)
+    stub = prefix / "venvs" / "horovod" / "bin" / "python"
     stub.write_text(f'#!/bin/bash\necho $$ > "{tmp_path}/job.pid"\nexec sleep 600\n')
     stub.chmod(0o755)
     return prefix
@@ -135,33 +136,25 @@ echo "$*" >> "$STUB_DIR/scancel.log"
 """
 
 
+def _while_sbatch_runs(prefix: Path, tmp_path: Path, sbatch: str
+                       ) -> tuple[Path, subprocess.Popen[str]]:
+    """A validation of testbed through stub Slurm commands (sbatch: ``sbatch``), once its
+    sbatch runs: the stubs' folder, and the run."""
+    stubs = tmp_path / "stubs"
+    env = stub_commands(stubs, {"sbatch": sbatch, "scontrol": SCONTROL, "scancel": SCANCEL,
+                                "sinfo": "#!/bin/bash\necho 'node1 idle'\n",
+                                "sacct": "#!/bin/bash\n"})
+    return stubs, validation_until(prefix, tmp_path, env, stubs / "sbatch.started",
+                                   "sbatch never ran")
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_a_signal_while_sbatch_runs_cancels_the_job_it_submitted_in_one_line(
         hung_prefix: Path, tmp_path: Path, sig: signal.Signals) -> None:
     """Ctrl-C or SIGTERM while the scheduler's submit command runs: the submission is not
     cut from its job id (the signal waits for it), then the job is cancelled and the run
     exits 128 + N with one line, not "refused by the scheduler" and a traceback."""
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for name, text in (("sbatch", SLOW_SBATCH), ("scontrol", SCONTROL), ("scancel", SCANCEL),
-                       ("sinfo", "#!/bin/bash\necho 'node1 idle'\n"),
-                       ("sacct", "#!/bin/bash\n")):
-        (stubs / name).write_text(text)
-        (stubs / name).chmod(0o755)
-    env = {**os.environ, "HPCPROV_HISTORY": str(tmp_path / "history"),
-           "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_DIR": str(stubs)}
-    proc = subprocess.Popen(
-        [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(hung_prefix),
-         "--checks", "env", "--nodes", "1", "--allocation", "per-job",
-         "--workdir", str(tmp_path / "run")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    started = stubs / "sbatch.started"
-    deadline = time.monotonic() + 60
-    while not started.is_file():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"sbatch never ran: {proc.communicate()}")
-        time.sleep(0.05)
+    stubs, proc = _while_sbatch_runs(hung_prefix, tmp_path, SLOW_SBATCH)
     proc.send_signal(sig)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 128 + sig, (out, err)
@@ -204,27 +197,7 @@ def test_a_signal_during_a_refused_sbatch_ends_the_run(hung_prefix: Path,
     """SIGINT while a submission runs that the scheduler then refuses: the run exits 130 at
     once, with one line, instead of judging the refusal and waiting out its jobs with every
     later signal ignored."""
-    stubs = tmp_path / "stubs"
-    stubs.mkdir()
-    for name, text in (("sbatch", SLOW_REFUSED_SBATCH), ("scontrol", SCONTROL),
-                       ("scancel", SCANCEL), ("sinfo", "#!/bin/bash\necho 'node1 idle'\n"),
-                       ("sacct", "#!/bin/bash\n")):
-        (stubs / name).write_text(text)
-        (stubs / name).chmod(0o755)
-    env = {**os.environ, "HPCPROV_HISTORY": str(tmp_path / "history"),
-           "PATH": f"{stubs}:{os.environ['PATH']}", "STUB_DIR": str(stubs)}
-    proc = subprocess.Popen(
-        [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(hung_prefix),
-         "--checks", "env", "--nodes", "1", "--allocation", "per-job",
-         "--workdir", str(tmp_path / "run")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    started = stubs / "sbatch.started"
-    deadline = time.monotonic() + 60
-    while not started.is_file():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"sbatch never ran: {proc.communicate()}")
-        time.sleep(0.05)
+    stubs, proc = _while_sbatch_runs(hung_prefix, tmp_path, SLOW_REFUSED_SBATCH)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=30)  # a hang guard: without the fix it goes on
     assert proc.returncode == 130, (out, err)

@@ -7,14 +7,11 @@ qsub); any other output is an error naming the command and what it printed."""
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import time
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import hpcprov_argv
+from hpcprov_tests import provisioned_prefix, stub_commands, validation_until
 
 from hpcprov.core.errors import HpcprovError
 from hpcprov.schedulers.base import Executor, Handle
@@ -41,16 +38,10 @@ def stubs(tmp_path: Path, submit: str, printed: str) -> tuple[Path, dict[str, st
     """A folder of stub scheduler commands whose submit command (sbatch, qsub) prints
     ``printed``, and the environment that finds them first."""
     bin_ = tmp_path / "stubs"
-    bin_.mkdir()
-    scripts = {submit: f"#!/bin/bash\nprintf '%s' {_sq(printed)}\n",
-               "scontrol": SCONTROL, "qstat": QSTAT,
-               "scancel": LOG.format(name="scancel"), "qdel": LOG.format(name="qdel"),
-               "sinfo": "#!/bin/bash\necho 'node1 idle'\n", "sacct": "#!/bin/bash\n"}
-    for name, text in scripts.items():
-        (bin_ / name).write_text(text)
-        (bin_ / name).chmod(0o755)
-    return bin_, {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}",
-                  "STUB_DIR": str(bin_)}
+    return bin_, stub_commands(bin_, {
+        submit: f"#!/bin/bash\nprintf '%s' {_sq(printed)}\n", "scontrol": SCONTROL,
+        "qstat": QSTAT, "scancel": LOG.format(name="scancel"), "qdel": LOG.format(name="qdel"),
+        "sinfo": "#!/bin/bash\necho 'node1 idle'\n", "sacct": "#!/bin/bash\n"})
 
 
 def _sq(text: str) -> str:
@@ -130,36 +121,14 @@ def test_what_it_printed_is_bounded_in_the_error(tmp_path: Path) -> None:
     assert len(str(e.value)) < 400 and str(e.value).endswith("not an id'")
 
 
-@pytest.fixture
-def hung_prefix(tmp_path: Path) -> Path:
-    """A prefix that reads as provisioned (as tests/test_interrupts.py makes one)."""
-    prefix = tmp_path / "env"
-    (prefix / ".hpcprov").mkdir(parents=True)
-    (prefix / ".hpcprov" / "manifest.json").write_text("{}")
-    bin_ = prefix / "venvs" / "horovod" / "bin"
-    bin_.mkdir(parents=True)
-    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
-    return prefix
-
-
 def test_ctrl_c_of_a_validation_cancels_the_job_sbatch_named_after_a_notice(
-        hung_prefix: Path, tmp_path: Path) -> None:
+        tmp_path: Path) -> None:
     """The defect end to end: sbatch prints a notice, then 4242; the run, interrupted
     while the job waits, cancels 4242 and says so in its one line."""
     bin_, env = stubs(tmp_path, "sbatch", f"{NOTICE}\n4242\n")
-    env["HPCPROV_HISTORY"] = str(tmp_path / "history")
-    proc = subprocess.Popen(
-        [*hpcprov_argv(), "validate", "--site", "testbed", "--env", str(hung_prefix),
-         "--checks", "env", "--nodes", "1", "--allocation", "per-job",
-         "--workdir", str(tmp_path / "run")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    asked = bin_ / "scontrol.asked"  # the job is being followed by its id
-    deadline = time.monotonic() + 60
-    while not asked.is_file():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            proc.kill()
-            pytest.fail(f"the job was never asked after: {proc.communicate()}")
-        time.sleep(0.05)
+    # the job is being followed by its id
+    proc = validation_until(provisioned_prefix(tmp_path), tmp_path, env,
+                            bin_ / "scontrol.asked", "the job was never asked after")
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)  # a hang guard, not a timing
     assert proc.returncode == 128 + signal.SIGINT, (out, err)

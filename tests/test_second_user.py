@@ -38,13 +38,12 @@ import pwd
 import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from hpcprov_tests import free_id, provisioned_prefix
 
 import hpcprov
 from hpcprov.core.shell import assign
@@ -83,22 +82,7 @@ def _why_not() -> str | None:
 pytestmark = pytest.mark.skipif(_why_not() is not None, reason=str(_why_not()))
 
 
-def _free_id() -> int:
-    """A user and group id nobody has (the victim's): no account, no group."""
-    for n in range(64900, 65500):
-        try:
-            pwd.getpwuid(n)
-            continue
-        except KeyError:
-            pass
-        try:
-            grp.getgrgid(n)
-        except KeyError:
-            return n
-    raise RuntimeError("no free user id in 64900-65499")
-
-
-VICTIM = _free_id() if _why_not() is None else -1
+VICTIM = free_id() if _why_not() is None else -1
 SHARED_GID = _gid(GROUP) or 0
 NOBODY_UID = _uid(ATTACKER) or 0
 NOBODY_GID = pwd.getpwuid(NOBODY_UID).pw_gid if NOBODY_UID else 0
@@ -123,17 +107,6 @@ def as_victim(argv: list[str], env: dict[str, str], umask: int = 0o002,
                            f"--groups={SHARED_GID}", "--", "sh", "-c",
                            f'umask {umask:03o}; exec "$@"', "sh", *argv],
                           capture_output=True, text=True, timeout=60, env=env, **kw)
-
-
-@pytest.fixture
-def area() -> Iterator[Path]:
-    """A folder every user can reach (pytest's own tmp folder is root's alone)."""
-    root = Path(tempfile.mkdtemp(prefix="hpcprov-second-user-"))
-    root.chmod(0o755)
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def chown_tree(path: Path, uid: int, gid: int) -> None:
@@ -760,6 +733,18 @@ def test_nobody_swapping_setup_sh_in_a_loop_during_setup_runs_nothing(
 
 # ------------------------------------------------------------------ validate's run folder
 
+def program_runner(area: Path, python: str) -> Path:
+    """AREA/env: a prefix that reads as provisioned, readable by every user, whose python runs
+    the program it is given (the env check's) with ``python``."""
+    prefix = provisioned_prefix(area)
+    (prefix / "venvs" / "horovod" / "bin" / "python").write_text(
+        "#!/bin/bash\nfor a; do case $a in *.py) exec "
+        f'{python} "$a" --imports os ;; esac; done\nexit 3\n')
+    for path in (prefix, *prefix.rglob("*")):
+        path.chmod(0o755 if path.is_dir() or path.name == "python" else 0o644)
+    return prefix
+
+
 VALIDATE_AS_VICTIM = r"""
 import contextlib, io, os, sys
 from hpcprov.app.cli import main
@@ -824,17 +809,7 @@ def test_nobody_cannot_change_what_a_validation_job_runs(
     scratch.mkdir()
     os.chown(scratch, 0, SHARED_GID)
     scratch.chmod(mode)  # install -d -g GROUP -m 2775 (or 3775)
-    prefix = area / "env"  # reads as provisioned; its python runs the program it is given
-    bin_ = prefix / "venvs" / "horovod" / "bin"
-    bin_.mkdir(parents=True)
-    (prefix / ".hpcprov" / "manifest.json").parent.mkdir()
-    (prefix / ".hpcprov" / "manifest.json").write_text("{}")
-    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
-    (bin_ / "python").write_text(
-        "#!/bin/bash\nfor a; do case $a in *.py) exec "
-        f'{python_for_others} "$a" --imports os ;; esac; done\nexit 3\n')
-    for path in (prefix, *prefix.rglob("*")):
-        path.chmod(0o755 if path.is_dir() or path.name == "python" else 0o644)
+    prefix = program_runner(area, python_for_others)
     home = area / "victim-home"
     home.mkdir()
     chown_tree(home, VICTIM, VICTIM)
@@ -1012,17 +987,7 @@ def test_under_umask_002_a_group_member_changes_nothing_setup_doctor_or_validate
     assert not [p for p in prefix.rglob("*") if not p.is_symlink() and p.lstat().st_mode & 0o022]
 
     # ---- validate: nobody first, then the victim, both in the same sticky scratch
-    env_prefix = area / "fake-env"  # reads as provisioned; its python runs the program given
-    bin_ = env_prefix / "venvs" / "horovod" / "bin"
-    bin_.mkdir(parents=True)
-    (env_prefix / ".hpcprov").mkdir()
-    (env_prefix / ".hpcprov" / "manifest.json").write_text("{}")
-    (bin_ / "activate").write_text(f'export PATH="{bin_}:$PATH"\n')
-    (bin_ / "python").write_text(
-        "#!/bin/bash\nfor a; do case $a in *.py) exec "
-        f'{python_for_others} "$a" --imports os ;; esac; done\nexit 3\n')
-    for path in (env_prefix, *env_prefix.rglob("*")):
-        path.chmod(0o755 if path.is_dir() or path.name == "python" else 0o644)
+    env_prefix = program_runner(area, python_for_others)
     argv = ["validate", "--site", "local", "--env", str(env_prefix), "--checks",
             "env,allreduce", "--nodes", "1", "--json", "--timeout", "120", "--no-history"]
     nobody_home = area / "nobody-home"

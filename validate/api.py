@@ -260,20 +260,20 @@ def _site_rules(opts: Options, allocation: str) -> None:
     or its policies is never found job by job by the scheduler. With one allocation, its
     steps are launch lines inside it: the allocation itself carries the job options."""
     from hpcprov.jobs import lint
-    from hpcprov.validate.plan import allocation_request, job_request, plan_jobs
+    from hpcprov.validate.plan import allocation_request, job_request, plan_jobs, shares_a_gpu
 
-    requests = [("the allocation", allocation_request(opts))] if allocation == "one" else []
+    # (what, its request, lint codes it is exempt from)
+    requests = [("the allocation", allocation_request(opts), set())] \
+        if allocation == "one" else []
     for job in plan_jobs(opts):
         req = replace(job_request(job, opts, f"hpcprov-{job.id}"),
                       command=("python", job.program, *job.args))
-        requests.append((f"job {job.id}", req))
-    shared = {f"job {j.id}" for j in plan_jobs(opts) if j.impl.startswith("torch-gloo-shared")}
-    for what, req in requests:
-        step = allocation == "one" and what != "the allocation"
-        errors = [f for f in lint.lint(req) if f.level == "error"
-                  and not (step and f.code == "missing-option")
-                  # 2 ranks on a node's one GPU over Gloo: shared on purpose (plan_allreduce)
-                  and not (what in shared and f.code == "tasks-gpus")]
+        exempt = {"missing-option"} if allocation == "one" else set()  # the allocation's
+        if shares_a_gpu(job):  # 2 ranks on a node's one GPU over Gloo, on purpose
+            exempt.add("tasks-gpus")
+        requests.append((f"job {job.id}", req, exempt))
+    for what, req, exempt in requests:
+        errors = [f for f in lint.lint(req) if f.level == "error" and f.code not in exempt]
         if errors:
             more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
             raise UsageError(f"{what} would be refused, as hpcprov jobscript refuses it: "

@@ -97,18 +97,19 @@ def horovod_targets(o: Options) -> list[tuple[str, str]]:
     return list(roles.horovod_launchers(o.site).items())
 
 
-def _size_args(o: Options) -> tuple[str, ...]:
+def _size_args(o: Options, per_rank: str | None = None) -> tuple[str, ...]:
     return ("--min-bytes", str(o.min_bytes), "--max-bytes", str(o.max_bytes),
-            "--iters", str(o.iters), "--device", o.device, *_binding_args(o))
+            "--iters", str(o.iters), "--device", o.device, *_binding_args(o, per_rank=per_rank))
 
 
-def _binding_args(o: Options, visible: bool = True) -> tuple[str, ...]:
+def _binding_args(o: Options, visible: bool = True, per_rank: str | None = None
+                  ) -> tuple[str, ...]:
     """The programs' device step on GPUs (none on the CPU): what each rank sees of its
-    node's GPUs (the partition's ``gpus.per_rank``) and, with ``visible``, the vendor's
-    variable that limits them, which a failed step names."""
+    node's GPUs (``per_rank``, else the partition's ``gpus.per_rank``) and, with
+    ``visible``, the vendor's variable that limits them, which a failed step names."""
     if o.device == "cpu":
         return ()
-    return ("--per-rank", o.part.gpus.per_rank,
+    return ("--per-rank", per_rank or o.part.gpus.per_rank,
             *(("--visible-devices", vendor(o).visible_devices) if visible else ()))
 
 
@@ -209,12 +210,18 @@ def _shared_gpu(o: Options) -> list[Job]:
     for launcher in torch_targets(o):
         impl = f"torch-gloo-shared-gpu{_via(o, launcher)}"
         jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, 2, launcher,
-                        "allreduce.py",
-                        ("--impl", "torch", "--dist-backend", "gloo", "--min-bytes",
-                         str(o.min_bytes), "--max-bytes", str(o.max_bytes), "--iters",
-                         str(o.iters), "--device", o.device, "--per-rank", "shared",
-                         "--visible-devices", vendor(o).visible_devices)))
+                        "allreduce.py", ("--impl", "torch", "--dist-backend", "gloo",
+                                         *_size_args(o, per_rank=SHARED_GPU))))
     return jobs
+
+
+SHARED_GPU = "shared"  # the programs' --per-rank of the ranks of one GPU (runtime.py)
+
+
+def shares_a_gpu(job: Job) -> bool:
+    """Whether the job's ranks share their node's GPU on purpose (:func:`_shared_gpu`)."""
+    return "--per-rank" in job.args and \
+        job.args[job.args.index("--per-rank") + 1] == SHARED_GPU
 
 
 def data_path(o: Options, impl: str) -> str:

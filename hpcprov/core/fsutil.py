@@ -74,12 +74,14 @@ def safe_above(path: Path) -> bool:
     return _unsafe_way(Path(os.path.abspath(path)).parent, missing_ok=False) is None
 
 
-def _unsafe_way(start: Path, missing_ok: bool) -> str | None:
+def _unsafe_way(start: Path, missing_ok: bool, also: int | None = None) -> str | None:
     """Why another user could rename, remove or replace ``start`` or a folder above it
     (the rule of :func:`safe_above`), None when nobody can. A symlink on the way is checked
     itself, then its target's way, and the folders above the link go on being checked.
-    ``missing_ok``: a folder not made yet is passed over (the folder above it decides)."""
+    ``missing_ok``: a folder not made yet is passed over (the folder above it decides).
+    ``also``: a user trusted beside this one and root (a shared prefix's owner)."""
     me, todo, links = os.geteuid(), [start], 0
+    trusted = {me, 0, me if also is None else also}
     while todo:
         below = todo.pop()
         for folder in (below, *below.parents):
@@ -92,7 +94,7 @@ def _unsafe_way(start: Path, missing_ok: bool) -> str | None:
             except OSError as exc:
                 return f"{folder} cannot be checked ({exc.strerror})"
             link = stat.S_ISLNK(st.st_mode)
-            if st.st_uid not in (me, 0):
+            if st.st_uid not in trusted:
                 return (f"{folder} is a symbolic link of user {st.st_uid}" if link
                         else f"{folder} belongs to user {st.st_uid}")
             if link:
@@ -451,20 +453,16 @@ def others_can_change(prefix: Path) -> str | None:
         return f"{real} cannot be checked ({exc.strerror})"
     trusted = {os.geteuid(), 0, top.st_uid}
 
-    def why(path: str, st: os.stat_result, sticky_ok: bool = False) -> str | None:
+    def why(path: str, st: os.stat_result) -> str | None:
         if st.st_uid not in trusted:
             return f"{path} belongs to user {st.st_uid}"
-        if st.st_mode & _OTHERS_WRITE and not (sticky_ok and st.st_mode & stat.S_ISVTX):
+        if st.st_mode & _OTHERS_WRITE:
             return f"{path} may be written by {_who(st.st_mode)}"
         return None
 
-    for folder in real.parents:
-        try:
-            found = why(str(folder), os.lstat(folder), sticky_ok=True)
-        except OSError as exc:
-            return f"{folder} cannot be checked ({exc.strerror})"
-        if found:
-            return found
+    above = _unsafe_way(real.parent, missing_ok=False, also=top.st_uid)  # safe_above's rule
+    if above is not None:
+        return above
     skip = {str(real / p) for p in PASSIVE}
     images = str(real / IMAGES)
     for here, dirs, files in os.walk(real):
