@@ -43,6 +43,7 @@ from hpcprov.validate.plan import (
 from hpcprov.validate.run import default_rundir, run_validation
 
 if TYPE_CHECKING:
+    from hpcprov.request.job import JobRequest
     from hpcprov.site.types import Site
 
 
@@ -263,8 +264,8 @@ def _site_rules(opts: Options, allocation: str) -> None:
     from hpcprov.validate.plan import allocation_request, job_request, plan_jobs, shares_a_gpu
 
     # (what, its request, lint codes it is exempt from)
-    requests = [("the allocation", allocation_request(opts), set())] \
-        if allocation == "one" else []
+    requests: list[tuple[str, JobRequest, set[str]]] = \
+        [("the allocation", allocation_request(opts), set())] if allocation == "one" else []
     for job in plan_jobs(opts):
         req = replace(job_request(job, opts, f"hpcprov-{job.id}"),
                       command=("python", job.program, *job.args))
