@@ -355,7 +355,7 @@ def test_an_interrupted_validation_leaves_the_queue_empty(testbed, prefix: Path,
     try:
         # a job runs, and (one allocation) its first step has started
         assert _until(lambda: any(line.endswith("RUNNING") for line in _queue(testbed))
-                      and (how == "per-job" or any(rundir.glob("allocation/*/*.step"))),
+                      and (how == "per-job" or any(rundir.glob("allocation/*/*.run"))),
                       120), proc.stderr
         proc.send_signal(sig)
         out, err = proc.communicate(timeout=120)
