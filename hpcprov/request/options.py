@@ -1,8 +1,13 @@
 """Scheduler options of a job, whatever the scheduler: parsing the user's, the site's
 mandatory ones, and the rule that the user's replace generated ones of the same name.
 
-Options are (name, value) pairs with Slurm-style long names; each scheduler backend
-(:mod:`hpcprov.schedulers`) generates its own and renders them in its own syntax.
+Options are (name, value) pairs with Slurm-style long names, or the scheduler's own flag
+without its dash (``P`` for PBS's and LSF's ``-P``, ``alloc_flags`` for LSF's
+``-alloc_flags``); each scheduler backend (:mod:`hpcprov.schedulers`) generates its own and
+renders them in its own syntax. Two names are the same option where the backend writes them
+as the same flag (its ``flag_key``: ``account`` and ``P`` on LSF are both ``-P``): the
+user's replaces the generated one, a mandatory one given under either name is given, and a
+forbidden one is refused under either.
 """
 
 from __future__ import annotations
@@ -16,12 +21,19 @@ from hpcprov.core.text import has_control, shown
 from hpcprov.request.job import JobRequest
 
 Option = tuple[str, str | None]  # (long option name, value or None for a flag)
+# the flag a backend writes an option as (its ``flag_key``): names of one option share it
+FlagKey = Callable[[str, str | None], str]
+
+
+def same_name(name: str, value: str | None) -> str:
+    """The key of a backend that knows no aliases: the name itself."""
+    return name
 
 
 # ``name=value``, ``--name=value``, ``name``, and a value as a word of its own as schedulers
 # take it too (``--name value``, ``-N 4``, ``-l select=2``); else a one-letter option with its
 # value attached (``-t10:00``)
-_OPTION = r"(?s)-*([A-Za-z][A-Za-z0-9-]*)(?:(=)(.*)|\s+(\S.*))?"
+_OPTION = r"(?s)-*([A-Za-z][A-Za-z0-9_-]*)(?:(=)(.*)|\s+(\S.*))?"
 _ATTACHED = r"(?s)-([A-Za-z])(\S.*)"
 
 
@@ -46,10 +58,27 @@ def check_value(name: str, value: str | None) -> None:
                          "allowed")
 
 
-def required_options(req: JobRequest) -> list[Option]:
-    """Mandatory options: the user's value, else the site's default."""
+def given_as(req: JobRequest, name: str, key: FlagKey = same_name) -> str | None:
+    """The name under which the user (``-o``) gave the option ``name``: itself, or another
+    name the backend writes as the same flag (``-o P=x`` for ``account`` on LSF); None."""
+    if name in req.options:
+        return name
+    flag = key(name, None)
+    return next((n for n, v in req.options.items() if key(n, v) == flag), None)
+
+
+def required_options(req: JobRequest, key: FlagKey = same_name) -> list[Option]:
+    """Mandatory options: the user's value, else the site's default; none for one the user
+    or the partition gives under another name of the same flag (``key``: the backend's),
+    which is written as they give it."""
     out: list[Option] = []
     for name, rule in req.site.policies.required_options.items():
+        alias = given_as(req, name, key)
+        if alias is not None and alias != name:
+            continue
+        flag = key(name, None)
+        if alias is None and any(key(n, v) == flag for n, v in req.part.options.items()):
+            continue
         value = req.options.get(name, rule.default)
         if value is not None:
             out.append((name, value))
@@ -117,14 +146,18 @@ def geometry_findings(req: JobRequest,
             for given, kind in geometry_set(req, geometry)]
 
 
-def override(opts: list[Option], user: dict[str, str | None]) -> list[Option]:
-    """User options replace generated ones of the same name, in place; new ones go last."""
+def override(opts: list[Option], user: dict[str, str | None],
+             key: FlagKey = same_name) -> list[Option]:
+    """User options replace generated ones of the same flag (``key``: the backend's; by
+    default the same name), in place, under the user's name; new ones go last."""
+    users = {key(n, v): n for n, v in user.items()}
     out, seen = [], set()
     for name, value in opts:
-        if name in user:
-            if name in seen:
+        mine = users.get(key(name, value))
+        if mine is not None:
+            if mine in seen:
                 continue
-            value = user[name]
+            name, value = mine, user[mine]
         seen.add(name)
         out.append((name, value))
     out += [(n, v) for n, v in user.items() if n not in seen]

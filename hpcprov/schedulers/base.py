@@ -45,7 +45,7 @@ from hpcprov.site.sections import Setting
 if TYPE_CHECKING:
     from hpcprov.core.findings import Finding
     from hpcprov.request.job import JobRequest
-    from hpcprov.request.options import Option
+    from hpcprov.request.options import FlagKey, Option
     from hpcprov.schedulers.facts import Drafting
     from hpcprov.site.types import Site
 
@@ -120,11 +120,13 @@ def renamed_hostfile(file_word: str, template: str) -> tuple[list[str], Raw]:
     return setup, Raw('"$hpcprov_hostfile"')
 
 
-def head_options(req: JobRequest, *, batch: bool, queue: str) -> list[Option]:
+def head_options(req: JobRequest, *, batch: bool, queue: str,
+                 key: FlagKey | None = None) -> list[Option]:
     """How a Slurm-like job's options start: its name, its time limit, the site's mandatory
-    options, then the partition (under the option name ``queue``) unless the partition is a
-    kind of node chosen by its own options (``routing: options``)."""
-    from hpcprov.request.options import required_options
+    options (less those given under another name of the same flag: ``key``, the backend's
+    :meth:`Backend.flag_key`), then the partition (under the option name ``queue``) unless
+    the partition is a kind of node chosen by its own options (``routing: options``)."""
+    from hpcprov.request.options import required_options, same_name
 
     opts: list[Option] = [("job-name", req.job_name or ("hpcprov" if batch else
                                                          "interactive"))]
@@ -132,7 +134,7 @@ def head_options(req: JobRequest, *, batch: bool, queue: str) -> list[Option]:
         opts.append(("time", req.walltime))
     routed = [(queue, req.partition_name)] if req.part.routing == "partition" else []
     written = {name for name, _ in [*opts, *routed]}  # a mandatory option hpcprov writes: once
-    opts += [(n, v) for n, v in required_options(req) if n not in written]
+    opts += [(n, v) for n, v in required_options(req, key or same_name) if n not in written]
     return [*opts, *routed]
 
 
@@ -197,12 +199,25 @@ class Backend:
 
         if refused := self.geometry_findings(req):
             raise LintFailed(refused)
-        return override([*opts, *req.part.options.items()], req.options)
+        return override([*opts, *req.part.options.items()], req.options, self.flag_key)
 
     def option_name(self, name: str) -> str:
         """How this scheduler's users write the job option ``name`` (``--account`` for
         Slurm, ``-A`` for PBS, ``-P`` for LSF), for messages."""
         return f"--{name}"
+
+    def flag_key(self, name: str, value: str | None = None) -> str:
+        """The flag the job option ``name`` (with ``value``) is written as: two names with
+        the same key are one option of the scheduler (LSF's ``account`` and ``P`` are both
+        ``-P``), so the user's replaces the generated one, a mandatory one is given under
+        either, and a forbidden one is refused under either."""
+        return self.option_name(name)
+
+    def same_option(self, name: str, value: str | None, other: str) -> bool:
+        """Whether the job option ``name`` (``value``) is the option ``other`` of the
+        profile's rules (``policies.forbidden_options``, ``required_options``): the same
+        flag, however spelled."""
+        return self.flag_key(name, value) == self.flag_key(other, None)
 
     def section(self, site: Site) -> Any:
         """The site's settings for this scheduler (``site.<name>``: a dataclass made from

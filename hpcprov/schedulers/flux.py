@@ -171,7 +171,7 @@ class Flux(Backend):
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
-        opts = head_options(req, batch=batch, queue="queue")
+        opts = head_options(req, batch=batch, queue="queue", key=self.flag_key)
         opts += self._tasks(req)
         if batch:
             opts.append(("output", conf.output))
@@ -184,6 +184,11 @@ class Flux(Backend):
 
     def option_name(self, name: str) -> str:
         return f"{FLAGS[name]} ({name})" if name in FLAGS else f"--{name}"
+
+    def flag_key(self, name: str, value: str | None = None) -> str:
+        """The flag as flux batch takes it (``account``, ``bank`` and ``B``: ``--bank``)."""
+        name = SHORT_NAMES.get(name, name)
+        return FLAGS.get(name, f"-{name}" if len(name) == 1 else f"--{name}")
 
     def submit_argv(self, script: str) -> list[str]:
         return ["flux", "batch", script]
@@ -207,15 +212,15 @@ class Flux(Backend):
         affinity. Inside a Flux job it starts tasks in that job's instance and always
         carries the geometry (without it, one task runs): ``-N NODES -n TASKS``, ``-c``
         CPUs and ``-g`` GPUs per task. Every task sees all of its node's GPUs of the job
-        unless ``-o gpu-affinity=per-task`` gives each its own (the partition's
-        ``gpus.per_rank: one``)."""
+        unless ``-o gpu-affinity=per-task`` gives each its own (the launcher's
+        ``per_rank: one``, else the partition's ``gpus.per_rank: one``)."""
         argv = ["flux", "run", "-N", str(req.nodes), "-n", str(req.world_size)]
         if req.task_cpus:
             argv += ["-c", str(req.task_cpus)]
         per_task = req.gpus // req.ranks_per_node if req.gpus > 0 else 0
         if per_task:
             argv += ["-g", str(per_task)]
-        if req.gpus > 0 and req.part.gpus.per_rank == "one":
+        if req.gpus > 0 and req.site.per_rank(req.launcher_name, req.partition_name) == "one":
             argv += ["-o", "gpu-affinity=per-task"]
         return PerNode(argv)
 

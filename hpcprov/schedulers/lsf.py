@@ -7,7 +7,9 @@ verified against tests/lsf_emulator.py, not against a real LSF cluster (none can
 * Job options use hpcprov's generic (Slurm-style) names; those with an LSF spelling are
   translated (``job-name`` -J, ``account`` -P, ``partition``/``queue`` -q, ``time`` -W in
   minutes, ``ntasks`` -n, ``nodes`` -nnodes, ``resource`` -R, ``exclusive`` -x ...); any
-  other name is passed as ``-NAME VALUE`` (e.g. ``-o alloc_flags=smt4``).
+  other name is passed as ``-NAME VALUE``: bsub's own flags as LSF spells them
+  (``-o G=bank``, ``-o alloc_flags=smt4``, ``-o core_isolation=2``). Names of one flag are
+  one option (``account``, ``project`` and ``P``: forbidding one forbids them all).
 * ``task_request: slots`` asks for ``-n TOTAL -R "span[ptile=PER_NODE]"``; ``nnodes``
   asks for whole nodes (``-nnodes N``) as IBM CSM/jsrun systems want.
 * ``$LSB_DJOB_HOSTFILE`` lists one line per slot. On CSM systems its first line is the
@@ -130,7 +132,7 @@ class Lsf(Backend):
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
-        opts = head_options(req, batch=batch, queue="queue")
+        opts = head_options(req, batch=batch, queue="queue", key=self.flag_key)
         opts += self._tasks(req)
         if req.gpus > 0 and conf.gpu_request == "gpu":
             opts.append(("gpu", f"num={req.gpus}"))
@@ -148,6 +150,10 @@ class Lsf(Backend):
 
     def option_name(self, name: str) -> str:
         return f"{FLAGS[name]} ({name})" if name in FLAGS else f"-{name}"
+
+    def flag_key(self, name: str, value: str | None = None) -> str:
+        """The flag bsub reads (``account``, ``project`` and ``P``: -P; ``G``: -G)."""
+        return FLAGS.get(name, f"-{name}")
 
     def submit_argv(self, script: str) -> list[str]:
         return ["bsub", Raw("<"), script]

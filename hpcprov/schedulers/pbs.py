@@ -15,7 +15,7 @@ from hpcprov.core.shell import Raw, Template
 from hpcprov.core.text import status_number
 from hpcprov.core.walltime import hours_minutes_seconds
 from hpcprov.request.job import JobRequest
-from hpcprov.request.options import Option, required_options, short_name_findings
+from hpcprov.request.options import Option, required_options
 from hpcprov.schedulers.base import (
     Backend,
     Executor,
@@ -27,7 +27,8 @@ from hpcprov.schedulers.base import (
 )
 from hpcprov.site.sections import SELECT_FIELD, check_select, settings_of
 
-# PBS spellings of the generic (Slurm-style) option names; the rest become -l name=value.
+# PBS spellings of the generic (Slurm-style) option names; a one-letter name is qsub's own
+# flag (P: -P, k: -k, W: -W), and the rest become -l name=value.
 FLAGS = {
     "job-name": "-N",
     "account": "-A",
@@ -39,8 +40,6 @@ FLAGS = {
     "mail-type": "-m",
     "join": "-j",
 }
-# qsub's letters and the generic long names hpcprov writes them from
-SHORT_NAMES = {flag.lstrip("-"): name for name, flag in FLAGS.items() if name != "partition"}
 # qsub's options that set the job's geometry (what hpcprov's own flags set)
 GEOMETRY_OPTIONS = {"q": "queue", "queue": "queue", "partition": "queue"}
 # -l resources that do: hpcprov writes select (and walltime) itself, and PBS Pro refuses
@@ -62,28 +61,47 @@ def render_select(text: str, values: dict[str, int]) -> str:
     return re.sub(SELECT_FIELD, lambda m: str(values[m.group(1)]), text)
 
 
+def flag_of(name: str) -> str | None:
+    """The qsub flag an option name is written as (``account``: -A, ``P``: -P), or None:
+    a -l resource."""
+    return FLAGS.get(name) or (f"-{name}" if len(name) == 1 else None)
+
+
+def resources(name: str, value: str | None) -> list[str]:
+    """The -l resources an option asks for (lower case: PBS resource names are
+    case-insensitive): ``mem`` for ``mem=4gb``, ``mem`` and ``ncpus`` for ``l`` with
+    ``mem=4gb,ncpus=2``; none for another flag."""
+    if name == "l":
+        return [item.partition("=")[0].strip().lower() for item in (value or "").split(",")]
+    return [] if flag_of(name) else [name.lower()]
+
+
+def flag_key(name: str, value: str | None = None) -> str:
+    """What qsub reads an option as: its flag, or ``-l`` and its resources' names."""
+    if name == "l" and value:
+        return "-l " + ",".join(resources(name, value))
+    return flag_of(name) or "-l " + name.lower()
+
+
 def directive(name: str, value: str | None) -> str:
-    """The text after ``#PBS `` for one generic option."""
+    """The text after ``#PBS `` for one generic option, or one of qsub's own flags."""
     if value is not None and re.search(r"\s", value):
         raise UsageError(f"option {name}={value!r}: PBS reads whitespace in a #PBS line as the "
                          "start of another option; give the value without spaces")
-    if name in FLAGS:
-        flag = FLAGS[name]
+    flag = flag_of(name)
+    if flag:
         return flag if value is None else f"{flag} {value}"
     return f"-l {name}" if value is None else f"-l {name}={value}"
 
 
 def once(opts: list[Option]) -> list[Option]:
-    """Each option once, as qsub reads it (``queue`` and ``partition`` are both -q; a -l
-    resource's name is case-insensitive): the later, more specific value (a partition's
+    """Each option once, as qsub reads it (``queue``, ``partition`` and ``q`` are all -q; a
+    -l resource's name is case-insensitive): the later, more specific value (a partition's
     option over hpcprov's own, the user's over both) in the first one's place."""
-    def key(name: str) -> str:
-        return FLAGS.get(name, "-l " + name.lower())
-
-    last = {key(name): (name, value) for name, value in opts}
+    last = {flag_key(name, value): (name, value) for name, value in opts}
     out: list[Option] = []
-    for name, _ in opts:
-        if (option := last.pop(key(name), None)) is not None:
+    for name, value in opts:
+        if (option := last.pop(flag_key(name, value), None)) is not None:
             out.append(option)
     return out
 
@@ -138,7 +156,7 @@ class Pbs(Backend):
             opts.append(("join", "oe"))
         written = {name for name, _ in opts}  # a mandatory option hpcprov writes: once
         head = [("job-name", req.job_name or "hpcprov"),
-                *((n, v) for n, v in required_options(req) if n not in written)]
+                *((n, v) for n, v in required_options(req, flag_key) if n not in written)]
         return once(self.with_overrides(req, [*head, *opts]))
 
     def directives(self, req: JobRequest) -> list[str]:
@@ -148,7 +166,16 @@ class Pbs(Backend):
         return ['cd "$PBS_O_WORKDIR"']
 
     def option_name(self, name: str) -> str:
-        return f"{FLAGS[name]} ({name})" if name in FLAGS else f"-l {name}"
+        flag = flag_of(name)
+        return f"{flag} ({name})" if name in FLAGS else flag or f"-l {name}"
+
+    def flag_key(self, name: str, value: str | None = None) -> str:
+        return flag_key(name, value)
+
+    def same_option(self, name: str, value: str | None, other: str) -> bool:
+        """As the base, and a -l list that asks for the resource ``other`` among others."""
+        return (super().same_option(name, value, other)
+                or (other.lower() in resources(name, value) and not flag_of(other)))
 
     def submit_argv(self, script: str) -> list[str]:
         return ["qsub", script]
@@ -175,7 +202,7 @@ class Pbs(Backend):
         return Raw('"$PBS_JOBID"')
 
     def lint(self, req: JobRequest) -> list[Finding]:
-        found = short_name_findings(req, SHORT_NAMES, directive)
+        found: list[Finding] = []
         renamed = req.launch.host_name is not None and req.host_name  # -H host:slots instead
         if (req.launch.kind.value == "mpirun" and not req.hosts and not renamed
                 and not req.launch.oversubscribe):

@@ -162,7 +162,7 @@ class Slurm(Backend):
 
     def _options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
-        opts = head_options(req, batch=batch, queue="partition")
+        opts = head_options(req, batch=batch, queue="partition", key=self.flag_key)
         opts += self._tasks(req)
         cpt = req.job_cpus_per_task
         if cpt:
@@ -174,6 +174,10 @@ class Slurm(Backend):
         opts += self.gpu_request(req)
         opts += self.stack_options(req) or []
         return self.with_overrides(req, opts)
+
+    def flag_key(self, name: str, value: str | None = None) -> str:
+        """``--NAME``; a one-letter name as its long one (``A``: ``--account``)."""
+        return "--" + (SHORT_NAMES.get(name, name) if len(name) == 1 else name)
 
     def stack_options(self, req: JobRequest) -> list[Option] | None:
         """--uenv (and --view) of Slurm's uenv plugin: every step of the job runs in it."""
