@@ -36,8 +36,32 @@ class Check:
         return asdict(self)
 
 
+def _container_probe(manifest: Manifest) -> str:
+    """Bash probing a container site's prefix (its Python lives in the image, not in the
+    prefix): the runtime's module, the host's GPUs, the image the jobs read."""
+    from hpcprov.jobs.launchers.images import resolved_image
+
+    box = manifest.container
+    assert box is not None
+    mods = manifest.site_profile.modules
+    generated: dict[str, tuple[str, ...]] = {}
+    calls: list[str] = []
+    if mods is not None and mods.system != ModuleSystem.none and box.module:
+        generated["hpcprov_modules_init"] = tuple(init_lines(mods))
+        calls += ["hpcprov_modules_init >/dev/null 2>&1",
+                  join(["hpcprov_probe_modules", box.module])]
+    calls.append(join(["hpcprov_probe_host", manifest.gpu_vendor.counter.pattern,
+                       *manifest.gpu_vendor.counter.argv]))
+    if box.image:  # a glob: its last match, as a job resolves it (no exit when none)
+        resolve, word = resolved_image(box.image)
+        calls += [*resolve[:1], f"hpcprov_probe_image {word}"]
+    return "\n".join(["set +e", *definitions(calls, generated), "", *calls]) + "\n"
+
+
 def probe_script(manifest: Manifest, prefix: Path) -> str:
     """Bash that prints the facts doctor judges; never fails itself."""
+    if manifest.container is not None:
+        return _container_probe(manifest)
     mods = manifest.site_profile.modules
     expected = manifest.check_build.expected.get("frameworks", [])
     imports = [IMPORTS[f] for f in expected if f in IMPORTS]
@@ -149,6 +173,8 @@ def judge(manifest: Manifest, facts: dict[str, list[str]], gpus_expected: int | 
     """The checks, from the manifest and the probe's facts."""
     checks = [Check("ready", "ok", f"set up {manifest.created} on {manifest.host} for site "
                     f"{manifest.site}")]
+    if manifest.container is not None:
+        return checks + _container_checks(manifest, facts, gpus_expected, rerun)
     missing = facts.get("module_missing", [])
     if missing:
         checks.append(Check("modules", "fail", "runtime module(s) not available: "
@@ -184,6 +210,36 @@ def judge(manifest: Manifest, facts: dict[str, list[str]], gpus_expected: int | 
                             "Open MPI 5 (it passes '-bind-to none' with one dash)",
                             "launch with horovodrun --gloo or mpirun directly"))
     return checks
+
+
+def _container_checks(manifest: Manifest, facts: dict[str, list[str]],
+                      gpus_expected: int | None, rerun: str) -> list[Check]:
+    """A container site's prefix: no environment to activate (the Python, its frameworks
+    and Horovod are the image's, proved in it by setup's check-build), so the runtime's
+    module, the image the jobs read and the GPUs."""
+    box = manifest.container
+    assert box is not None
+    out = []
+    missing = facts.get("module_missing", [])
+    if missing:
+        out.append(Check("modules", "fail", f"the runtime's module {missing[0]} is not "
+                         "available", "the site renamed or removed it: update "
+                         "containers.module in the profile and run setup again"))
+    elif box.module:
+        out.append(Check("modules", "ok", f"the runtime's module {box.module} is available"))
+    state = _one(facts, "image")
+    if not box.image:
+        out.append(Check("image", "skip", f"the image is kept in {box.runtime}'s own store "
+                         "(setup pulled it there and checked it with its check-build step)"))
+    elif state == "ok":
+        out.append(Check("image", "ok", f"{box.image} is readable ({box.runtime} runs the "
+                         "jobs in it)"))
+    else:
+        out.append(Check("image", "fail", f"no readable image at {box.image}, which the jobs "
+                         f"run in with {box.runtime}", f"{rerun} --redo (pulls it again), or "
+                         "make the site's image readable there"))
+    out.append(_gpu_check(_one(facts, "gpus"), gpus_expected, manifest.gpu_vendor))
+    return out
 
 
 def _modules_of(manifest: Manifest) -> dict[str, str]:

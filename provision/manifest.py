@@ -109,7 +109,29 @@ def build_manifest(site: Site, profile: str, prefix: Path,
         "steps": [{"id": k, "status": r.status, "seconds": round(r.seconds, 2),
                    "log": r.log} for k, r in journal.steps.items()],
         "site_profile": site.profile_data(),
+        "container": _container_record(site, prefix),
     }
+
+
+def _container_record(site: Site, prefix: Path) -> dict[str, str] | None:
+    """Where a container site's jobs read the image setup prepared (none: a runtime's own
+    store), its runtime and the module providing it, for doctor; None for another site."""
+    from hpcprov.jobs.layout import Layout
+    from hpcprov.site.image_refs import PULLED_SUFFIX, STORE_READERS, registry_reference
+
+    spec = site.python.container
+    if site.python.backend != "container" or spec is None:
+        return None
+    c = site.containers
+    entry = c.images.get(spec.image)
+    if c.runtime in STORE_READERS:
+        image = ""
+    elif entry is not None and not registry_reference(entry):
+        image = entry
+    else:
+        image = str(Layout.of(site, str(prefix)).pulled_image(
+            spec.image, PULLED_SUFFIX.get(c.runtime, ".sif")))
+    return {"runtime": c.runtime or "singularity", "module": c.module or "", "image": image}
 
 
 # ------------------------------------------------------------------ the typed read-back
@@ -175,6 +197,14 @@ class RecordedStep(_Record):
     log: str = ""
 
 
+class RecordedContainer(_Record):
+    """A container site's image as setup left it (:func:`_container_record`)."""
+
+    runtime: str = "singularity"
+    module: str = ""
+    image: str = ""  # the path the jobs read ("": the runtime's own store)
+
+
 class Manifest(_Record):
     """A manifest as setup wrote it (:func:`build_manifest`), read back typed."""
 
@@ -195,6 +225,7 @@ class Manifest(_Record):
     horovod_key_inputs: list[str] = Field(default_factory=list)
     steps: list[RecordedStep] = Field(default_factory=list)
     site_profile: RecordedProfile = Field(default_factory=RecordedProfile)
+    container: RecordedContainer | None = None  # a container site's image
 
     def gpus_of(self, partition: str) -> int:
         """GPUs a node of ``partition`` has, by the recorded profile (one message for a

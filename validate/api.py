@@ -248,8 +248,10 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
     if allocation == "one":  # steps go where they are told: baselines on nodes of their own
         opts = replace(opts, apart=True)
     _site_rules(opts, allocation)
+    _container_sees(opts, rundir)
     prefix = _ready(s, o.prefix, provisioned=not dry_run)
-    job = replace(opts.job, prefix=str(prefix) if prefix else None, activate=prefix is not None)
+    job = replace(opts.job, prefix=str(prefix) if prefix else None,
+                  activate=prefix is not None and s.python.backend != "container")
     return Prepared(replace(opts, job=job), rundir, allocation, tuple(skipped),
                     (f"warning: {moved}",) if moved else ())
 
@@ -281,11 +283,37 @@ def _site_rules(opts: Options, allocation: str) -> None:
                              f"{errors[0]}{more}; nothing was submitted")
 
 
+def _container_sees(opts: Options, rundir: Path) -> None:
+    """Refuse, in one line and before anything is written or submitted, a run folder that
+    the container a job runs in cannot see (issue 45, defect 12): the programs are read
+    from it, so every check would fail with "can't open file". The folder is seen where a
+    mount (containers.mounts, or the runtime's own: hpcprov.site.mounts) is it or above it."""
+    from hpcprov.site.image_refs import job_runtime
+    from hpcprov.site.mounts import unseen
+    from hpcprov.validate.plan import job_request, plan_jobs
+
+    seen: set[str] = set()
+    for job in plan_jobs(opts):
+        req = job_request(job, opts, f"hpcprov-{job.id}")
+        runtime = job_runtime(opts.site, req.launch)
+        if runtime is None or runtime in seen:
+            continue
+        seen.add(runtime)
+        why = unseen(opts.site, runtime, str(rundir), os.environ, os.path.realpath(rundir))
+        if why is not None:
+            raise UsageError(f"the run folder: {why}, so launcher {req.launcher_name}'s jobs "
+                             "could not open their programs: add it or a folder above it to "
+                             "containers.mounts (SRC alone, or SRC:SRC), pass --workdir DIR "
+                             "under a mounted folder, or say what the runtime mounts itself "
+                             "in containers.runtime_mounts; nothing was submitted")
+
+
 def _ready(site: Site, prefix: str | None, provisioned: bool = True) -> Path | None:
-    """The provisioned prefix the jobs run in (None for a container site); a dry run
-    names it without asking that setup has run (nothing is submitted)."""
+    """The provisioned prefix the jobs run in (a container site's: where setup pulled its
+    image, with --env only); a dry run names it without asking that setup has run (nothing
+    is submitted)."""
     if site.python.backend == "container":
-        return None
+        return _image_prefix(site, prefix, provisioned)
     target = Path(expand_prefix(prefix or site.prefix()))
     if provisioned and not is_provisioned(target):
         raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
@@ -295,6 +323,36 @@ def _ready(site: Site, prefix: str | None, provisioned: bool = True) -> Path | N
         why = fsutil.others_can_change(target)
         if why is not None:
             raise UsageError(fsutil.untrusted_env(target, why, "a validation job"))
+    return target
+
+
+def _image_prefix(site: Site, prefix: str | None, provisioned: bool) -> Path | None:
+    """``--env PREFIX`` on a site whose Python lives in its image: the prefix setup pulled
+    the image into (PREFIX/images/NAME.sif, .sqsh), which the jobs then read; refused in
+    one line where the jobs' image is read from no prefix (a path, a runtime's store).
+    Without --env: None (the jobs read the site's own prefix, as jobscript's do)."""
+    from hpcprov.site.image_refs import FILE_READERS, registry_reference
+
+    if prefix is None:
+        return None
+    c = site.containers
+    name = c.default_image
+    ref = c.images.get(name) if name else None
+    reads = "" if ref is not None and registry_reference(ref) else \
+        f"image {ref or name}, containers.images.{name} (a path)" if name else "no image"
+    runtimes = {c.runtime or "singularity", *(str(lr.runtime) for lr in
+                                              site.launchers.values() if lr.runtime)}
+    if not reads and not runtimes & set(FILE_READERS):
+        reads = f"image {ref} from {' and '.join(sorted(runtimes))}'s own store"
+    if reads:
+        raise UsageError(f"--env {prefix}: site {site.name} keeps its Python in its image "
+                         f"(python.backend: container) and its jobs read {reads}, which "
+                         "no prefix holds: drop --env")
+    target = Path(expand_prefix(prefix))
+    if provisioned and not is_provisioned(target):
+        raise UsageError(f"{target} is not a provisioned environment (no manifest): run "
+                         f"hpcprov setup --site {site.name} --prefix {target} first (it "
+                         "pulls the image there), or drop --env")
     return target
 
 

@@ -575,7 +575,10 @@ def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError
         nvcc = probe() if needs_nvcc_probe(site) else None
     errors = [ProfileError(*layer.where(loc), problem)
               for loc, problem in profile_findings(site, nvcc)]
-    for loc, problem in [*gpu_binding_findings(site), *framework_index_findings(site)]:
+    from hpcprov.site.mounts import host_python_launchers
+
+    for loc, problem in [*gpu_binding_findings(site), *framework_index_findings(site),
+                         *host_python_launchers(site)]:
         # warnings: the profile stays ok
         warn(str(ProfileError(*layer.where(loc), problem)))
     from hpcprov.jobs.roles import unstartable, validation_gaps

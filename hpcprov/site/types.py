@@ -991,9 +991,18 @@ class Containers(Strict):
         "inherited image")
     default_image: Name | None = F(None, description="the name in images the jobs run "
                                        "in (--image NAME|PATH picks another)")
-    mounts: list[str] = F(factory=list, description="SRC:DST, for pyxis and edf, "
-                              "and charliecloud's --bind=SRC[:DST] (onto a directory the "
-                              "image has) ($VARS are expanded by the job's shell)")
+    mounts: list[str] = F(factory=list, description="SRC[:DST[:OPTS]], mounted in every "
+                              "container line of every runtime: singularity/apptainer -B, "
+                              "podman-hpc -v and shifter --volume (SRC alone: SRC:SRC), "
+                              "charliecloud's --bind=SRC[:DST] (onto a directory the image "
+                              "has), pyxis --container-mounts, edf's mounts ($VARS are "
+                              "expanded by the job's shell)")
+    runtime_mounts: list[str] | None = F(
+        None, description="the host folders the runtime mounts in every container by itself "
+        "at this site, at their own paths (its configuration: singularity.conf's bind path, "
+        "Shifter's siteFs, enroot's mounts); validate's run folder must be under one of "
+        "these or of mounts; unset: the runtime's documented defaults (singularity/"
+        "apptainer: $HOME, /tmp, /var/tmp; the others: none)")
     gpu_flag: str | None = F(None, description="e.g. --nv for Singularity")
     # an EDF-based engine's environment file (a launcher with runtime: edf)
     workdir: str | None = F(None, description="edf: the working directory in the "
@@ -1214,8 +1223,9 @@ class Site(Strict):
         # a registry reference setup could not pull, or not where the jobs read it, and a
         # relative image path setup would write, each refused at its own key's line
         from hpcprov.site.image_refs import image_problems
+        from hpcprov.site.mounts import container_problems
 
-        problems = image_problems(self)
+        problems = [*image_problems(self), *container_problems(self)]
         if problems:
             raise invalid([(loc, why, None) for loc, why in problems])
 

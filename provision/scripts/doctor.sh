@@ -34,6 +34,12 @@ hpcprov_probe_host() {
   echo "mpi=$(mpirun --version 2>/dev/null | head -n 1)"
 }
 
+# hpcprov_probe_image IMAGE: image=ok where the image file (or directory) the jobs of a
+# container site read is readable here, else image=missing.
+hpcprov_probe_image() {
+  if [ -r "$1" ]; then echo "image=ok"; else echo "image=missing"; fi
+}
+
 # hpcprov_probe_activate ACTIVATE: source the prefix's activate file here (quietly) and
 # print activate_rc=ITS STATUS; the probe's Python then runs in that environment.
 hpcprov_probe_activate() {

@@ -25,11 +25,15 @@ from hpcprov.site.image_refs import (
     registry_reference,
     spelled,
 )
+from hpcprov.site.mounts import with_destination
 
 # the host's Python must not reach into the image's (its packages, its home)
 HOST_PYTHON_OUT = "unset PYTHONPATH PYTHONHOME PYTHONUSERBASE VIRTUAL_ENV"
 # runtimes that are srun's own options, not a command line around the rank's
 SRUN_RUNTIMES = frozenset({"pyxis", "edf"})
+# the verbs of singularity/apptainer that run a command in an image (args naming none are
+# flags of exec)
+SINGULARITY_VERBS = frozenset({"exec", "run"})
 # ch-run refuses to start without $USER, which a batch job may lack
 CH_RUN_USER = 'export USER="${USER:-$(id -un)}"'
 CH_RUN_CD = "hpcprov_cd"
@@ -131,16 +135,26 @@ def runtime_words(req: JobRequest, runtime: str, verbs: list[str]
     them)."""
     containers = req.site.containers
     gpu = [containers.gpu_flag] if containers.gpu_flag and req.gpus > 0 else []
+    mounts = containers.mounts
     if runtime in ("singularity", "apptainer"):
         setup, path = image_word(req)
-        return setup, [runtime, *(verbs or ["exec"]), *gpu, path]
+        # args without a verb are flags of exec (the default verb), kept
+        verb = [] if set(verbs) & SINGULARITY_VERBS else ["exec"]
+        binds = [word for mount in mounts for word in ("-B", Template(mount))]
+        return setup, [runtime, *verb, *verbs, *binds, *gpu, path]
     if runtime == "shifter":  # HPE/Cray sites (NERSC): the image is a shifterimg name
         setup, path = image_word(req, "--image=")
-        return setup, ["shifter", path, *verbs]
+        # one --volume: SRC:DST[:FLAGS] joined by ';' (each with its destination)
+        volume = [Template("--volume=" + ";".join(with_destination(m) for m in mounts))] \
+            if mounts else []
+        return setup, ["shifter", path, *volume, *verbs]
     if runtime == "podman-hpc":  # each rank a container: --gpu passes the node's GPUs in
         flag = [containers.gpu_flag or "--gpu"] if req.gpus > 0 else []
         setup, path = image_word(req)
-        return setup, ["podman-hpc", *(verbs or ["run", "--rm"]), *flag, path]
+        # args are flags of run --rm unless they say the verb themselves
+        verb = [] if "run" in verbs else ["run", "--rm"]
+        volumes = [word for m in mounts for word in ("-v", Template(with_destination(m)))]
+        return setup, ["podman-hpc", *verb, *verbs, *volumes, *flag, path]
     if runtime == "charliecloud":  # a directory image; ch-run passes the environment on
         setup, path = image_word(req)
         # ch-run binds containers.mounts (SRC[:DST], onto directories the image has)
@@ -171,7 +185,7 @@ def edf_lines(req: JobRequest) -> list[str]:
     rows: list[tuple[str, list[str]]] = [("image = %s", [path])]
     if c.mounts:
         rows.append(("mounts = [" + ", ".join(["%s"] * len(c.mounts)) + "]",
-                     [Template(m) for m in c.mounts]))
+                     [Template(with_destination(m)) for m in c.mounts]))
     if c.workdir:
         rows.append(("workdir = %s", [Template(c.workdir)]))
     for table, values in (("env", c.env), ("annotations", c.annotations)):
