@@ -60,6 +60,10 @@ class Geometry(NamedTuple):
         return dict(self._asdict())
 
 
+# setup lines that only assign (a launch's variables, the rank contract's text)
+_CANNOT_STOP = ("hpcprov_rank='", "export ", "unset ")
+
+
 class LaunchPlan(NamedTuple):
     """The launch line of a job inside an allocation, what it needs first, and the line
     that asks for the allocation."""
@@ -71,6 +75,18 @@ class LaunchPlan(NamedTuple):
     setup: list[str]  # lines the launch needs first
     allocate: list[str]  # salloc/qsub -I/bsub -Is argv ([] where the site has none)
     warnings: list[Finding]
+    software: list[str]  # the modules and the Python environment, as the batch job's
+
+    @property
+    def typed(self) -> list[str]:
+        """The launch with what it needs first, as lines a person types into the shell of an
+        allocation: the setup and the launch in a subshell, so that a setup line that stops
+        (``exit 1``: no image matches) ends the subshell, not the person's shell. Setup of
+        assignments only (the rank contract, ``export``, ``unset``), which cannot stop a
+        shell, is typed as it is."""
+        if all(line.startswith(_CANNOT_STOP) for line in self.setup):
+            return [*self.setup, self.line]
+        return ["(", *self.setup, self.line, ")"]
 
     @property
     def allocate_line(self) -> str | None:
@@ -81,11 +97,12 @@ class LaunchPlan(NamedTuple):
     def lines(self, allocate: bool = False) -> list[str]:
         """What `hpcprov launch` prints: (the allocation,) the variables, setup, launch."""
         first = [self.allocate_line] if allocate and self.allocate_line else []
-        return [*first, *self.env, *self.setup, self.line]
+        return [*first, *self.software, *self.env, *self.typed]
 
     def to_json(self) -> dict[str, object]:
         return {**self.geometry.to_json(), "argv": self.argv, "line": self.line,
-                "env": self.env, "setup": self.setup, "allocate": self.allocate,
+                "software": self.software, "env": self.env, "setup": self.setup,
+                "allocate": self.allocate,
                 "allocate_line": self.allocate_line,
                 "warnings": [w.to_json() for w in self.warnings]}
 
@@ -94,7 +111,7 @@ def plan_launch(req: JobRequest, allocate: bool = False) -> LaunchPlan:
     """Lint and plan a launch (lint errors raise LintFailed). With ``allocate`` the job
     options are linted as the allocation's; without, as a line typed inside one, which
     passes none of the mandatory options."""
-    from hpcprov.jobs.jobscript import allocate_argv
+    from hpcprov.jobs.jobscript import allocate_argv, software_lines
     from hpcprov.jobs.launchers import build_launch, env_lines
     from hpcprov.jobs.lint import check
 
@@ -102,7 +119,7 @@ def plan_launch(req: JobRequest, allocate: bool = False) -> LaunchPlan:
     launch = build_launch(req, "allocation")
     return LaunchPlan(Geometry.of(req), [str(a) for a in launch.argv], launch.line,
                       env_lines(req), list(launch.setup), [str(a) for a in allocate_argv(req)],
-                      warnings)
+                      warnings, software_lines(req))
 
 
 class JobScript(NamedTuple):

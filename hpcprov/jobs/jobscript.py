@@ -28,6 +28,12 @@ def directives(req: JobRequest) -> list[str]:
 def environment_lines(req: JobRequest) -> list[str]:
     """Modules, the Python environment, the site's variables and the partition's network
     variables, as a job needs them."""
+    return software_lines(req) + env_lines(req)
+
+
+def software_lines(req: JobRequest) -> list[str]:
+    """Modules and the Python environment, as a job of the request's launcher needs them
+    (a batch job and the lines typed inside an allocation alike)."""
     site = req.site
     modules = site.modules_for(req.partition_name)
     lines = init_lines(modules)
@@ -41,7 +47,7 @@ def environment_lines(req: JobRequest) -> list[str]:
         lines += load_lines(modules, modules.runtime)
     if req.activate and not containerised:
         lines += Layout.of(site, req.prefix).python_activation()
-    return lines + env_lines(req)
+    return lines
 
 
 def workdir_lines(req: JobRequest) -> list[str]:

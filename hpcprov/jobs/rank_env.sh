@@ -67,15 +67,20 @@ if [ "$hpcprov_source" = single ]; then
 fi
 HPCPROV_RANK_SOURCE=$hpcprov_source
 export RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK HPCPROV_RANK_SOURCE
-hpcprov_expand() {  # $1 with $NAME and ${NAME} replaced by their values, nothing else
-  local rest=$1 out="" name
+hpcprov_expand() {  # $1 with $NAME and ${NAME} replaced by their values, nothing else;
+  # with $2 (" NAME NAME "), only those names: any other stays as written
+  local rest=$1 only=${2-} out="" name
   while [[ $rest =~ ^([^\$]*)[\$](.*)$ ]]; do
     out+=${BASH_REMATCH[1]}
     rest=${BASH_REMATCH[2]}
     if [[ $rest =~ ^\{([A-Za-z_][A-Za-z0-9_]*)\}(.*)$ ]] \
         || [[ $rest =~ ^([A-Za-z_][A-Za-z0-9_]*)(.*)$ ]]; then
       name=${BASH_REMATCH[1]}
-      out+=${!name-}
+      if [ -n "$only" ] && [[ $only != *" $name "* ]]; then
+        out+="\$${rest:0:${#rest}-${#BASH_REMATCH[2]}}"
+      else
+        out+=${!name-}
+      fi
       rest=${BASH_REMATCH[2]}
     else
       out+="\$"
@@ -89,4 +94,15 @@ while [ "$#" -gt 0 ] && [ "$1" != -- ]; do
   shift
 done
 shift
-exec "${hpcprov_wrapper[@]}" "$@"
+# the command's words name this rank's contract values as $NODE_RANK, ${MASTER_ADDR}...
+# (as a site's guide writes `python train.py --node_rank=$NODE_RANK`; the names: the table's
+# hpcprov_contract, hpcprov/jobs/ranks.py CONTRACT): those are replaced; any other $NAME
+# stays as written
+hpcprov_command=()
+for hpcprov_word in "$@"; do
+  case $hpcprov_word in
+    *'$'*) hpcprov_word=$(hpcprov_expand "$hpcprov_word" "$hpcprov_contract") ;;
+  esac
+  hpcprov_command+=("$hpcprov_word")
+done
+exec "${hpcprov_wrapper[@]}" "${hpcprov_command[@]}"

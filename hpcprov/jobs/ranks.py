@@ -49,6 +49,13 @@ STARTERS: dict[str, Starter] = {
     "flux": Starter("FLUX_TASK_RANK", "FLUX_JOB_SIZE", "FLUX_TASK_LOCAL_ID", None, None),
 }
 
+# torch.distributed's variables, which the shim gives every rank: the names a command may
+# use as $NAME or ${NAME} (`python train.py --node_rank=$NODE_RANK`, as sites' guides write
+# it), replaced on each rank with its own values; no other name in a command is
+CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
+            "MASTER_PORT")
+
+
 def table_line(starters: tuple[str, ...], kind: str = "") -> str:
     """The shim's table of a launcher kind's ``starters`` (its :data:`Kind.starters
     <hpcprov.site.launcher_kinds.Kind>`): the kind's name (``hpcprov_kind``, which the shim
@@ -61,4 +68,5 @@ def table_line(starters: tuple[str, ...], kind: str = "") -> str:
     assert all(re.fullmatch(r"[A-Za-z0-9_ -]+", e) for e in entries), entries
     assert re.fullmatch(r"[A-Za-z0-9_-]*", kind), kind
     return (f"hpcprov_kind={kind or '-'} hpcprov_sets=("
-            + " ".join(f'"{e}"' for e in entries) + ")")
+            + " ".join(f'"{e}"' for e in entries) + ")"
+            + f' hpcprov_contract=" {" ".join(CONTRACT)} "')

@@ -20,9 +20,22 @@ class Local(Backend):
     max_nodes = 1
 
     def lint(self, req: JobRequest) -> list[Finding]:
+        """More than one node is refused (one host runs the job: every "node" would be this
+        one); what only a scheduler reads (job options, walltime, job name) is said to be
+        dropped, never dropped in silence."""
         if req.nodes > 1:
             return [Finding("error", "nodes-local",
-                            f"site {req.site.name} has no scheduler: one node", "use --nodes 1")]
+                            f"site {req.site.name} has no scheduler hpcprov knows (scheduler: "
+                            f"none): a job runs on this one host, so {req.nodes} nodes cannot "
+                            "be planned", "use --nodes 1, or set the site's scheduler")]
+        given = [what for what, value in (("job options (-o)", req.options),
+                                          ("--time", req.time), ("--job-name", req.job_name))
+                 if value]
+        if given:
+            return [Finding("warning", "no-scheduler",
+                            f"site {req.site.name} has no scheduler (scheduler: none), so "
+                            f"nothing applies {', '.join(given)}",
+                            "drop them, or set the site's scheduler")]
         return []
 
     def executor(self, env: dict[str, str] | None = None) -> Executor:
