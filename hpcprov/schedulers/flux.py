@@ -171,7 +171,7 @@ class Flux(Backend):
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
-        opts = head_options(req, batch=batch, queue="queue", key=self.flag_key)
+        opts = head_options(req, batch=batch, queue="queue", key=self.key_of(req.site))
         opts += self._tasks(req)
         if batch:
             opts.append(("output", conf.output))

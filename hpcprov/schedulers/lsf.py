@@ -132,7 +132,7 @@ class Lsf(Backend):
 
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
-        opts = head_options(req, batch=batch, queue="queue", key=self.flag_key)
+        opts = head_options(req, batch=batch, queue="queue", key=self.key_of(req.site))
         opts += self._tasks(req)
         if req.gpus > 0 and conf.gpu_request == "gpu":
             opts.append(("gpu", f"num={req.gpus}"))

@@ -156,7 +156,8 @@ class Pbs(Backend):
             opts.append(("join", "oe"))
         written = {name for name, _ in opts}  # a mandatory option hpcprov writes: once
         head = [("job-name", req.job_name or "hpcprov"),
-                *((n, v) for n, v in required_options(req, flag_key) if n not in written)]
+                *((n, v) for n, v in required_options(req, self.key_of(req.site))
+                  if n not in written)]
         return once(self.with_overrides(req, [*head, *opts]))
 
     def directives(self, req: JobRequest) -> list[str]:

@@ -62,6 +62,27 @@ def check_select(text: str) -> None:
         raise ValueError("unbalanced { or }: fields are {nodes}, {ncpus}, {gpus}, {mpiprocs}")
 
 
+FLAG = r"^-[A-Za-z][A-Za-z0-9_]*$"
+FLAGS_DESCRIPTION = (
+    "job options this site writes as a flag of {cmd} other than the one hpcprov would: "
+    "NAME: FLAG (as the site's guide spells it, one dash), e.g. {example}. The option NAME "
+    "(-o NAME=VALUE, a partition's options, policies.required_options and their defaults, "
+    "policies.forbidden_options) is written as FLAG, and the flag's own name ({letter}) "
+    "is the same option: forbidding either refuses both. Without it, a name spelled as "
+    "{cmd}'s own flag without its dash ({letter}) is written as that flag")
+
+
+def check_flags(flags: dict[str, str]) -> None:
+    """Refuse a declared flag that is no single-dash flag (``-G``, ``-alloc_flags``)."""
+    for name, flag in flags.items():
+        if not re.match(r"^[A-Za-z][A-Za-z0-9_-]*$", name):
+            raise ValueError(f"{name!r} is not an option name: a letter, then letters, "
+                             "digits, - and _ (account, alloc_flags)")
+        if not isinstance(flag, str) or not re.match(FLAG, flag):
+            raise ValueError(f"{name}: {flag!r} is not a flag as the scheduler spells it: "
+                             "one dash and its name, e.g. -G or -alloc_flags")
+
+
 # ---------------------------------------------------------------- the registry
 
 # The order is the one `hpcprov site draft` looks for the schedulers' marker commands on PATH
@@ -99,6 +120,10 @@ SCHEDULERS: dict[str, Registered] = {
                                 "job names its queue (-q), the default partition's too "
                                 "(otherwise -q is written for another queue, or one "
                                 "chosen with -p)"),
+        "flags": Setting(dict[str, str], {}, FLAGS_DESCRIPTION.format(
+            cmd="qsub", example="{project: -P} for a site that charges projects with "
+            "qsub -P (-o project=grp writes #PBS -P grp, not -l project=grp)", letter="P"),
+            check_flags),
     }),
     "lsf": Registered("hpcprov.schedulers.lsf", {
         "task_request": Setting(Literal["slots", "nnodes"], "slots",
@@ -112,6 +137,10 @@ SCHEDULERS: dict[str, Registered] = {
         "launch_node_in_hostfile": Setting(
             bool, False, "the first line of $LSB_DJOB_HOSTFILE is the launch node (CSM "
             "systems): it runs no ranks"),
+        "flags": Setting(dict[str, str], {}, FLAGS_DESCRIPTION.format(
+            cmd="bsub", example="{account: -G} for a site that charges banks (user groups) "
+            "with bsub -G (-o account=bank writes #BSUB -G bank, not -P bank)", letter="G"),
+            check_flags),
     }),
     "flux": Registered("hpcprov.schedulers.flux", {
         "output": Setting(str, "flux-{{id}}.out",
