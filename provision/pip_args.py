@@ -76,3 +76,19 @@ def install_lines(site: Site, *specs: str, frameworks: bool = True,
         return [*lines, uv]
     return [*lines, "if command -v uv >/dev/null 2>&1; then", f"  {uv}", "else",
             f"  {pip}", "fi"]
+
+
+def framework_install_lines(site: Site, frameworks: list[str], packages: list[str]
+                            ) -> list[str]:
+    """Install the pip frameworks' specs and the profile's other packages
+    (``python.packages``): each from where it lives. Where the frameworks name an index
+    (``index_url``, ``extra_index_urls``: a vendor's, which holds torch and its own
+    dependencies, not mpi4py), they are installed from it first, then the packages from
+    pip's own index (the site's configuration, else PyPI), which sees the frameworks
+    installed; else one resolver run installs them all."""
+    if not (frameworks and packages and framework_index_args(site)):
+        return install_lines(site, *frameworks, *packages)
+    installer = site.python.venv.installer if site.python.backend == "venv" else "pip"
+    rest = install_lines(site, *packages, frameworks=False)
+    # uv's program is written once (the first install's two lines)
+    return [*install_lines(site, *frameworks), *rest[0 if installer == "pip" else 2:]]

@@ -25,11 +25,12 @@ from hpcprov.provision import library
 from hpcprov.provision.horovod import pip_spec, site_build_env
 from hpcprov.provision.library import Embedded
 from hpcprov.provision.pip_args import (
-    install_lines,
+    framework_install_lines,
     pip_index_args,
     pip_install,
     pip_settings_line,
 )
+from hpcprov.site.arch import conda_installer_url
 from hpcprov.site.conda_channels import tos_channels
 from hpcprov.site.image_refs import PULLED_SUFFIX, image_problems, registry_reference, spelled
 
@@ -86,7 +87,7 @@ class Plan:
         return data
 
 
-def _vars(site: Site, prefix: str) -> dict[str, str]:
+def _vars(site: Site, prefix: str, runs_on: Where = "login") -> dict[str, str]:
     lay = Layout.of(site, "$PREFIX")
     out: dict[str, str] = {"PREFIX": Template(prefix), "STATE": lay.state_dir,
                            "ENV_DIR": lay.env_dir,
@@ -100,7 +101,8 @@ def _vars(site: Site, prefix: str) -> dict[str, str]:
         out.update(HPCPROV_UENV=site.uenv.image, HPCPROV_UENV_VIEW=site.uenv.view or "",
                    HPCPROV_UENV_MOUNT=site.uenv.mount)
     proxy = site.policies.proxy
-    if proxy is not None:  # downloads go through the site's proxy (pip, conda, curl, uv)
+    # downloads go through the site's proxy (pip, conda, curl, uv) where it works: its scope
+    if proxy is not None and proxy.scope in (runs_on, "both"):
         for name, value in (("http_proxy", proxy.http), ("https_proxy", proxy.https or
                                                           proxy.http),
                             ("no_proxy", ",".join(proxy.no_proxy) or None)):
@@ -110,7 +112,7 @@ def _vars(site: Site, prefix: str) -> dict[str, str]:
 
 
 def _installer_name(site: Site) -> str:
-    url = site.python.conda.installer_file or site.python.conda.installer_url
+    url = site.python.conda.installer_file or conda_installer_url(site)
     return url.rstrip("/").rsplit("/", 1)[-1] or "Miniconda3.sh"
 
 
@@ -118,8 +120,11 @@ IMPORT_NAMES = {"pytorch": "torch"}  # a framework's import name, where it is no
 
 
 def _framework_steps(site: Site) -> list[Step]:
-    """conda frameworks one by one; every pip package in one resolver run (of pip or uv, as
-    the profile says), without byte-compiling (--no-compile: the modules a process imports
+    """conda frameworks one by one; the pip frameworks and packages in one resolver run (of
+    pip or uv, as the profile says), or two where the frameworks name their own index (the
+    packages then come from pip's own: :func:`framework_install_lines`), with the profile's
+    build-only variables (python.install_env) set for this step alone, without
+    byte-compiling (--no-compile: the modules a process imports
     are compiled then, which halves torch's install time; check-build's imports compile
     what jobs use)."""
     py = site.python
@@ -137,14 +142,16 @@ def _framework_steps(site: Site) -> list[Step]:
             network = True
         else:
             pip_specs += specs
-    pip_specs += py.packages
-    if pip_specs:
+    if pip_specs or py.packages:
         lines.append(pip_settings_line(site))
-        lines += install_lines(site, *pip_specs)
+        lines += framework_install_lines(site, pip_specs, list(py.packages))
         network = network or not site.python.venv.no_index
     if not lines:
         return []
-    return [Step("install-frameworks", "Install the frameworks", tuple(lines), network,
+    # the profile's build-only variables (MPICC, PIP_NO_BINARY...): this step's alone
+    scoped = [f"local -x {assign(name, Template(value))}"
+              for name, value in py.install_env.items()]
+    return [Step("install-frameworks", "Install the frameworks", (*scoped, *lines), network,
                  modules="build", in_env=True)]
 
 
@@ -220,7 +227,8 @@ def _conda_steps(site: Site) -> list[Step]:
         fetch = join(["cp", Template(conda.installer_file), part])
         network = False
     else:
-        urls = [u for u in (conda.mirror_url, conda.installer_url) if u]
+        # the profile's installer, else Miniconda's for the partitions' architecture
+        urls = [u for u in (conda.mirror_url, conda_installer_url(site)) if u]
         fetch = join(["hpcprov_download", part, *urls])
         network = True
     if conda.installer_sha256:
@@ -484,6 +492,9 @@ def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") 
         steps.insert(1, Step("pull-uenv", f"Pull the uenv {site.uenv.image}",
                              ("hpcprov_uenv_pull",), needs_network=True))
         steps[2:] = [replace(s, in_stack=True) for s in steps[2:]]
+    if site.env:  # the site's variables in every step: those without modules export them
+        steps = [s if s.modules else replace(s, lines=("hpcprov_site_env", *s.lines))
+                 for s in steps]
     mods = site.modules
     functions = {
         "hpcprov_modules_init": tuple(init_lines(mods)),
@@ -493,11 +504,12 @@ def build_plan(site: Site, prefix: str | None = None, runs_on: Where = "login") 
         "hpcprov_modules_runtime": (*init_lines(mods), *load_lines(mods, mods.runtime),
                                     *env_lines(site.env)),
         "hpcprov_activate_env": tuple(Layout.of(site, "$PREFIX").python_activation()),
+        **({"hpcprov_site_env": tuple(env_lines(site.env))} if site.env else {}),
     }
     texts = [*("\n".join(_step_block(s)) for s in steps),
              *("\n".join(b) for b in functions.values())]
     names = library.used(texts, {**library.functions(), **library.files()})
-    return Plan(site.name, backend, prefix, runs_on, _vars(site, prefix), functions,
+    return Plan(site.name, backend, prefix, runs_on, _vars(site, prefix, runs_on), functions,
                 tuple(steps),
                 {n: library.functions()[n] for n in names if n in library.functions()},
                 {n: library.files()[n] for n in names if n in library.files()})

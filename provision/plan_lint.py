@@ -33,8 +33,11 @@ def lint_plan(plan: Plan, site: Site, nvcc: CudaTargets | None = None) -> list[F
     findings += _cuda_arch(site)
     findings += [Finding("error", "cuda-target", problem, fix)
                  for _, problem, fix in cuda_findings(site, nvcc, this_build=True)]
-    # a proxy the profile names is how its compute nodes reach the internet (setup exports it)
-    if plan.runs_on != "compute" or site.policies.compute_internet or site.policies.proxy:
+    # a proxy the profile names is how its compute nodes reach the internet (setup exports it
+    # where its scope says it works)
+    proxy = site.policies.proxy
+    works = proxy is not None and proxy.scope in ("compute", "both")
+    if plan.runs_on != "compute" or site.policies.compute_internet or works:
         return findings
     return findings + [
         Finding("error", "no-internet",

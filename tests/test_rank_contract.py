@@ -711,8 +711,10 @@ def test_a_container_launcher_runs_on_pbs_lsf_and_flux_with_no_kind_of_its_own(
     # PBS: the site's MPI launcher, one process per node (its flavor: PALS' --ppn)
     ("sockeye", "  mpirun: null\n  pals: {kind: mpiexec, flavor: pals}\n",
      "mpiexec -n 2 --ppn 1 python -m "),
-    # ... its default mpirun, with the profile's host file and args
-    ("sockeye", "", 'mpirun -np 2 --hostfile "${PBS_NODEFILE}" --map-by ppr:1:node -bind-to'),
+    # ... its default mpirun, with the profile's host file, the PATH that finds the
+    # environment's Python (issue 45) and its args
+    ("sockeye", "", 'mpirun -np 2 --hostfile "${PBS_NODEFILE}" --map-by ppr:1:node -x PATH '
+     '-bind-to'),
     ("lsf-example", "", 'blaunch -u "$hpcprov_hosts" python -m torch.distributed.run'),
     ("flux-example", "", "flux run -N 2 -n 2 -c "),
 ])

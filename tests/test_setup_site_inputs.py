@@ -28,8 +28,9 @@ def _frameworks(installer: str = "pip") -> str:
 
 
 STUB_PYTHON = """#!/bin/bash
-# records its arguments, one a line, and the variables the install step exported
-printf '%s\\n' "$@" > "$RECORD/argv"
+# records its arguments, one a line, each call's ended by ==, and the variables the install
+# step exported
+printf '%s\\n' "$@" == >> "$RECORD/argv"
 env > "$RECORD/env"
 """
 
@@ -70,8 +71,10 @@ def test_the_frameworks_index_urls_reach_pip_as_separate_quoted_words(tmp_path: 
 def test_uv_is_given_the_frameworks_index_urls_too(tmp_path: Path) -> None:
     site = load_site(str(_site(tmp_path, _frameworks("uv"))))
     (step,) = [s for s in build_plan(site, "/p").steps if s.id == "install-frameworks"]
-    (uv,) = [ln for ln in step.lines if ln.startswith("hpcprov_uv_install")]
+    # the frameworks from their index; the profile's other packages (numpy) from pip's own
+    (uv, rest) = [ln for ln in step.lines if ln.startswith("hpcprov_uv_install")]
     assert f"--index-url {ROCM} --extra-index-url" in uv
+    assert "numpy" in rest and "--index-url" not in rest
 
 
 @pytest.mark.parametrize(("text", "line", "needles"), [

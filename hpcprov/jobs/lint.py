@@ -494,8 +494,10 @@ def cuda_target_findings(site: Site, nvcc: Any = None) -> list[Located]:
 def profile_findings(site: Site, nvcc: Any = None) -> list[Located]:
     """What ``hpcprov site check`` adds to validation, for a profile that validates
     (``nvcc``: what the nvcc at hand targets, for builds whose modules name no CUDA)."""
+    from hpcprov.jobs.arch_lint import arch_errors
+
     return env_findings(site) + default_request_findings(site) + \
-        cuda_target_findings(site, nvcc) + literal_variable_findings(site)
+        cuda_target_findings(site, nvcc) + literal_variable_findings(site) + arch_errors(site)
 
 
 # $NAME or ${NAME}: what each rank replaces in a launcher's wrapper words (rank_env.sh)
@@ -575,10 +577,11 @@ def site_check_errors(path: Path, probe_nvcc: bool = False) -> list[ProfileError
         nvcc = probe() if needs_nvcc_probe(site) else None
     errors = [ProfileError(*layer.where(loc), problem)
               for loc, problem in profile_findings(site, nvcc)]
+    from hpcprov.jobs.arch_lint import arch_warnings
     from hpcprov.site.mounts import host_python_launchers
 
     for loc, problem in [*gpu_binding_findings(site), *framework_index_findings(site),
-                         *host_python_launchers(site)]:
+                         *host_python_launchers(site), *arch_warnings(site)]:
         # warnings: the profile stays ok
         warn(str(ProfileError(*layer.where(loc), problem)))
     from hpcprov.jobs.roles import unstartable, validation_gaps

@@ -29,6 +29,8 @@ def tos_channels(python: Any) -> list[str]:
              and f.channel]
     if conda.channels:
         return list(dict.fromkeys(c for c in [*extra, *conda.channels] if needs_tos(c)))
-    installer = (conda.installer_file or conda.installer_url).rsplit("/", 1)[-1].lower()
+    # none named: Miniconda's (setup's default, for the partitions' architecture)
+    installer = (conda.installer_file or conda.installer_url or "Miniconda3.sh"
+                 ).rsplit("/", 1)[-1].lower()
     return [c for c in extra if needs_tos(c)] + (
         [] if installer.startswith("miniforge") else ["defaults"])

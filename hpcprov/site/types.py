@@ -515,7 +515,11 @@ class Partition(Strict):
         1, strict=True, ge=1, le=8, description="hardware threads per core; the scheduler "
         "counts cores_per_node x threads_per_core CPUs per node (Slurm's CPUs, which "
         "--cpus-per-task counts, are hardware threads where SMT is on)")
-    arch: Literal["x86_64", "aarch64", "ppc64le"] = "x86_64"
+    arch: Literal["x86_64", "aarch64", "ppc64le"] = F(
+        "x86_64", description="the nodes' CPU architecture: setup builds the environment for "
+        "the partitions' one (where they differ, the default partition's: site check warns "
+        "of the others), downloads the conda installer for it, and site check checks the "
+        "installer and torch's wheels against it")
     gpus: Gpus = F(factory=Gpus)
     limits: Limits = F(factory=Limits)
     cpus_per_task: int | None = _count(None, le=MAX_CORES,
@@ -579,6 +583,9 @@ class Proxy(Strict):
                               description="https_proxy (default: the http one)")
     no_proxy: list[str] = F(factory=list,
                                 description="hosts and domains reached directly")
+    scope: Literal["login", "compute", "both"] = F(
+        "both", description="where the proxy works: setup exports it only when it runs "
+        "there (setup --on login, the default, or --on compute)")
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -652,7 +659,10 @@ Channel = Annotated[str, Meta(max_length=512), After(_channel)]
 class CondaSpec(Strict):
     """Where Miniconda comes from and how it is set up (python.backend: conda)."""
 
-    installer_url: str = "https://repo.anaconda.com/miniconda/Miniconda3-latest-Linux-x86_64.sh"
+    installer_url: str | None = F(
+        None, description="the installer setup downloads; none: Miniconda3-latest-Linux-ARCH.sh "
+        "of repo.anaconda.com/miniconda for the partitions' arch; one naming another "
+        "architecture (or system) is refused by site check at its line")
     installer_sha256: str | None = F(None, pattern=r"^[0-9a-f]{64}$")
     mirror_url: str | None = None
     installer_file: str | None = F(None, description="local installer for offline sites")
@@ -728,11 +738,22 @@ def _no_option(spec: str) -> str:
 PackageSpec = Annotated[str, After(_no_option)]
 
 
+def _one_version(value: str) -> str:
+    """A framework's version: one release to install and check (``torch==VERSION``), never
+    empty, a wildcard or a range, which no installed version can match."""
+    if not re.fullmatch(r"[0-9][0-9A-Za-z.+!_-]*", value):
+        raise ValueError(f"{value!r} is not a version: write the one version to install, "
+                         "e.g. '2.5.1' (quoted); setup installs and checks exactly it, which "
+                         "no wildcard, range or empty value can match")
+    return value
+
+
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Framework(Strict):
     """One deep-learning framework: its version, what installs it and from where."""
 
-    version: str
+    version: str = F(description="the one version to install and check, e.g. '2.5.1' "
+                     "(no wildcard or range)")
     installer: Literal["pip", "conda", "module"] = F(
         "pip", description="pip or conda install it into the environment; module: the "
         "site's module (module:) provides it, and the environment (a venv with "
@@ -767,6 +788,8 @@ class Framework(Strict):
         if self.module and self.installer != "module":
             raise ValueError("module: is read only with installer: module")
 
+    _own_checks = (("version", (_one_version,)),)
+
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class PythonStack(Strict):
@@ -778,7 +801,15 @@ class PythonStack(Strict):
     venv: VenvSpec = F(factory=VenvSpec)
     container: ContainerSpec | None = None
     frameworks: dict[Literal["pytorch", "tensorflow"], Framework] = F(factory=dict)
-    packages: list[PackageSpec] = F(factory=list, description="more pip packages")
+    packages: list[PackageSpec] = F(factory=list, description="more pip packages, "
+                                    "installed from pip's own index (the site's, else PyPI), "
+                                    "never a framework's index_url")
+    install_env: dict[str, str] = F(
+        factory=dict, description="variables set only while setup installs the frameworks "
+        "and packages (e.g. MPICC: mpicc, PIP_NO_BINARY: mpi4py), with the meaning of the "
+        "site's env; never exported in jobs or PREFIX/activate")
+
+    _own_checks = (("install_env", (_check_env_names,)),)
 
     def _check(self) -> None:
         urls = {f.index_url for f in self.frameworks.values() if f.index_url}

@@ -175,7 +175,19 @@ def mpi_per_node(req: JobRequest, starter: str) -> tuple[list[str], list[str]]:
         return ["mpiexec", "-n", str(req.nodes), ppn, "1"], setup
     one = replace(req, tasks_per_node=1)
     hosts, more = host_slots(one)
-    return ["mpirun", "-np", str(req.nodes), *hosts, "--map-by", "ppr:1:node"], [*setup, *more]
+    # mpirun passes its processes only the variables named to it: the PATH that finds the
+    # environment's Python, and the rest as the mpirun launcher names them
+    named = [w for name in named_env(req, "PATH") for w in ("-x", name)]
+    return (["mpirun", "-np", str(req.nodes), *hosts, "--map-by", "ppr:1:node", *named],
+            [*setup, *more])
+
+
+def named_env(req: JobRequest, *first: str) -> list[str]:
+    """The variables an MPI that passes on only those named to it (mpirun -x NAME) is
+    told: ``first``, the launcher's ``export_env``, the site's env and the partition's
+    network variables, each once."""
+    return list(dict.fromkeys([*first, *req.launch.export_env, *req.site.env,
+                               *network_env(req)]))
 
 
 

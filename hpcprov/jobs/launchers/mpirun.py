@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hpcprov import schedulers
 from hpcprov.core.shell import Raw
-from hpcprov.jobs.launchers.common import Context, Launch, first_node, host_slots, network_env
+from hpcprov.jobs.launchers.common import Context, Launch, first_node, host_slots, named_env
 from hpcprov.request.job import JobRequest
 from hpcprov.site.gpu_vendors import VENDORS
 
@@ -32,7 +32,8 @@ def build(req: JobRequest, context: Context) -> Launch:
     if launcher.set_cuda_visible_devices and req.gpus > 0:
         name = VENDORS[req.part.gpus.vendor].visible_devices
         argv += ["-x", f"{name}=" + ",".join(str(i) for i in range(req.gpus))]
-    # mpirun passes no variable to ranks started through ssh unless told
-    for name in dict.fromkeys([*launcher.export_env, *network_env(req)]):
+    # mpirun passes no variable to ranks started through ssh unless told: the launcher's
+    # export_env, the site's env and the network variables
+    for name in named_env(req):
         argv += ["-x", name]
     return Launch([*argv, *launcher.args, *req.command], setup)
