@@ -103,7 +103,11 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
                     f"{p.nodes if p.nodes is not None else 'unknown'} | {cores} | {memory} | "
                     f"{p.gpus.count} | {gpu} | {p.arch} | {limits or '-'} |")
     pol = site.policies
-    spell = schedulers.of(site).option_name  # -A (account) on PBS, --account on Slurm
+    backend = schedulers.of(site)
+
+    def spell(name: str) -> str:  # -A (account) on PBS, --account on Slurm, its declared flag
+        return backend.spell(site, name)
+
     rules = [f"`{spell(n)}` is mandatory" + (f" ({r.reason})" if r.reason else "")
              + (f"; accepted: {', '.join(r.choices)}" if r.choices else "")
              for n, r in pol.required_options.items()]

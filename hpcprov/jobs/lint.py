@@ -22,6 +22,8 @@ from hpcprov.request.options import GEOMETRY
 from hpcprov.site.bins import walltime_cap
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from hpcprov.site.types import Partition, Site
 
 # Commands that need the internet when run (pip without --no-index, conda, downloads).
@@ -204,27 +206,42 @@ def _own_option_fix(req: JobRequest, name: str) -> str:
 def _policies(req: JobRequest) -> list[Finding]:
     out: list[Finding] = []
     pol, site = req.site.policies, req.site
-    spell = schedulers.of(site).option_name  # -A on PBS, --account on Slurm
-    given = {**req.part.options, **req.options}
-    written = {n for n, _ in schedulers.of(site).options(req, batch=True)}
+    backend = schedulers.of(site)
+    def spell(name: str) -> str:  # -A on PBS, --account on Slurm, -G (account) if declared
+        return backend.spell(site, name)
+
+    written = backend.options(req, batch=True)
+
+    def spelled(options: Iterable[tuple[str, str | None]], name: str) -> str | None:
+        """The name under which ``options`` hold the option ``name``: itself, or another
+        name the scheduler writes as the same flag (LSF's ``account`` for ``P``); None."""
+        found = [n for n, v in options if backend.is_option(site, n, v, name)]
+        return name if name in found else next(iter(found), None)
+
     for name, reason in pol.forbidden_options.items():
-        if name in req.options:
+        mine = spelled(req.options.items(), name)
+        part = spelled(req.part.options.items(), name)
+        given = mine or part
+        alias = (f" (the option {given} is written as it)" if given not in (None, name)
+                 else "")
+        if mine is not None:
             out.append(Finding("error", "forbidden-option",
-                               f"{spell(name)} is not allowed on {site.name}: {reason}",
-                               f"remove --option {name}"))
-        elif name in given:
+                               f"{spell(name)} is not allowed on {site.name}: {reason}{alias}",
+                               f"remove --option {mine}"))
+        elif part is not None:
             out.append(Finding("error", "forbidden-option",
                                f"{spell(name)} is not allowed on {site.name}: {reason}",
                                f"remove {name} from partitions.{req.partition_name}.options "
                                "in the profile"))
-        elif name in written:  # an option hpcprov writes itself: the profile says how
+        elif own := spelled(written, name):  # an option hpcprov writes: the profile says how
             out.append(Finding("error", "forbidden-option",
                                f"{spell(name)} is not allowed on {site.name} ({reason}), but the "
                                f"job would ask for it", _own_option_fix(req, name)))
     backend = schedulers.of(site)
     for name, rule in pol.required_options.items():
-        value = req.options.get(name, rule.default)
-        if value is None and name in written:  # hpcprov writes it (the time: -t, the default)
+        mine = spelled(req.options.items(), name)
+        value = req.options[mine] if mine is not None else rule.default
+        if value is None and spelled(written, name):  # hpcprov writes it (the time: -t)
             continue
         if value is None:
             example = rule.example or (rule.choices[0] if rule.choices else "VALUE")

@@ -199,7 +199,9 @@ class Backend:
 
         if refused := self.geometry_findings(req):
             raise LintFailed(refused)
-        return override([*opts, *req.part.options.items()], req.options, self.flag_key)
+        given = override([*opts, *req.part.options.items()], req.options,
+                         self.key_of(req.site))
+        return [(self.declared(req.site, n), v) for n, v in given]
 
     def option_name(self, name: str) -> str:
         """How this scheduler's users write the job option ``name`` (``--account`` for
@@ -216,8 +218,30 @@ class Backend:
     def same_option(self, name: str, value: str | None, other: str) -> bool:
         """Whether the job option ``name`` (``value``) is the option ``other`` of the
         profile's rules (``policies.forbidden_options``, ``required_options``): the same
-        flag, however spelled."""
+        flag, however spelled (names as the scheduler writes them: :meth:`declared`)."""
         return self.flag_key(name, value) == self.flag_key(other, None)
+
+    def declared(self, site: Site, name: str) -> str:
+        """The name of the flag the site writes the option ``name`` as, where its section
+        declares one (``lsf.flags: {account: -G}``: ``G``); else the name itself."""
+        flags = self.section(site).flags if "flags" in self.settings else {}
+        flag = flags.get(name)
+        return flag.lstrip("-") if flag else name
+
+    def key_of(self, site: Site) -> FlagKey:
+        """:meth:`flag_key` at this site: a name its section declares as a flag is that
+        flag."""
+        return lambda name, value: self.flag_key(self.declared(site, name), value)
+
+    def is_option(self, site: Site, name: str, value: str | None, other: str) -> bool:
+        """:meth:`same_option` at this site (its declared flags)."""
+        return self.same_option(self.declared(site, name), value, self.declared(site, other))
+
+    def spell(self, site: Site, name: str) -> str:
+        """How the site's users write the job option ``name``, for messages: its declared
+        flag (``-G (account)``), else :meth:`option_name`."""
+        flag = self.declared(site, name)
+        return self.option_name(name) if flag == name else f"-{flag} ({name})"
 
     def section(self, site: Site) -> Any:
         """The site's settings for this scheduler (``site.<name>``: a dataclass made from

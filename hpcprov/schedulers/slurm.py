@@ -162,7 +162,7 @@ class Slurm(Backend):
 
     def _options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
-        opts = head_options(req, batch=batch, queue="partition", key=self.flag_key)
+        opts = head_options(req, batch=batch, queue="partition", key=self.key_of(req.site))
         opts += self._tasks(req)
         cpt = req.job_cpus_per_task
         if cpt:

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from pydantic_core import CoreSchema
 
 _NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
-_OPTION_RE = r"^[A-Za-z][A-Za-z0-9-]*$"
+_OPTION_RE = r"^[A-Za-z][A-Za-z0-9_-]*$"  # a flag as the scheduler spells it: alloc_flags
 # (patterns as text: re compiles one when a check first uses it, never on a warm start)
 _ENV_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
@@ -526,7 +526,9 @@ class Partition(Strict):
                                       description="default --cpus-per-task")
     options: Annotated[dict[OptionName, str | None], Before(_flags_have_no_value)] = F(
         factory=dict, description="job options always added for this partition, "
-        "long names (constraint, not C); null or no value: a flag (exclusive: null)"
+        "long names on Slurm and Flux (constraint, not C); on PBS and LSF a one-letter name "
+        "is the scheduler's own flag (P: -P), as is on LSF any other name (alloc_flags: "
+        "-alloc_flags); null or no value: a flag (exclusive: null)"
     )
     unset_options: list[OptionName] = F(
         factory=list, description="in a profile that extends another: names of "
@@ -567,10 +569,25 @@ class Partition(Strict):
 class RequiredOption(Strict):
     """A job option the site insists on (Neuron --comment, CC --account)."""
 
-    default: str | None = F(None, description="used when the user gives none")
+    default: str | None = F(None, description="used when the user gives none; written "
+                            "into the job's directive lines as it is, which the scheduler "
+                            "reads and no shell expands: a $ or ` ($(id -gn), $USER) is "
+                            "refused")
     choices: list[str] | None = None
     example: str | None = F(None, description="shown in the error when missing")
     reason: str | None = None
+
+    _own_checks = (("default", (lambda v: _no_shell_text(v),)),)
+
+
+def _no_shell_text(value: str | None) -> None:
+    """Refuse a default the job's directives would carry literally ($(id -gn), $USER)."""
+    if value is not None and ("$" in value or "`" in value):
+        raise ValueError(f"{value!r} would be written literally: job options go into the "
+                         "job's directive lines (#SBATCH, #PBS, #BSUB, # flux:), which the "
+                         "scheduler reads and no shell expands; write the value itself "
+                         "(e.g. default: mygroup), or leave default out so that each user "
+                         "passes it with -o NAME=VALUE")
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -592,7 +609,12 @@ class Proxy(Strict):
 class Policies(Strict):
     """The site's rules: options a job must or may not give, internet, conda, purges."""
 
-    required_options: dict[OptionName, RequiredOption] = F(factory=dict)
+    required_options: dict[OptionName, RequiredOption] = F(
+        factory=dict, description="option -> its rule: every job gives it (-o NAME=VALUE) "
+        "or gets its default. NAME is the option's long name (account) or the scheduler's "
+        "own flag without its dash, as the site's guide spells it (PBS qsub -P: P, -W: W; "
+        "LSF bsub -G: G, -alloc_flags: alloc_flags); names the scheduler writes as one flag "
+        "are one option (on LSF account, project and P are all -P)")
     forbidden_options: dict[OptionName, str] = F(
         factory=dict, description="option -> why it is refused"
     )
@@ -1092,7 +1114,9 @@ def _scheduler_section(name: str, settings: dict[str, Setting]) -> type[Section]
     """The profile section of one scheduler, from the keys it declares."""
     return dataclasses.make_dataclass(
         f"{name.capitalize()}Options",
-        [(key, s.annotation, F(s.default, description=s.description))
+        [(key, s.annotation,
+          F(factory=s.default.copy, description=s.description)
+          if isinstance(s.default, dict) else F(s.default, description=s.description))
          for key, s in settings.items()],
         bases=(Section,), kw_only=True, init=False, repr=False, eq=False,
         namespace={"__module__": __name__,
