@@ -5,9 +5,11 @@ rank shim, or torchrun itself), so torch.distributed's checks can run through an
 the site's default launcher where it can, else the one of the kind validation prefers
 (each kind's ``torch_order`` in :mod:`hpcprov.site.launcher_kinds`). Horovod's checks run
 through the launchers of its roles: Gloo through a horovodrun whose controller is Gloo, MPI
-through an MPI launcher (mpirun, mpiexec, ibrun, jsrun, lrun). What cannot be run is said,
-with the reason and the fix: validate reports it as a SKIPPED row, or refuses a check named
-on its command line; ``site check`` flags a site where only the env check could run.
+through an MPI launcher (mpirun, mpiexec, ibrun, jsrun, lrun, flux) or an srun that names
+the MPI's plugin (``mpi: pmix``: srun --mpi=pmix, where a site starts MPI programs so).
+What cannot be run is said, with the reason and the fix: validate reports it as a SKIPPED
+row, or refuses a check named on its command line; ``site check`` flags a site where only
+the env check could run.
 
 Pure functions of the site: nothing run.
 """
@@ -22,7 +24,8 @@ from hpcprov.site.launcher_kinds import KINDS, kind_of
 if TYPE_CHECKING:
     from hpcprov.site.types import Site
 
-# the kinds that start Horovod's ranks over MPI, for a fix's wording
+# the kinds that start Horovod's ranks over MPI, for a fix's wording (and srun, which does
+# where it names the MPI's plugin: Kind.horovod "pmi")
 MPI_KINDS = tuple(name for name, k in KINDS.items() if k.horovod == "mpi")
 # the kinds of the site's launchers that start a job's tasks where the scheduler has no
 # starter of its own (an MPI's launchers); ibrun only for ranks (it takes the job's tasks)
@@ -131,15 +134,18 @@ def horovod_role(site: Site, name: str) -> str | None:
     if role == "controller" and launcher.controller == "gloo" and "gloo" in controllers \
             and schedulers.of(site).horovodrun_gloo:
         return "horovod-gloo"
-    if role == "mpi" and "mpi" in controllers:
+    if "mpi" in controllers and (role == "mpi" or (role == "pmi" and launcher.mpi)):
         return "horovod-mpi"
     return None
 
 
 def horovod_launchers(site: Site) -> dict[str, str]:
     """impl -> launcher for Horovod's checks: the site's default launcher where it has the
-    role, else the first in profile order."""
+    role, else the first in profile order; an srun naming the MPI's plugin (Kind.horovod
+    "pmi") only where no MPI launcher has the role (``--launchers`` names it otherwise)."""
     order = [site.default_launcher, *(n for n in site.launchers if n != site.default_launcher)]
+    order.sort(key=lambda n: n in site.launchers
+               and kind_of(site.launchers[n].kind).horovod == "pmi")  # stable
     out: dict[str, str] = {}
     for name in order:
         if name in site.launchers and (impl := horovod_role(site, name)):
@@ -165,8 +171,22 @@ def horovod_gap(site: Site, impl: str) -> str:
                     "build has MPI")
         return ("no horovodrun launcher with controller: gloo: add one (kind: horovodrun, "
                 "controller: gloo)")
+    backend = schedulers.of(site)
+    here = [name for name, k in KINDS.items()
+            if k.horovod == "mpi" and k.scheduler in (None, backend.name)]
+    pmi = [name for name, k in KINDS.items()
+           if k.horovod == "pmi" and k.scheduler in (None, backend.name)]
+    unnamed = [n for n, launcher in site.launchers.items()
+               if kind_of(launcher.kind).horovod == "pmi" and not launcher.mpi]
+    if unnamed:  # the site starts its MPI programs with its scheduler's starter
+        return (f"no MPI launcher for Horovod's MPI controller: launcher {unnamed[0]} "
+                f"({site.launchers[unnamed[0]].kind.value}) starts MPI ranks once it names "
+                f"the MPI's plugin: set launchers.{unnamed[0]}.mpi (e.g. pmix or pmi2: "
+                "`srun --mpi=list` lists the site's), or add a launcher of kind "
+                + ", ".join(here))
+    with_pmi = [f"{k} with mpi: (e.g. pmix)" for k in pmi]
     return (f"no MPI launcher for Horovod's MPI controller: add a launcher of kind "
-            f"{', '.join(MPI_KINDS)}")
+            f"{', '.join([*with_pmi, *here])}")
 
 
 def validation_gaps(site: Site) -> list[str]:

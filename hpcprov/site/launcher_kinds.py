@@ -48,8 +48,10 @@ class Kind(NamedTuple):
     """validation runs torch.distributed's checks through the site's default launcher where
     its kind has a number, else through its launcher of the kind with the lowest number
     (None: never; horovodrun starts Horovod's ranks only)"""
-    horovod: Literal["mpi", "controller"] | None = None
-    """validation runs Horovod's checks through it: over MPI (mpirun), or over the
+    horovod: Literal["mpi", "pmi", "controller"] | None = None
+    """validation runs Horovod's checks through it: over MPI (mpirun); over MPI where the
+    launcher names the MPI's plugin of the scheduler's starter (pmi: srun with ``mpi:``,
+    srun --mpi=pmix, the way sites that forbid mpirun start MPI programs); or over the
     launcher's controller (horovodrun: its Gloo check)"""
     first_node_baseline: bool = False
     """its 1-node baselines run on the allocation's first node (horovodrun started there
@@ -68,7 +70,7 @@ KINDS: dict[str, Kind] = {
     # ("flux": Slurm-like wrappers over Flux set only part of Slurm's variables; the ranks
     # that flux run starts under them carry Flux's)
     "srun": Kind(_RDZV | {"mpi"}, ("slurm", "flux"), task_starter=True, torch_order=1,
-                 scheduler="slurm"),
+                 horovod="pmi", scheduler="slurm"),
     "mpirun": Kind(_RDZV | _HOSTS | {"oversubscribe", "export_env", "set_cuda_visible_devices"},
                    # an MPI starter never reads Slurm's: mpirun started inside a batch
                    # script inherits the batch step's SLURM_PROCID=0 (every rank would be 0)

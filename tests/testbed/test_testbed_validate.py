@@ -366,3 +366,31 @@ def test_an_interrupted_validation_leaves_the_queue_empty(testbed, prefix: Path,
     word = "allocation " if how == "one" else "job "
     assert last.startswith(f"hpcprov: error: interrupted by {sig.name}: cancelled {word}"), err
     assert _until(lambda: not _queue(testbed), 10), _queue(testbed)
+
+
+def test_horovod_over_mpi_runs_through_srun_where_the_site_forbids_mpirun(
+        testbed, prefix: Path, tmp_path: Path) -> None:
+    """Issue 45, defect 5: a site whose MPI programs start only with `srun --mpi=pmix`
+    (mpirun and horovodrun forbidden, so absent from its profile) could not validate Horovod
+    over MPI: a SKIPPED row whose fix named the forbidden launchers. Its srun, naming the
+    MPI's plugin, now starts Horovod's MPI ranks, for real on the testbed's Slurm and Open
+    MPI (PMIx)."""
+    site = tmp_path / "sites" / "srun-only.yaml"
+    site.parent.mkdir()
+    site.write_text("extends: testbed\nname: srun-only\nlaunchers:\n  mpirun: null\n"
+                    "  horovodrun: null\n")
+    env = {**testbed.environ(), "HPCPROV_HISTORY": str(tmp_path / "history")}
+    rundir = testbed.scratch / "pytest-validate" / tmp_path.name
+    proc = subprocess.run(
+        [*hpcprov_argv(), "validate", "--site", str(site), "--device", "cpu", "--env",
+         str(prefix), "--json", "--workdir", str(rundir), "--max-bytes", "65536", "--iters",
+         "3", "--nodes", "2", "--checks", "allreduce"],
+        capture_output=True, text=True, env=env, timeout=900)
+    data = json.loads(proc.stdout or "{}")
+    assert proc.returncode == 0, (data.get("outcomes"), proc.stderr)
+    jobs = {j["id"]: j for j in data["jobs"]}
+    assert "allreduce-horovod-mpi" in jobs, data["outcomes"]
+    assert "srun --mpi=pmix" in (rundir / "allreduce-horovod-mpi.sh").read_text()
+    records = jobs["allreduce-horovod-mpi"]["records"]
+    assert records and all(r["correct"] and r["ranks"] == 2 and r["nodes"] == 2
+                           for r in records)
