@@ -56,3 +56,22 @@ def test_mpirun_stays_horovods_mpi_launcher_where_the_site_has_one() -> None:
     site = load_site("testbed")
     assert roles.horovod_launchers(site)["horovod-mpi"] == "mpirun"
     assert roles.horovod_role(site, "srun") == "horovod-mpi"
+
+
+@pytest.mark.parametrize(("scheduler", "absent", "present"), [
+    ("pbs", ("srun", "flux"), ("mpirun", "torchrun")),
+    ("slurm", ("flux",), ("srun", "mpirun")),
+])
+def test_the_fix_for_no_torch_launcher_names_only_kinds_the_scheduler_runs(
+        tmp_path: Path, scheduler: str, absent: tuple[str, ...], present: tuple[str, ...]
+        ) -> None:
+    """Issue 45, defect 20: the fix of a site with no torch launcher listed srun and flux on
+    a PBS site, where neither can start anything."""
+    path = write_profile(tmp_path, "hvd", f"name: hvd\nscheduler: {scheduler}\npartitions:\n"
+                         "  gpu: {nodes: 4, cores_per_node: 32, gpus: {count: 4}, "
+                         "default: true}\nhorovod: {source: none}\nlaunchers:\n"
+                         "  hvd: {kind: horovodrun, controller: gloo}\n"
+                         "default_launcher: hvd\n")
+    why = roles.no_torch_launcher(load_site(str(path)))
+    kinds = why.rsplit("add a launcher of kind ", 1)[1].removesuffix(" to the profile").split(", ")
+    assert not set(absent) & set(kinds) and set(present) <= set(kinds), why

@@ -156,7 +156,9 @@ def horovod_launchers(site: Site) -> dict[str, str]:
 def no_torch_launcher(site: Site) -> str:
     """Why no launcher of the site runs torch.distributed's checks, with the fix."""
     why = [w for name in site.launchers if (w := unusable(site, name))]
-    kinds = sorted(n for n, k in KINDS.items() if k.torch_order is not None)
+    here = schedulers.of(site).name  # a kind of another scheduler's starter runs not here
+    kinds = sorted(n for n, k in KINDS.items()
+                   if k.torch_order is not None and k.scheduler in (None, here))
     return ("no launcher of the site starts torch.distributed's ranks"
             + (f" ({'; '.join(why)})" if why else "")
             + f": add a launcher of kind {', '.join(kinds)} to the profile")
