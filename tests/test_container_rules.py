@@ -331,3 +331,21 @@ def test_doctor_checks_a_container_prefix(capsys: pytest.CaptureFixture[str],
     res = cli(capsys, "doctor", "--site", str(path), "--prefix", str(prefix))
     assert res.rc == 0, res.out + res.err
     assert "activate" not in res.out and "is readable" in res.out
+
+
+def test_a_mount_under_a_variable_not_set_here_is_a_warning_not_a_refusal(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The variable may hold the run folder on the nodes: validate cannot tell, and says so."""
+    monkeypatch.delenv("HPCPROV_TEST_WORK", raising=False)
+    path = _profile(tmp_path, SLURM, "apptainer",
+                    {"box": "{kind: container, runtime: apptainer}"}, ["$HPCPROV_TEST_WORK"])
+    res = _validate(capsys, path, "/lus/u/run")
+    assert res.rc == 0, res.err
+    assert "$HPCPROV_TEST_WORK is not set here" in res.err and "warning" in res.err
+    monkeypatch.setenv("HPCPROV_TEST_WORK", "/lus")
+    res = _validate(capsys, path, "/lus/u/run")
+    assert res.rc == 0 and "HPCPROV_TEST_WORK" not in res.err
+    monkeypatch.setenv("HPCPROV_TEST_WORK", "/elsewhere")
+    assert_one_line_error(_validate(capsys, path, "/lus/u/run"), 2,
+                          "apptainer containers do not see /lus/u/run")

@@ -248,12 +248,12 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
     if allocation == "one":  # steps go where they are told: baselines on nodes of their own
         opts = replace(opts, apart=True)
     _site_rules(opts, allocation)
-    _container_sees(opts, rundir)
+    unsure = _container_sees(opts, rundir)
     prefix = _ready(s, o.prefix, provisioned=not dry_run)
     job = replace(opts.job, prefix=str(prefix) if prefix else None,
                   activate=prefix is not None and s.python.backend != "container")
     return Prepared(replace(opts, job=job), rundir, allocation, tuple(skipped),
-                    (f"warning: {moved}",) if moved else ())
+                    tuple(f"warning: {note}" for note in [moved, unsure] if note))
 
 
 def _site_rules(opts: Options, allocation: str) -> None:
@@ -283,11 +283,12 @@ def _site_rules(opts: Options, allocation: str) -> None:
                              f"{errors[0]}{more}; nothing was submitted")
 
 
-def _container_sees(opts: Options, rundir: Path) -> None:
+def _container_sees(opts: Options, rundir: Path) -> str | None:
     """Refuse, in one line and before anything is written or submitted, a run folder that
     the container a job runs in cannot see (issue 45, defect 12): the programs are read
     from it, so every check would fail with "can't open file". The folder is seen where a
-    mount (containers.mounts, or the runtime's own: hpcprov.site.mounts) is it or above it."""
+    mount (containers.mounts, or the runtime's own: hpcprov.site.mounts) is it or above it.
+    Where a mount names a variable not set here (it may hold the folder), a warning."""
     from hpcprov.site.image_refs import job_runtime
     from hpcprov.site.mounts import unseen
     from hpcprov.validate.plan import job_request, plan_jobs
@@ -299,13 +300,19 @@ def _container_sees(opts: Options, rundir: Path) -> None:
         if runtime is None or runtime in seen:
             continue
         seen.add(runtime)
-        why = unseen(opts.site, runtime, str(rundir), os.environ, os.path.realpath(rundir))
-        if why is not None:
-            raise UsageError(f"the run folder: {why}, so launcher {req.launcher_name}'s jobs "
-                             "could not open their programs: add it or a folder above it to "
-                             "containers.mounts (SRC alone, or SRC:SRC), pass --workdir DIR "
-                             "under a mounted folder, or say what the runtime mounts itself "
-                             "in containers.runtime_mounts; nothing was submitted")
+        found = unseen(opts.site, runtime, str(rundir), os.environ, os.path.realpath(rundir))
+        if found is None:
+            continue
+        why, sure = found
+        if not sure:
+            return (f"the run folder: {why}: if that variable does not hold it on the "
+                    f"nodes, launcher {req.launcher_name}'s jobs cannot open their programs")
+        raise UsageError(f"the run folder: {why}, so launcher {req.launcher_name}'s jobs "
+                         "could not open their programs: add it or a folder above it to "
+                         "containers.mounts (SRC alone, or SRC:SRC), pass --workdir DIR "
+                         "under a mounted folder, or say what the runtime mounts itself "
+                         "in containers.runtime_mounts; nothing was submitted")
+    return None
 
 
 def _ready(site: Site, prefix: str | None, provisioned: bool = True) -> Path | None:
@@ -434,10 +441,12 @@ class DryRun:
 
     scripts: list[PlannedScript]
     skipped: tuple[Skipped, ...]
+    notes: tuple[str, ...] = ()  # warnings about how it was resolved, as a run says them
 
     def to_json(self) -> dict[str, Any]:
         return {"scripts": [{"path": str(p.path), "text": p.text} for p in self.scripts],
-                "skipped": [skipped_row(s).to_json() for s in self.skipped]}
+                "skipped": [skipped_row(s).to_json() for s in self.skipped],
+                "notes": list(self.notes)}
 
 
 def skipped_row(s: Skipped) -> Outcome:
@@ -474,7 +483,7 @@ def plan_validation(o: ValidateOptions) -> DryRun:
     for job in jobs:
         out.append(PlannedScript(rundir / f"{job.id}.sh", job_script(
             job, opts, str(rundir), command_for(job, opts, rundir))))
-    return DryRun(out, ready.skipped)
+    return DryRun(out, ready.skipped, ready.notes)
 
 
 @dataclass(frozen=True)

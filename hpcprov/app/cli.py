@@ -513,6 +513,8 @@ def validate_cmd(site: str | None, partition: str | None, nodes: int | None,
                 click.echo(p.text, nl=False)
             for s in planned.skipped:
                 click.echo(f"hpcprov: SKIPPED {safe(s.name)}: {safe(s.reason)}", err=True)
+            for note in planned.notes:
+                click.echo(f"hpcprov: {safe(note)}", err=True)
         return
     say = (lambda m: None) if as_json else (lambda m: click.echo(f"hpcprov: {m}", err=True))
     result = validate(opts, say)

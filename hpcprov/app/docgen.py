@@ -318,14 +318,19 @@ WALK_ENV, WALK_RUN = "/scratch/me/hpcprov", "/scratch/me/hpcprov-validate/run"
 def _validate_walk(example: Path, ref: str, opts: WalkOptions, shim: str) -> list[str]:
     """What ``validate --dry-run`` plans for an example: each job's script by name and the
     line that starts its ranks (the shim elided), and what it would report SKIPPED."""
+    from hpcprov.site.profiles import load_site
     from hpcprov.validate.api import ValidateOptions, plan_validation
 
     options = opts.get("options", ())
+    # a site whose Python is its image has no environment to name (--env there names where
+    # setup pulled a registry image, and these examples' images are files of the site's)
+    env = None if load_site(str(example)).python.backend == "container" else WALK_ENV
     planned = plan_validation(ValidateOptions(
-        site=str(example), nodes=opts.get("nodes", 2), prefix=WALK_ENV,
+        site=str(example), nodes=opts.get("nodes", 2), prefix=env,
         workdir=WALK_RUN, options=options))
     flags = "".join(f" -o {x}" for x in options)
-    out = [f"`hpcprov validate --site {ref} --env {WALK_ENV} --workdir {WALK_RUN}{flags} "
+    given = f" --env {env}" if env else ""
+    out = [f"`hpcprov validate --site {ref}{given} --workdir {WALK_RUN}{flags} "
            "--dry-run` plans these jobs (each script's line that starts the ranks):", "",
            "```bash"]
     for p in planned.scripts:

@@ -90,10 +90,11 @@ def runtime_mounts(site: Any, runtime: str) -> tuple[str, ...]:
 
 
 def unseen(site: Any, runtime: str, folder: str, env: Mapping[str, str],
-           real: str | None = None) -> str | None:
+           real: str | None = None) -> tuple[str, bool] | None:
     """Why the container of ``runtime`` does not see the host's ``folder`` (an absolute
-    path; ``real``: the same with its links resolved) at its own path, or None where a
-    mount (the profile's, or the runtime's own) is the folder or above it."""
+    path; ``real``: the same with its links resolved) at its own path, and whether that is
+    sure (False: a mount names a variable ``env`` lacks, which may hold the folder), or
+    None where a mount (the profile's, or the runtime's own) is the folder or above it."""
     candidates = {posixpath.normpath(folder), *([posixpath.normpath(real)] if real else [])}
     own = runtime_mounts(site, runtime)
     unread: list[str] = []
@@ -114,7 +115,7 @@ def unseen(site: Any, runtime: str, folder: str, env: Mapping[str, str],
     have = ", ".join(own) or "none"
     more = (f"; {', '.join(unread)} is not set here" if unread else "")
     return (f"{runtime} containers do not see {folder}: no containers.mounts entry is it or "
-            f"a folder above it at the same path ({said}: {have}{more})")
+            f"a folder above it at the same path ({said}: {have}{more})", not unread)
 
 
 def container_problems(site: Any) -> list[Located]:
