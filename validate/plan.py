@@ -19,6 +19,7 @@ from hpcprov import schedulers
 from hpcprov.core.shell import assign, fragment, quote
 from hpcprov.jobs import roles
 from hpcprov.jobs.jobscript import build_jobscript
+from hpcprov.jobs.lint import visible_variable
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.allocation import pilot_lines
 from hpcprov.schedulers.base import Placement
@@ -97,20 +98,28 @@ def horovod_targets(o: Options) -> list[tuple[str, str]]:
     return list(roles.horovod_launchers(o.site).items())
 
 
-def _size_args(o: Options, per_rank: str | None = None) -> tuple[str, ...]:
+def _size_args(o: Options, launcher: str, per_rank: str | None = None) -> tuple[str, ...]:
     return ("--min-bytes", str(o.min_bytes), "--max-bytes", str(o.max_bytes),
-            "--iters", str(o.iters), "--device", o.device, *_binding_args(o, per_rank=per_rank))
+            "--iters", str(o.iters), "--device", o.device,
+            *_binding_args(o, launcher, per_rank=per_rank))
 
 
-def _binding_args(o: Options, visible: bool = True, per_rank: str | None = None
-                  ) -> tuple[str, ...]:
-    """The programs' device step on GPUs (none on the CPU): what each rank sees of its
-    node's GPUs (``per_rank``, else the partition's ``gpus.per_rank``) and, with
-    ``visible``, the vendor's variable that limits them, which a failed step names."""
+def _binding_args(o: Options, launcher: str, visible: bool = True,
+                  per_rank: str | None = None) -> tuple[str, ...]:
+    """The programs' device step on GPUs (none on the CPU): what each rank ``launcher``
+    starts sees of its node's GPUs (``per_rank``, else the launcher's, else the partition's
+    ``gpus.per_rank``) and, with ``visible``, the variable that limits them there, which a
+    failed step names (:func:`visible_devices`)."""
     if o.device == "cpu":
         return ()
-    return ("--per-rank", per_rank or o.part.gpus.per_rank,
-            *(("--visible-devices", vendor(o).visible_devices) if visible else ()))
+    return ("--per-rank", per_rank or o.site.per_rank(launcher, o.partition),
+            *(("--visible-devices", visible_devices(o, launcher)) if visible else ()))
+
+
+def visible_devices(o: Options, launcher: str) -> str:
+    """The variable that limits the GPUs each rank of ``launcher`` sees: the vendor's, or
+    the one its binding sets (AMD GPUs bound by Slurm: ROCR_VISIBLE_DEVICES)."""
+    return visible_variable(o.site, launcher, o.partition)
 
 
 def ranks_per_node(o: Options) -> int:
@@ -174,12 +183,13 @@ def plan_env(o: Options) -> list[Job]:
     launcher)."""
     v = vendor(o)  # how the node's GPUs are counted, without torch too
     gpus = ("--gpu-device", v.torch_device, "--gpu-count-command", " ".join(v.counter.argv),
-            "--gpu-count-pattern", v.counter.pattern, "--visible-devices", v.visible_devices)
+            "--gpu-count-pattern", v.counter.pattern)
     any_one = _any_launcher(o.site)
     names = [n for n in o.launchers if roles.unusable(o.site, n) is None] if o.launchers \
         else [any_one] if any_one is not None else []
     return [Job(f"env{_via(o, n)}", "env", f"env{_via(o, n)}", o.nodes, 1, n, "envcheck.py",
-                ("--imports", _imports(o.site), *gpus, *_binding_args(o, visible=False)),
+                ("--imports", _imports(o.site), *gpus, "--visible-devices",
+                 visible_devices(o, n), *_binding_args(o, n, visible=False)),
                 timeout_s=300)
             for n in names]
 
@@ -192,11 +202,11 @@ def plan_allreduce(o: Options) -> list[Job]:
         impl = f"torch-{backend}{_via(o, launcher)}"
         jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, rpn, launcher,
                         "allreduce.py",
-                        ("--impl", "torch", *_backend_args(o), *_size_args(o))))
+                        ("--impl", "torch", *_backend_args(o), *_size_args(o, launcher))))
     for impl, launcher in horovod_targets(o):
         impl = data_path(o, impl) + _via(o, launcher)
         jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, rpn, launcher,
-                        "allreduce.py", ("--impl", "horovod", *_size_args(o))))
+                        "allreduce.py", ("--impl", "horovod", *_size_args(o, launcher))))
     return jobs + _shared_gpu(o)
 
 
@@ -211,7 +221,7 @@ def _shared_gpu(o: Options) -> list[Job]:
         impl = f"torch-gloo-shared-gpu{_via(o, launcher)}"
         jobs.append(Job(f"allreduce-{impl}", "allreduce", impl, o.nodes, 2, launcher,
                         "allreduce.py", ("--impl", "torch", "--dist-backend", "gloo",
-                                         *_size_args(o, per_rank=SHARED_GPU))))
+                                         *_size_args(o, launcher, per_rank=SHARED_GPU))))
     return jobs
 
 
@@ -262,9 +272,10 @@ def plan_train(o: Options) -> list[Job]:
     """train: every API on the nodes, and on more than one node a 1-node baseline each
     (unless left out: no scaling efficiency then)."""
     rpn = ranks_per_node(o)
-    common = ("--steps", str(o.train_steps), "--device", o.device, *_binding_args(o))
     jobs = []
     for impl, launcher, args in _train_runs(o):
+        common = ("--steps", str(o.train_steps), "--device", o.device,
+                  *_binding_args(o, launcher))
         jobs.append(Job(f"train-{impl}", "train", impl, o.nodes, rpn, launcher,
                         "train.py", (*args, *common)))
         if o.nodes > 1 and o.baselines:
@@ -320,10 +331,10 @@ def plan_skipped(o: Options) -> list[Skipped]:
 
 def plan_pernode(o: Options) -> list[Job]:
     """pernode: the allreduce alone on every node of the partition (at least 2 ranks)."""
-    backend = _backend(o)
+    backend, launcher = _backend(o), _job_launcher(o.site)
     return [Job(f"pernode-{node}", "pernode", f"torch-{backend}", 1, max(ranks_per_node(o), 2),
-                _job_launcher(o.site), "allreduce.py",
-                ("--impl", "torch", *_backend_args(o), *_size_args(o)), node=node,
+                launcher, "allreduce.py",
+                ("--impl", "torch", *_backend_args(o), *_size_args(o, launcher)), node=node,
                 timeout_s=600)
             for node in o.node_names]
 
@@ -569,11 +580,17 @@ def program_check(job: Job, rundir: str) -> list[str]:
 
 def placement(job: Job, o: Options) -> Placement:
     """Where a job runs as a step of one allocation: its nodes (pinned ones by name), its
-    ranks per node, and whether its launcher starts the ranks through the scheduler."""
+    ranks per node, whether its launcher starts the ranks through the scheduler, and the
+    GPUs its own job asks for (the step asks for these, never inheriting the allocation's
+    per-task binding: torchrun's agent and the env check see their node's GPUs)."""
     kind = kind_of(o.site.launchers[job.launcher].kind)
+    req = job_request(job, o, f"hpcprov-{job.id}")
+    backend = schedulers.of(o.site)
+    gpus = tuple((n, v) for n, v in backend.options(req, batch=True)
+                 if backend.geometry_of(req, n, v) == "gpus") if req.gpus > 0 else ()
     return Placement(job.nodes, job.ranks_per_node,
                      tuple(job.node.split(",")) if job.node else (),
-                     starts_tasks=kind.task_starter, first=job.slot or 0)
+                     starts_tasks=kind.task_starter, first=job.slot or 0, gpus=gpus)
 
 
 def allocation_request(o: Options) -> JobRequest:

@@ -125,6 +125,9 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
                      "results elsewhere.")
     if pol.submit_from:
         rules.append(f"Submit jobs from `{pol.submit_from}`.")
+    from hpcprov.jobs.lint import device_rules
+
+    rules += device_rules(site, pname)  # the device-0 rule site check and jobscript print
     rules += pol.notes
 
     plan = build_plan(site)

@@ -24,6 +24,7 @@ from hpcprov.site.bins import walltime_cap
 if TYPE_CHECKING:
     from collections.abc import Iterable
 
+    from hpcprov.site.gpu_vendors import Vendor
     from hpcprov.site.types import Partition, Site
 
 # Commands that need the internet when run (pip without --no-index, conda, downloads).
@@ -334,19 +335,77 @@ def _launcher_binding(site: Site, name: str) -> list[tuple[PathKey, str]]:
         found.append(((*where, "kind"), f"launchers.{name}: lrun binds each rank to its own "
                       "GPU (unless its args say --gpubind=off)"))
     if kind in ("srun", "container"):
-        for word in launcher.args:
-            flag, _, value = str(word).partition("=")
-            if flag == "--gpus-per-task" or (flag == "--gpu-bind" and not _no_binding(value)):
-                found.append(((*where, "args"), f"launchers.{name}.args: {word} binds each "
-                              "task to its own GPUs"))
-    # each vendor's visible-devices variable, and ROCm's lower one (AMD sites bind with it)
-    variables = {v.visible_devices for v in VENDORS.values()} | {"ROCR_VISIBLE_DEVICES"}
+        for key in ("args", "srun_args") if kind == "container" else ("args",):
+            for word in getattr(launcher, key):
+                flag, _, value = str(word).partition("=")
+                if flag in ("--gpus-per-task", "--ntasks-per-gpu") or (
+                        flag == "--gpu-bind" and not _no_binding(value)):
+                    found.append(((*where, key), f"launchers.{name}.{key}: {word} binds "
+                                  "each task to its own GPUs"))
+    if kind == "flux":
+        said = _flux_gpu_affinity([str(w) for w in launcher.args])
+        if said:
+            found.append(((*where, "args"), f"launchers.{name}.args: {said} gives each "
+                          "task its own GPUs (flux run's default, gpu-affinity=on, gives "
+                          "every task all of its node's GPUs of the job)"))
+    variables = _visible_variables(VENDORS.values())
     for word in launcher.wrapper:
         var, eq, value = str(word).partition("=")
         if eq and var in variables and "$" in value:
             found.append(((*where, "wrapper"), f"launchers.{name}.wrapper: {word} gives "
                           "each rank its own GPU"))
     return found
+
+
+def _visible_variables(vendors: Iterable[Vendor]) -> set[str]:
+    """Each vendor's visible-devices variable, and those a starter's binding sets (ROCm's
+    lower one: AMD sites bind with it too)."""
+    return {v.visible_devices for v in vendors} | {
+        var for v in vendors for var in (v.bound_visible_devices or {}).values()}
+
+
+def visible_variable(site: Site, launcher: str, pname: str) -> str:
+    """The variable that limits the GPUs each rank of ``launcher`` sees on partition
+    ``pname``: the one its wrapper sets per rank; where its ranks are bound per task (its
+    per_rank, else the partition's, says one, or it or the partition binds), the one its
+    starter's binding sets (:attr:`Vendor.bound_visible_devices`: AMD GPUs under Slurm's
+    binding, ROCR_VISIBLE_DEVICES); else the vendor's."""
+    from hpcprov.site.gpu_vendors import VENDORS
+    from hpcprov.site.launcher_kinds import kind_of
+
+    vendor, launch = VENDORS[site.partitions[pname].gpus.vendor], site.launchers[launcher]
+    for word in launch.wrapper:
+        var, eq, value = str(word).partition("=")
+        if eq and var in _visible_variables(VENDORS.values()) and "$" in value:
+            return var
+    bound = site.per_rank(launcher, pname) == "one" or bool(_launcher_binding(
+        site, launcher)) or (launch.per_rank is None and bool(_partition_binding(site, pname)))
+    if not bound:
+        return vendor.visible_devices
+    kind = kind_of(launch.kind)
+    starter = kind.scheduler or (schedulers.of(site).name
+                                 if kind.task_starter or kind.per_node else None)
+    return vendor.visible_for(starter)
+
+
+def _flux_gpu_affinity(words: list[str]) -> str | None:
+    """The words of flux run options (-o NAME=VALUE, -oNAME=VALUE, --setopt[=]NAME=VALUE)
+    that bind each task to its own GPUs: gpu-affinity=per-task or =map:LIST (None:
+    none)."""
+    for i, word in enumerate(words):
+        before = words[i - 1] if i else ""
+        if before in ("-o", "--setopt"):
+            option, said = word, f"{before} {word}"
+        elif word.startswith("--setopt="):
+            option, said = word.removeprefix("--setopt="), word
+        elif word.startswith("-o") and not word.startswith("--"):
+            option, said = word[2:], word
+        else:
+            continue
+        name, _, value = option.partition("=")
+        if name == "gpu-affinity" and (value == "per-task" or value.startswith("map:")):
+            return said
+    return None
 
 
 def _partition_binding(site: Site, pname: str) -> list[tuple[PathKey, str]]:
@@ -388,28 +447,75 @@ def _binds(what: str, call: str) -> str:
             "with invalid device ordinal where LOCAL_RANK >= the GPUs a rank sees)")
 
 
-def _declare(pnames: list[str]) -> str:
-    return (f"declare gpus.per_rank: one on partition{'s' if len(pnames) > 1 else ''} "
+def _declare(pnames: list[str], launcher: str | None = None) -> str:
+    """The fix of a binding where the profile says ``all``: the partitions' declaration,
+    or, for a launcher's own binding, the launcher's (only its ranks are bound)."""
+    said = (f"declare gpus.per_rank: one on partition{'s' if len(pnames) > 1 else ''} "
             f"{', '.join(pnames)} (scripts then use device 0)")
+    return said if launcher is None else (
+        f"{said}, or per_rank: one on launcher {launcher} where only its ranks are bound")
+
+
+def _one_per_rank_of(site: Site, launcher: str, pname: str) -> str:
+    """Where the profile says a launcher's ranks see one GPU each: the launcher's own
+    per_rank, else the partition's."""
+    if site.launchers[launcher].per_rank == "one":
+        return (f"launchers.{launcher}.per_rank: one: each rank it starts sees only its own "
+                "GPU, as device 0")
+    return _one_per_rank(pname)
+
+
+def device_rules(site: Site, pname: str) -> list[str]:
+    """The device rule of a GPU partition's jobs, for the lines a user reads (the guide):
+    where the ranks of some launcher each see one GPU (its per_rank, else the
+    partition's), one line naming them and what scripts must use; none otherwise."""
+    part = site.partitions[pname]
+    if not part.gpus.count:
+        return []
+    one = [n for n in site.launchers if site.per_rank(n, pname) == "one"]
+    if not one:
+        return []
+    rest = [n for n in site.launchers if n not in one]
+    who = ("every launcher" if not rest else
+           f"launcher{'s' if len(one) > 1 else ''} {', '.join(f'`{n}`' for n in one)}")
+    others = (f"; the ranks of {', '.join(f'`{n}`' for n in rest)} see all of the node's "
+              "GPUs (device LOCAL_RANK)") if rest else ""
+    return [f"GPUs on {pname}: each rank that {who} starts sees only its own GPU, as device "
+            f"0: {_use_device_0(part)}{others}."]
 
 
 def gpu_binding_findings(site: Site) -> list[Located]:
     """What ``hpcprov site check`` warns about the GPUs each rank sees, located at the
-    profile's key: a partition that declares one GPU per rank (scripts must use device 0),
-    and a binding per rank (Slurm's gpus-per-task or gpu-bind, a jsrun launcher, an lrun
-    launcher without --gpubind=off, a wrapper setting the visible-devices variable per rank)
-    on GPU partitions that say ``all``."""
+    profile's key: a partition or launcher that declares one GPU per rank (scripts must use
+    device 0), and a binding per rank (Slurm's gpus-per-task or gpu-bind, a jsrun launcher,
+    an lrun launcher without --gpubind=off, flux run's gpu-affinity=per-task, a wrapper
+    setting the visible-devices variable per rank) where the profile says ``all`` (the
+    launcher's per_rank, else the GPU partitions')."""
     gpu = {p: part for p, part in site.partitions.items() if part.gpus.count}
     out: list[Located] = [(("partitions", p, "gpus", "per_rank"),
                            f"{_one_per_rank(p)}: {_use_device_0(part)}")
                           for p, part in gpu.items() if part.gpus.per_rank == "one"]
+    if gpu:
+        first = next(iter(gpu.values()))
+        out += [(("launchers", n, "per_rank"),
+                 f"{_one_per_rank_of(site, n, '')}: {_use_device_0(first)}")
+                for n, launcher in site.launchers.items() if launcher.per_rank == "one"]
+    for name, launcher in site.launchers.items():
+        # the partitions where this launcher's ranks are said to see all their node's GPUs
+        seen_all = [] if launcher.per_rank == "one" else list(gpu) \
+            if launcher.per_rank == "all" else \
+            [p for p, part in gpu.items() if part.gpus.per_rank == "all"]
+        if not seen_all:
+            continue
+        fix = (f"set launchers.{name}.per_rank: one (scripts then use device 0)"
+               if launcher.per_rank == "all" else _declare(seen_all, name))
+        call = _device_call(gpu[seen_all[0]])
+        out += [(loc, f"{_binds(what, call)}; {fix}")
+                for loc, what in _launcher_binding(site, name)]
     said_all = [p for p, part in gpu.items() if part.gpus.per_rank == "all"]
     if not said_all:
         return out
     call = _device_call(gpu[said_all[0]])
-    for name in site.launchers:
-        out += [(loc, f"{_binds(what, call)}; {_declare(said_all)}")
-                for loc, what in _launcher_binding(site, name)]
     seen: set[PathKey] = set()
     for p in said_all:
         for loc, what in _partition_binding(site, p):
@@ -421,25 +527,32 @@ def gpu_binding_findings(site: Site) -> list[Located]:
 
 
 def _gpu_binding(req: JobRequest) -> list[Finding]:
-    """A GPU job's warning about the device its script must take: device 0 on a
-    partition that declares one GPU per rank; where its launcher or partition binds each
-    rank to its own GPU but the profile says ``all``, that LOCAL_RANK is no device there."""
+    """A GPU job's warning about the device its script must take: device 0 where its
+    launcher (its per_rank, else the partition's gpus.per_rank) gives each rank one GPU;
+    where its launcher or partition binds each rank to its own GPU but the profile says
+    ``all``, that LOCAL_RANK is no device there. A launcher that says ``per_rank: all``
+    itself is taken at its word on the partition's binding (torchrun's one agent per
+    node), not on its own."""
     part, pname = req.part, req.partition_name
     try:
-        gpus = req.gpus
+        gpus, name = req.gpus, req.launcher_name
     except HpcprovError:
         return []
     if gpus <= 0:
         return []
     call = _device_call(part)
-    if part.gpus.per_rank == "one":
-        return [Finding("warning", "gpu-per-rank", _one_per_rank(pname), _use_device_0(part))]
-    bound = [*_launcher_binding(req.site, req.launcher_name),
-             *_partition_binding(req.site, pname)]
-    return [Finding("warning", "gpu-binding", _binds(what, call),
-                    f"set partitions.{pname}.gpus.per_rank: one in the profile, and use "
-                    f"{call}(0) in scripts")
-            for _, what in bound]
+    if req.site.per_rank(name, pname) == "one":
+        return [Finding("warning", "gpu-per-rank", _one_per_rank_of(req.site, name, pname),
+                        _use_device_0(part))]
+    own = f"set launchers.{name}.per_rank: one in the profile, and use {call}(0) in scripts"
+    found = [Finding("warning", "gpu-binding", _binds(what, call), own)
+             for _, what in _launcher_binding(req.site, name)]
+    if req.launch.per_rank == "all":
+        return found
+    return found + [Finding("warning", "gpu-binding", _binds(what, call),
+                            f"set partitions.{pname}.gpus.per_rank: one in the profile, and "
+                            f"use {call}(0) in scripts")
+                    for _, what in _partition_binding(req.site, pname)]
 
 
 # ---------------------------------------------------------------- hpcprov site check

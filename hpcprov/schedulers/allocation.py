@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import hostlist
@@ -130,11 +131,12 @@ class OneAllocation(Executor):
                         f"allocation has {', '.join(self.nodes)}")
             self._event(h, h.reason)
             return
-        fixed = Placement(len(nodes), place.tasks_per_node, tuple(nodes), place.starts_tasks)
+        fixed = replace(place, count=len(nodes), nodes=tuple(nodes), first=0)
         env, hosts = self.inner_steps.env(fixed, base.with_suffix(".hosts"))
         if hosts is not None:
             atomic_write(base.with_suffix(".hosts"), hosts)
-        body = [NO_WRITE_FOR_OTHERS, *(f"export {assign(k, v)}" for k, v in env.items())]
+        body = [NO_WRITE_FOR_OTHERS, *(join(["unset", k]) if v is None else
+                                       f"export {assign(k, v)}" for k, v in env.items())]
         body.append(join(["exec", "bash", str(h.script)]) + f" > {quote(str(h.output))} 2>&1")
         write_code(base.with_suffix(".step"), "\n".join(body) + "\n",
                    what="the allocation's steps", runs="the allocation")

@@ -365,6 +365,10 @@ class Placement:
     nodes: tuple[str, ...] = ()
     starts_tasks: bool = False
     first: int = 0  # where nodes are not named: the first of the allocation's nodes it takes
+    # the job's own GPU request, as its own job would ask it (the scheduler's options that
+    # set the job's GPUs, e.g. Slurm's gpus-per-task): a step asks for these, never for
+    # the allocation's (whose per-task binding its own launch did not ask for)
+    gpus: tuple[tuple[str, str | None], ...] = ()
 
 
 class Steps:
@@ -376,10 +380,12 @@ class Steps:
         """Shell text that prints the allocation's nodes, one per line, inside a job."""
         raise NotImplementedError
 
-    def env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
+    def env(self, place: Placement, hostfile: Path
+            ) -> tuple[dict[str, str | None], str | None]:
         """The variables that make a job script, run as a step inside a larger allocation,
-        see only its own nodes and tasks (its launchers read them), and the text of a host
-        file to write at ``hostfile`` where they name one (None: no file)."""
+        see only its own nodes, tasks and GPU request (its launchers read them; None: a
+        variable the allocation set that the step must not inherit, unset), and the text
+        of a host file to write at ``hostfile`` where they name one (None: no file)."""
         raise NotImplementedError
 
 

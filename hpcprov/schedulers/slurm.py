@@ -270,25 +270,46 @@ class Slurm(Backend):
 BACKEND = Slurm()
 
 
+# the variables through which srun inherits the job's GPU request and binding (its input
+# environment, which sbatch and salloc set from their options), by the option each mirrors
+STEP_GPU_VARIABLES = {
+    "gpus-per-task": "SLURM_GPUS_PER_TASK", "tres-per-task": "SLURM_TRES_PER_TASK",
+    "gpus-per-node": "SLURM_GPUS_PER_NODE", "gpus": "SLURM_GPUS",
+    "gpus-per-socket": "SLURM_GPUS_PER_SOCKET", "ntasks-per-gpu": "SLURM_NTASKS_PER_GPU",
+    "gpu-bind": "SLURM_GPU_BIND",
+}
+GPU_OPTION_NAMES = {"G": "gpus"}  # short names of those options
+
+
 class SlurmSteps(Steps):
     """Steps of one allocation: its nodes from scontrol, srun's and mpirun's variables."""
 
     def nodes(self) -> str:
         return HOSTNAMES
 
-    def env(self, place: Placement, hostfile: Path) -> tuple[dict[str, str], str | None]:
+    def env(self, place: Placement, hostfile: Path
+            ) -> tuple[dict[str, str | None], str | None]:
         """What srun, mpirun (Open MPI reads the allocation from these) and the generated
         host lists read. srun takes -N and -n from SLURM_NNODES and SLURM_NTASKS but no node
         list from the environment: a step that starts its tasks with srun gets a host file
-        (one line per task, SLURM_DISTRIBUTION=arbitrary), which places them exactly."""
+        (one line per task, SLURM_DISTRIBUTION=arbitrary), which places them exactly.
+        srun also reads the job's GPU request from the environment (SLURM_GPUS_PER_TASK:
+        one GPU per task where the allocation bound its tasks so): a step asks for its own
+        job's (``place.gpus``), and inherits none of the allocation's."""
         nodes, per = place.nodes, place.tasks_per_node
         names = hostlist.collect_hostlist(list(nodes))
         tasks = str(len(nodes) * per)
-        env = {"SLURM_JOB_NODELIST": names, "SLURM_NODELIST": names,
-               "SLURM_NNODES": str(len(nodes)), "SLURM_JOB_NUM_NODES": str(len(nodes)),
-               "SLURM_NTASKS": tasks, "SLURM_NPROCS": tasks,
-               "SLURM_NTASKS_PER_NODE": str(per),
-               "SLURM_TASKS_PER_NODE": f"{per}(x{len(nodes)})"}
+        env: dict[str, str | None] = {
+            "SLURM_JOB_NODELIST": names, "SLURM_NODELIST": names,
+            "SLURM_NNODES": str(len(nodes)), "SLURM_JOB_NUM_NODES": str(len(nodes)),
+            "SLURM_NTASKS": tasks, "SLURM_NPROCS": tasks,
+            "SLURM_NTASKS_PER_NODE": str(per),
+            "SLURM_TASKS_PER_NODE": f"{per}(x{len(nodes)})"}
+        env.update(dict.fromkeys(STEP_GPU_VARIABLES.values()))  # never the allocation's
+        for name, value in place.gpus:
+            var = STEP_GPU_VARIABLES.get(GPU_OPTION_NAMES.get(name, name), "")
+            if var and value is not None:
+                env[var] = value
         if not place.starts_tasks:
             return env, None
         env.update(SLURM_HOSTFILE=str(hostfile), SLURM_DISTRIBUTION="arbitrary")

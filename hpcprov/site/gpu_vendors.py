@@ -49,6 +49,14 @@ class Vendor(NamedTuple):
     horovod_refusal: str = ""
     cuda_arches: bool = False
     """the CUDA compute capabilities of its models are known, built for and linted"""
+    bound_visible_devices: dict[str, str] | None = None
+    """starter -> the variable that starter's per-task GPU binding sets where it is not
+    :attr:`visible_devices` (``slurm``: srun's --gpus-per-task and --gpu-bind; None: every
+    starter sets visible_devices)"""
+
+    def visible_for(self, starter: str | None) -> str:
+        """The variable that limits a rank's GPUs where ``starter`` binds it per task."""
+        return (self.bound_visible_devices or {}).get(starter or "", self.visible_devices)
 
 
 VENDORS: dict[str, Vendor] = {
@@ -64,7 +72,9 @@ VENDORS: dict[str, Vendor] = {
         Query(("rocm-smi", "--showid"), r"^GPU\[([0-9]+)\]"),
         Query(("rocm-smi", "--showproductname"),
               r"^GPU\[\d+\]\s*:\s*Card [Ss]eries:\s*(\S.*?)\s*$"),
-        "cuda", "nccl", horovod_env={"HOROVOD_GPU": "ROCM"}),
+        "cuda", "nccl", horovod_env={"HOROVOD_GPU": "ROCM"},
+        # Slurm's gres/gpu plugin binds AMD GPUs through ROCm's lower variable
+        bound_visible_devices={"slurm": "ROCR_VISIBLE_DEVICES"}),
     # Level Zero devices as SYCL lists them: with the FLAT hierarchy (the default of recent
     # drivers) each tile of a GPU Max card is a device, as torch.xpu counts them
     "intel": Vendor(

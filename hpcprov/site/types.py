@@ -925,6 +925,13 @@ class Launcher(Strict):
         None, description="the modules jobs of this launcher load instead of the site's "
         "runtime set; a container launcher loads none of it by default (only "
         "containers.module): the host's Python and libraries stay out of the container")
+    per_rank: Literal["all", "one"] | None = F(
+        None, description="what each rank this launcher starts sees of its node's GPUs, "
+        "where it differs from the partition's gpus.per_rank (default: the partition's): "
+        "one where it binds each rank to its own GPU (srun --gpus-per-task=1, flux run -o "
+        "gpu-affinity=per-task, lrun), all where its ranks see every GPU of the node "
+        "(torchrun, lrun --gpubind=off); validate, site check, jobscript and the guide "
+        "read it for this launcher's jobs")
     # mpirun / horovodrun
     hosts: Literal["list", "hostfile"] = F(
         "list", description="list: -H node:slots,...; hostfile: --hostfile <hostfile>"
@@ -1312,6 +1319,12 @@ class Site(Strict):
                 return pname, part
         first = next(iter(self.partitions))
         return first, self.partitions[first]
+
+    def per_rank(self, launcher: str, partition: str) -> Literal["all", "one"]:
+        """What each rank a launcher starts on a partition sees of its node's GPUs: the
+        launcher's ``per_rank``, else the partition's ``gpus.per_rank``."""
+        own = self.launchers[launcher].per_rank if launcher in self.launchers else None
+        return own or self.partitions[partition].gpus.per_rank
 
     def partition_for_nodes(self, nodes: int) -> str | None:
         """Where no partition is named: the default one when its node limits fit a job of

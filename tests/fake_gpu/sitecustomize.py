@@ -20,7 +20,9 @@ import sys
 
 
 def _visible(total):
-    value = os.environ.get("CUDA_VISIBLE_DEVICES")
+    # HPCPROV_TEST_GPU_VAR: the variable that narrows them instead (ROCm's
+    # ROCR_VISIBLE_DEVICES, which Slurm's binding of AMD GPUs sets)
+    value = os.environ.get(os.environ.get("HPCPROV_TEST_GPU_VAR", "CUDA_VISIBLE_DEVICES"))
     if value is None:
         return list(range(total))
     out = []
