@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from hpcprov_tests import assert_one_line_error, cli, write_profile
+from hpcprov_tests import Result, assert_one_line_error, cli, write_profile
 
-from hpcprov.provision.plan import build_plan, render_script
+from hpcprov.provision.plan import Where, build_plan, render_script
 from hpcprov.provision.plan_lint import lint_plan
 from hpcprov.site.profiles import load_site
 
@@ -46,12 +46,12 @@ def _partitions(*arches: str, gpus: int = 0) -> str:
     return text
 
 
-def _warnings(res: object) -> list[str]:
-    return [ln for ln in res.err_lines if "warning" in ln]  # type: ignore[attr-defined]
+def _warnings(res: Result) -> list[str]:
+    return [ln for ln in res.err_lines if ln.startswith("hpcprov: warning:")]
 
 
 def _run_step(tmp_path: Path, profile: Path, step: str, stubs: dict[str, str],
-              runs_on: str = "login") -> subprocess.CompletedProcess[str]:
+              runs_on: Where = "login") -> subprocess.CompletedProcess[str]:
     """Run one step's function of the rendered setup.sh, with stub commands first on the
     PATH (each records its arguments and environment under $RECORD)."""
     prefix = tmp_path / "p"
@@ -64,7 +64,7 @@ def _run_step(tmp_path: Path, profile: Path, step: str, stubs: dict[str, str],
     activate.parent.mkdir(parents=True, exist_ok=True)
     activate.write_text(f'PATH="{folder}:$PATH"\n')
     (tmp_path / "record").mkdir(exist_ok=True)
-    plan = build_plan(load_site(str(profile)), str(prefix), runs_on=runs_on)  # type: ignore[arg-type]
+    plan = build_plan(load_site(str(profile)), str(prefix), runs_on=runs_on)
     head = render_script(plan).split("\nHPCPROV_STEPS=(")[0]
     (tmp_path / "run.sh").write_text(f"{head}\nstep_{step.replace('-', '_')}\n")
     return subprocess.run(["bash", str(tmp_path / "run.sh")], capture_output=True, text=True,
@@ -72,7 +72,9 @@ def _run_step(tmp_path: Path, profile: Path, step: str, stubs: dict[str, str],
                                "RECORD": str(tmp_path / "record")}, cwd=tmp_path, timeout=60)
 
 
-RECORDS = 'printf "%s\\n" "$@" == >> "$RECORD/$(basename "$0").argv"\nenv > "$RECORD/$(basename "$0").env"\n'
+# a stub's body: its arguments, one a line, each call's ended by ==, and its environment
+RECORDS = ('printf "%s\\n" "$@" == >> "$RECORD/$(basename "$0").argv"\n'
+           'env > "$RECORD/$(basename "$0").env"\n')
 
 
 # ------------------------------------------------ 14. the architecture is a fact the tool uses
@@ -260,8 +262,9 @@ def test_setup_exports_the_proxy_only_where_its_scope_says_it_works(
         tmp_path: Path, scope: str, login: bool, compute: bool) -> None:
     site = load_site(str(write_profile(tmp_path, "a", "extends: local\nname: a\n"
                                        + PROXY.format(scope=scope))))
-    for where, exported in (("login", login), ("compute", compute)):
-        plan = build_plan(site, "/p", runs_on=where)  # type: ignore[arg-type]
+    places: tuple[tuple[Where, bool], ...] = (("login", login), ("compute", compute))
+    for where, exported in places:
+        plan = build_plan(site, "/p", runs_on=where)
         assert ("https_proxy" in plan.variables) is exported, (where, plan.variables)
         assert ("http://proxy.example:3128" in render_script(plan)) is exported
         # no internet on compute nodes, and no proxy that works there: setup says so

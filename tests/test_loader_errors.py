@@ -141,7 +141,7 @@ def test_several_problems_are_one_line_each(tmp_path: Path,
 
 def test_check_of_good_and_bad_files_together(tmp_path: Path,
                                               capsys: pytest.CaptureFixture[str]) -> None:
-    good = write_profile(tmp_path, "good", "extends: neuron\n")
+    good = write_profile(tmp_path, "good", "extends: cc\n")  # (neuron warns: mixed arch)
     bad = write_profile(tmp_path, "bad", "extends: neuron\npolicies: {purge_days: 0}\n")
     res = cli(capsys, "site", "check", str(good), str(bad))
     assert res.rc == 2

@@ -88,8 +88,8 @@ def horovod_input_findings(site: Site) -> list[Located]:
     if hvd.source not in ("pip", "wheelhouse") or not _builds_env(site):
         return []
     installed = {_spec_name(spec) for spec in py.packages}
-    for name, fw in py.frameworks.items():
-        installed.add(_HOROVOD_NEEDS[name][0])
+    for framework, fw in py.frameworks.items():
+        installed.add(_HOROVOD_NEEDS[framework][0])
         installed.update(_spec_name(spec) for spec in fw.packages)
     out: list[Located] = []
     for i, name in enumerate(hvd.frameworks):
