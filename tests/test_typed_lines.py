@@ -106,3 +106,26 @@ def test_what_only_a_scheduler_reads_is_said_to_be_dropped(
     assert "-o" in line and "--time" in line and "--job-name" in line
     quiet = cli(capsys, "jobscript", "--site", "local", "--", "python", "t.py")
     assert "[no-scheduler]" not in quiet.err
+
+
+def test_an_interactive_allocation_asks_for_the_sites_interactive_time(
+        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """Defect 20: [no-time] fired on most bundled sites, so users learned to ignore it.
+    Neuron's public 48 h default is now the profile's (no warning), and its 8 h cap on
+    interactive jobs, limits.interactive_walltime, what salloc asks for; above max_walltime
+    it is refused at its line."""
+    batch = cli(capsys, "jobscript", "--site", "neuron", "-N", "2", "-o", "comment=python",
+                "--", "python", "t.py")
+    assert batch.rc == 0 and "[no-time]" not in batch.err
+    assert "#SBATCH --time=2-00:00:00" in batch.out
+    typed = cli(capsys, "launch", "--site", "neuron", "-N", "2", "--allocate", "-o",
+                "comment=python", "--", "python", "t.py")
+    assert typed.rc == 0 and typed.out.startswith("salloc ")
+    assert "--time=08:00:00" in typed.out.splitlines()[0]
+    given = cli(capsys, "launch", "--site", "neuron", "-N", "2", "--allocate", "-t", "1:00:00",
+                "-o", "comment=python", "--", "python", "t.py")
+    assert "--time=1:00:00" in given.out.splitlines()[0]
+    path = write_profile(tmp_path, "long", "extends: neuron\nname: long\npartitions:\n"
+                         "  skl:\n    limits: {interactive_walltime: '3-00:00:00'}\n")
+    assert_one_line_error(cli(capsys, "site", "check", str(path)), 2, "interactive_walltime",
+                          "longer than max_walltime")

@@ -218,13 +218,14 @@ def prepare(o: ValidateOptions, dry_run: bool = False) -> Prepared:
     s = job.site
     wanted = _checked(o)
     has = s.partitions[s.partition(o.partition)[0]].nodes  # None: no count published
-    nodes = o.nodes if o.nodes is not None else (2 if has is None else min(2, has))
+    most = schedulers.of(s).max_nodes  # one host where hpcprov knows no scheduler
+    nodes = o.nodes if o.nodes is not None else min(2, has or 2, most or 2)
     job = replace(job, nodes=nodes, partition=o.partition)
     pname = job.partition_name  # the queue jobscript picks for a job of this size
     has = s.partitions[pname].nodes
-    if has is not None and nodes > has:
-        raise UsageError(f"--nodes {nodes}: partition {pname} has {has} node(s)")
     backend = schedulers.of(s)
+    if has is not None and nodes > has and nodes <= (most or nodes):  # else: lint's line
+        raise UsageError(f"--nodes {nodes}: partition {pname} has {has} node(s)")
     per_node = {"pernode", "links"} & set(wanted)
     if "links" in wanted and backend.pin("node") is None:
         raise UsageError(f"--checks links: pairs of nodes must be pinned to their nodes, which "

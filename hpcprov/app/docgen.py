@@ -128,6 +128,8 @@ def launcher_kinds() -> list[str]:
         roles = [f"torch.distributed (preference {k.torch_order})"] if k.torch_order else []
         if k.horovod == "mpi":
             roles.append("Horovod over MPI")
+        if k.horovod == "pmi":
+            roles.append("Horovod over MPI, where `mpi:` names the MPI's plugin")
         if k.horovod == "controller":
             roles.append("Horovod over its controller (Gloo)")
         keys = ", ".join(f"`{key}`" for key in sorted(k.keys))

@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING, Any
 
 from hpcprov import schedulers
 from hpcprov.core.errors import HpcprovError
-from hpcprov.core.shell import join, quote
-from hpcprov.jobs.jobscript import allocate_argv, build_jobscript, submit_argv
-from hpcprov.jobs.launchers import build_launch, env_lines
-from hpcprov.jobs.layout import Layout
-from hpcprov.jobs.modules import init_lines, load_lines
+from hpcprov.core.shell import join
+from hpcprov.jobs.api import plan_jobscript, plan_launch
+from hpcprov.jobs.jobscript import allocate_argv, software_lines, submit_argv
+from hpcprov.jobs.launchers import env_lines
+from hpcprov.jobs.modules import load_lines
 from hpcprov.request.job import JobRequest
 from hpcprov.site.conda_channels import tos_channels
 from hpcprov.site.launcher_kinds import kind_of
@@ -86,7 +86,6 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
     from hpcprov.provision.plan import build_plan
 
     pname, part = site.partition(partition)
-    lay = Layout.of(site)
     rows = []
     for name, p in site.partitions.items():
         lim = p.limits
@@ -152,35 +151,34 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
                               message=match.message())
 
     req = _example_request(site, pname)
-    native = site.python.backend != "container"
-    activation = [f"source {quote(lay.activate_file)}"] if native else []
+    refused = _refusal(req)  # the guide shows no command the CLI refuses
     allocate = (_section("allocate", command=join(allocate_argv(req)))
-                if allocate_argv(req) else [])
-    modules = site.modules_for(pname)
-    # as a job script has them: `module use` of the site's trees, the runtime modules, the
-    # environment, the variables
-    runtime_mods = [*(ln for ln in init_lines(modules) if ln.startswith("module use ")),
-                    *load_lines(modules, modules.runtime), *activation, *env_lines(req)]
+                if allocate_argv(req) and not refused else [])
+    # what a batch job loads first, the modules, the environment and the variables, typed
+    # once; a launcher that loads otherwise (its own modules, a container's) says its own
+    common = [*software_lines(req), *env_lines(req)]
     launches = []
     for name, launcher in site.launchers.items():
         r = _example_request(site, pname, name)
         try:
-            launch = build_launch(r, "allocation")
+            launch = plan_launch(r)  # linted as a line typed inside the allocation
         except HpcprovError as exc:
-            launches.append(f"# {name}: {exc}")
+            launches.append(f"# {name}: hpcprov launch refuses it: "
+                            + str(exc).replace("\n", "; "))
             continue
         note = f" (one {launcher.kind.value} per node)" if kind_of(launcher.kind).per_node else ""
-        launches += [f"# {name}{note}", *launch.setup, launch.line]
+        own = [*launch.software, *launch.env]
+        launches += [f"# {name}{note}", *(own if own != common else []), *launch.typed]
 
     command = join(["hpcprov", "jobscript", "--site", ref, "--nodes", str(req.nodes),
                     "--gpus-per-node", str(req.gpus),
                     *(f"--option={n}={v}" for n, v in req.options.items()),
                     "--", "python", "train_hvd.py"])
     try:
-        jobscript = _section("jobscript",
-                             script=build_jobscript(req).rstrip("\n").splitlines())
+        jobscript = _section("jobscript", script=plan_jobscript(req).script.rstrip(
+            "\n").splitlines())  # linted as `hpcprov jobscript` lints it
     except HpcprovError as exc:
-        jobscript = _section("jobscript-error", error=str(exc))
+        jobscript = _section("jobscript-error", error=str(exc).replace("\n", "; "))
     # (runtime unset: setup's and the jobs' tool is then singularity, and the guide says so)
     containers = _section("containers", runtime=site.containers.runtime or "singularity",
                           images=[
@@ -193,13 +191,26 @@ def render_guide(site: Site, partition: str | None = None, ref: str | None = Non
         setup=join(["hpcprov", "setup", "--site", ref]),
         steps=[f"{i}. **{s.id}**: {s.title}" for i, s in enumerate(plan.steps, 1)],
         horovod_build=horovod_build, check_build=check_build, compat_notes=notes,
-        allocate=allocate, interactive=[*runtime_mods, *launches],
+        allocate=allocate, interactive=[*common, *launches] if not refused else [
+            f"# hpcprov launch refuses this job: {refused}"],
         jobscript_command=command, jobscript=jobscript,
         submit=[join(submit_argv(req, "train_hvd.sh")), schedulers.of(site).monitor],
         containers=containers,
         site_sections=[ln for section, text in site.guide.items()
                        for ln in _section("site-section", title=section, text=text)])
     return "\n".join(out).rstrip() + "\n"
+
+
+def _refusal(req: JobRequest) -> str | None:
+    """Why the CLI refuses the guide's example job (jobscript's lint), one line; None: it
+    does not."""
+    from hpcprov.jobs.lint import check
+
+    try:
+        check(req)
+    except HpcprovError as exc:
+        return str(exc).replace("\n", "; ")
+    return None
 
 
 def _conda_rule(python: Any) -> str:

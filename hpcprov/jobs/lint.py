@@ -98,6 +98,9 @@ def _nodes(req: JobRequest) -> list[Finding]:
     if req.nodes < 1:
         return [Finding("error", "nodes", "at least one node is needed",
                         "use --nodes 1 or more")]
+    most = schedulers.of(req.site).max_nodes
+    if most is not None and req.nodes > most:
+        return []  # the scheduler's own lint refuses it, in one line
     if part.nodes is None:
         if req.nodes == 1:
             return []
@@ -231,14 +234,13 @@ def _policies(req: JobRequest) -> list[Finding]:
                                f"remove --option {mine}"))
         elif part is not None:
             out.append(Finding("error", "forbidden-option",
-                               f"{spell(name)} is not allowed on {site.name}: {reason}",
-                               f"remove {name} from partitions.{req.partition_name}.options "
+                               f"{spell(name)} is not allowed on {site.name}: {reason}{alias}",
+                               f"remove {part} from partitions.{req.partition_name}.options "
                                "in the profile"))
         elif own := spelled(written, name):  # an option hpcprov writes: the profile says how
             out.append(Finding("error", "forbidden-option",
                                f"{spell(name)} is not allowed on {site.name} ({reason}), but the "
-                               f"job would ask for it", _own_option_fix(req, name)))
-    backend = schedulers.of(site)
+                               f"job would ask for it", _own_option_fix(req, own)))
     for name, rule in pol.required_options.items():
         mine = spelled(req.options.items(), name)
         value = req.options[mine] if mine is not None else rule.default
@@ -653,15 +655,40 @@ def literal_variable_findings(site: Site) -> list[Located]:
 
 
 def _literal_variables(req: JobRequest) -> list[Finding]:
-    """The job's command words that name a variable: they reach the program as written
-    (the shell that ran hpcprov already expanded what it could; each rank expands
-    nothing in the command)."""
-    for word in req.command:
-        if m := _VARIABLE.search(str(word)):
+    """The job's command words that name a variable each rank does not replace: they reach
+    the program as written (the shell that ran hpcprov already expanded what it could).
+    Where the ranks start through the rank contract, its names ($NODE_RANK, ${MASTER_ADDR},
+    ... :data:`hpcprov.jobs.ranks.CONTRACT`) are replaced on each rank, and nothing else; a
+    command run by a shell (``bash -c '...'``) is that shell's to expand, on each rank."""
+    from hpcprov.jobs.ranks import CONTRACT
+    from hpcprov.site.launcher_kinds import kind_of
+
+    words = [str(w) for w in req.command]
+    if len(words) > 2 and Path(words[0]).name in _SHELLS and words[1] == "-c":
+        return []
+    kind = kind_of(req.launch.kind)
+    shim = bool(kind.container or kind.starters)
+    for word in words:
+        for m in _VARIABLE.finditer(word):
+            name = m.group(1).strip("{}")
+            if name in CONTRACT and shim:
+                continue
+            if name in CONTRACT:  # torchrun: its ranks get the variables, the command none
+                why = (f"{req.launcher_name} gives each rank {name} in its environment but "
+                       "replaces nothing in the command")
+                fix = f"read it in the program (os.environ['{name}'])"
+            else:
+                why = (f"each rank replaces only the rank contract's names "
+                       f"({', '.join(CONTRACT)}) in the command, not {m.group(0)}")
+                fix = (f"read it in the program (os.environ), or run the command through a "
+                       f"shell (bash -c '...'); {_PER_RANK}")
             return [Finding("warning", "literal-variable",
-                            f"the command's {str(word)!r} reaches the program as written: "
-                            f"no rank expands {m.group(0)} in the command", _PER_RANK)]
+                            f"the command's {word!r} reaches the program as written: {why}",
+                            fix)]
     return []
+
+
+_SHELLS = ("bash", "sh", "zsh", "dash", "ksh")
 
 
 ROCM_INDEX_EXAMPLE = "https://download.pytorch.org/whl/rocm6.2"

@@ -133,3 +133,11 @@ class JobRequest:
     @property
     def walltime(self) -> str | None:
         return self.time or self.part.limits.default_walltime
+
+    def walltime_for(self, *, batch: bool) -> str | None:
+        """The time limit a batch job (``batch``) or an interactive allocation asks for:
+        --time, else the partition's default for it."""
+        limits = self.part.limits
+        if not batch and not self.time and limits.interactive_walltime:
+            return limits.interactive_walltime
+        return self.walltime

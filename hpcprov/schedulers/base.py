@@ -130,8 +130,8 @@ def head_options(req: JobRequest, *, batch: bool, queue: str,
 
     opts: list[Option] = [("job-name", req.job_name or ("hpcprov" if batch else
                                                          "interactive"))]
-    if req.walltime:
-        opts.append(("time", req.walltime))
+    if walltime := req.walltime_for(batch=batch):
+        opts.append(("time", walltime))
     routed = [(queue, req.partition_name)] if req.part.routing == "partition" else []
     written = {name for name, _ in [*opts, *routed]}  # a mandatory option hpcprov writes: once
     opts += [(n, v) for n, v in required_options(req, key or same_name) if n not in written]

@@ -146,8 +146,8 @@ class Pbs(Backend):
             "nodes": req.nodes, "ncpus": cpt * req.scheduler_tasks_per_node, "gpus": req.gpus,
             "mpiprocs": req.scheduler_tasks_per_node})
         opts.append(("select", select))
-        if req.walltime:  # PBS takes no days: [D-]HH:MM:SS as hours (7-00:00:00: 168:00:00)
-            opts.append(("walltime", hours_minutes_seconds(req.walltime)))
+        if walltime := req.walltime_for(batch=batch):  # PBS takes no days: [D-]HH:MM:SS as
+            opts.append(("walltime", hours_minutes_seconds(walltime)))  # hours (168:00:00)
         if conf.output:
             opts.append(("output", conf.output))
         if conf.error:

@@ -394,8 +394,14 @@ class Limits(Strict):
     default_walltime: str | None = F(
         None, description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime "
         "(without either, a job asks for no time limit, and jobscript warns)")
+    interactive_walltime: str | None = F(
+        None, description="[D-]HH:MM:SS, the time an interactive allocation (salloc, qsub "
+        "-I, bsub -Is: hpcprov launch --allocate, the guide) asks for when --time is not "
+        "given, where the site caps interactive jobs below batch ones (e.g. 8 h against "
+        "48 h); none: default_walltime")
     _own_checks = (("max_walltime", (lambda v: _walltime(v),)),
                    ("default_walltime", (lambda v: _walltime(v),)),
+                   ("interactive_walltime", (lambda v: _walltime(v),)),
                    ("max_walltime_by_nodes", (_check_bins,)))
     max_walltime_by_nodes: list[WalltimeByNodes] = F(
         factory=list, description="wall-clock caps by job size, smallest first, "
@@ -415,8 +421,9 @@ class Limits(Strict):
             if seconds is not None and most and seconds > most:
                 raise ValueError(f"{value!r} is longer than max_walltime {cap!r}")
 
-        return _refused("default_walltime", self.default_walltime, within_cap) \
-            if not _refused("", self.default_walltime, _walltime) else []
+        return [problem for key in ("default_walltime", "interactive_walltime")
+                for problem in (_refused(key, getattr(self, key), within_cap)
+                                if not _refused("", getattr(self, key), _walltime) else [])]
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -616,7 +623,9 @@ class Policies(Strict):
         "LSF bsub -G: G, -alloc_flags: alloc_flags); names the scheduler writes as one flag "
         "are one option (on LSF account, project and P are all -P)")
     forbidden_options: dict[OptionName, str] = F(
-        factory=dict, description="option -> why it is refused"
+        factory=dict, description="option -> why it is refused; names as in "
+        "required_options, and every name written as the same flag is refused with it (on "
+        "LSF, forbidding P refuses account and project, forbidding account refuses P)"
     )
     compute_internet: bool = F(True, description="compute nodes reach the internet")
     proxy: Proxy | None = F(None, description="the proxy setup's downloads go through "
