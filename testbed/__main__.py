@@ -1,5 +1,6 @@
-"""``python -m hpcprov.testbed up [--nodes N] [--no-accounting] | down | status [--json] |
-kill-node NODE | slow-link NODE [--rate R] | clear-link NODE | env | exec NODE CMD``"""
+"""``python -m hpcprov.testbed up [--nodes N] [--no-accounting] [--scheduler gridengine] |
+down [--scheduler gridengine] | status [--json] | kill-node NODE | slow-link NODE [--rate R] |
+clear-link NODE | env [--scheduler gridengine] | exec NODE CMD``"""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import time
 from collections.abc import Callable
 
 from .cluster import MAX_NODES, Testbed, TestbedError
+from .gridengine import GridEngine
+
+SCHEDULERS = ("slurm", "gridengine")
 
 # Commands that change the running testbed with one call, and the line that reports it (a
 # format string over the command's arguments).
@@ -40,11 +44,19 @@ def _parser() -> argparse.ArgumentParser:
                     help="no slurmdbd/MariaDB (sacct will not work)")
     up.add_argument("--no-policy", action="store_true",
                     help="do not enforce Neuron's submit policy (--comment required, no --mem)")
-    sub.add_parser("down", help="stop everything and remove namespaces, links and mounts")
+    up.add_argument("--scheduler", choices=SCHEDULERS, default="slurm",
+                    help="slurm (default), or gridengine: Grid Engine's qmaster and one execd "
+                         "per node beside Slurm")
+    down = sub.add_parser("down", help="stop everything and remove namespaces, links and "
+                                       "mounts")
+    down.add_argument("--scheduler", choices=("gridengine",),
+                      help="stop only Grid Engine (the testbed stays up)")
     st = sub.add_parser("status", help="what is running")
     st.add_argument("--json", action="store_true", help="machine-readable output")
-    sub.add_parser("env", help="print `export` lines for the client environment "
-                               "(eval \"$(python -m hpcprov.testbed env)\")")
+    env = sub.add_parser("env", help="print `export` lines for the client environment "
+                                     "(eval \"$(python -m hpcprov.testbed env)\")")
+    env.add_argument("--scheduler", choices=SCHEDULERS, default="slurm",
+                     help="whose clients (gridengine: SGE_ROOT, SGE_CELL, ports, PATH)")
     ex = sub.add_parser("exec", help="run a command inside a compute node's namespaces")
     ex.add_argument("node")
     ex.add_argument("argv", nargs=argparse.REMAINDER, help="command (default: bash -l)")
@@ -71,8 +83,20 @@ def main(argv: list[str] | None = None) -> int:
                   f"{', '.join(f'{n.name} ({n.addr}, {n.partition.name})' for n in tb.nodes)}"
                   f"; accounting {'on' if tb.accounting else 'off'}")
             print(f"use it with: export SLURM_CONF={tb.slurm_conf}")
+            if args.scheduler == "gridengine":
+                t0 = time.monotonic()
+                ge = GridEngine(tb).up()
+                print(f"Grid Engine up in {time.monotonic() - t0:.1f}s: queues "
+                      f"{', '.join(ge.queues)}, parallel environments "
+                      f"{', '.join(f'{k} ({v})' for k, v in ge.parallel_envs.items())}")
+                print("use it with: eval \"$(python -m hpcprov.testbed env --scheduler "
+                      "gridengine)\"")
             return 0
         tb = Testbed.from_state(args.state_dir)
+        if args.cmd == "down" and args.scheduler == "gridengine":
+            GridEngine(tb).down()
+            print("Grid Engine down (the testbed stays up)")
+            return 0
         if args.cmd in _ACTIONS:
             act, done = _ACTIONS[args.cmd]
             act(tb, args)
@@ -91,9 +115,16 @@ def main(argv: list[str] | None = None) -> int:
                           f"slurmd={'pid ' + str(n['slurmd']) if n['slurmd'] else '-'} "
                           f"sshd={'pid ' + str(n['sshd']) if n['sshd'] else '-'} "
                           f"state={n['state'] or '-'}")
+                gst = GridEngine(tb).status()
+                if gst["qmaster"]:
+                    execds = ", ".join(f"{k} {'pid ' + str(v) if v else '-'}"
+                                       for k, v in gst["execds"].items())
+                    print(f"  Grid Engine {'UP' if gst['up'] else 'DOWN'}: sge_qmaster pid "
+                          f"{gst['qmaster']}; sge_execd {execds}")
             return 0 if st["up"] else 3
         if args.cmd == "env":
-            for k, v in tb.env().items():
+            env = GridEngine(tb).env() if args.scheduler == "gridengine" else tb.env()
+            for k, v in env.items():
                 print(f"export {k}={shlex.quote(v)}")
             return 0
         if args.cmd == "exec":

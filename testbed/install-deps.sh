@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Install (idempotently) the Debian 12 packages the hpcprov Slurm testbed needs.
+# Install (idempotently) the Debian 12 packages the hpcprov testbed needs (Slurm, and
+# Grid Engine for `up --scheduler gridengine`).
 #
 #   sudo bash testbed/install-deps.sh
 #
@@ -38,7 +39,20 @@ PACKAGES=(
     charliecloud-runtime mmdebstrap
     # namespaces, bridge, veth, processes
     iproute2 util-linux procps psmisc
+    # the libraries of Debian's Grid Engine binaries, unpacked below
+    libjemalloc2 libtirpc3 libdb5.3 libhwloc15 libmunge2 libssl3
 )
+
+# Son of Grid Engine 8.1.9 (`up --scheduler gridengine`): Debian's packages, downloaded
+# with apt (checked against the archive's signed index) and unpacked into GE_PREFIX, not
+# installed: gridengine-client conflicts with slurm-wlm-torque (both ship /usr/bin/qsub, and
+# installing it removes the Torque wrappers the Slurm testbed tests). The testbed puts
+# GE_PREFIX/usr/lib/gridengine first on PATH for Grid Engine's clients only. Debian's
+# sge_qmaster loads its spooling library from /usr/lib/gridengine (compiled in): that path
+# becomes a link to the unpacked binaries when nothing else is there.
+GE_PACKAGES=(gridengine-common gridengine-client gridengine-exec gridengine-master)
+GE_PREFIX=/opt/hpcprov-testbed/gridengine
+GE_LINK=/usr/lib/gridengine
 
 export DEBIAN_FRONTEND=noninteractive
 
@@ -49,8 +63,45 @@ for p in "${PACKAGES[@]}"; do
     fi
 done
 
+ge_versions() {  # the candidate versions of GE_PACKAGES, one "name=version" a line
+    apt-cache policy "${GE_PACKAGES[@]}" | awk '/^[^ ]/ {p=$1; sub(":$", "", p)} /Candidate:/ {print p "=" $2}'
+}
+
+unpack_gridengine() {
+    local stamp="$GE_PREFIX/.hpcprov-packages" versions tmp
+    versions="$(ge_versions)"
+    if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$versions" ] && [ -x "$GE_PREFIX/usr/lib/gridengine/sge_qmaster" ]; then
+        echo "install-deps.sh: Grid Engine already unpacked in $GE_PREFIX"
+    else
+        echo "install-deps.sh: unpacking ${GE_PACKAGES[*]} into $GE_PREFIX"
+        tmp="$(mktemp -d)"
+        chmod 755 "$tmp"
+        chown _apt "$tmp" 2>/dev/null || true  # apt downloads as _apt where it can
+        # shellcheck disable=SC2046  # one word per "name=version"
+        (cd "$tmp" && apt-get "${APT_OPTS[@]}" download -q $(ge_versions) >/dev/null)
+        rm -rf "$GE_PREFIX.new"
+        mkdir -p "$GE_PREFIX.new"
+        for deb in "$tmp"/*.deb; do
+            dpkg-deb -x "$deb" "$GE_PREFIX.new"
+        done
+        rm -rf "$tmp"
+        printf '%s\n' "$versions" >"$GE_PREFIX.new/.hpcprov-packages"
+        rm -rf "$GE_PREFIX"
+        mv "$GE_PREFIX.new" "$GE_PREFIX"
+    fi
+    if [ -L "$GE_LINK" ] || [ ! -e "$GE_LINK" ]; then
+        ln -sfn "$GE_PREFIX/usr/lib/gridengine" "$GE_LINK"
+    elif [ ! -e "$GE_LINK/libspoolc.so" ]; then
+        echo "install-deps.sh: $GE_LINK exists and is not Grid Engine's: leaving it" >&2
+        exit 1
+    fi
+}
+
+APT_OPTS=(-o DPkg::Lock::Timeout=600)
+
 if [ "${#missing[@]}" -eq 0 ]; then
     echo "install-deps.sh: all ${#PACKAGES[@]} packages already installed"
+    unpack_gridengine
     exit 0
 fi
 
@@ -71,7 +122,6 @@ cleanup() {
 trap cleanup EXIT
 
 # Wait for another apt/dpkg run (e.g. a parallel CI step) instead of failing.
-APT_OPTS=(-o DPkg::Lock::Timeout=600)
 for _ in $(seq 1 120); do
     if ! command -v fuser >/dev/null || ! fuser /var/lib/apt/lists/lock /var/lib/dpkg/lock-frontend >/dev/null 2>&1; then
         break
@@ -80,5 +130,6 @@ for _ in $(seq 1 120); do
 done
 apt-get "${APT_OPTS[@]}" update -q
 apt-get "${APT_OPTS[@]}" install -y -q --no-install-recommends "${missing[@]}"
+unpack_gridengine
 
 echo "install-deps.sh: done"

@@ -38,6 +38,10 @@ SLURMCTLD_PORT = 16817
 SLURMD_PORT = 6818
 SLURMDBD_PORT = 16819
 MARIADB_PORT = 16306
+# Grid Engine beside Slurm (``up --scheduler gridengine``): sge_qmaster on the host, one
+# sge_execd per node (each in its node's network namespace, so one port serves them all).
+SGE_QMASTER_PORT = 16444
+SGE_EXECD_PORT = 16445
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from .system import (
 )
 
 DAEMONS = {"slurmctld", "slurmdbd", "munged", "mariadbd", "mysqld", "slurmd", "slurmstepd",
-           "sshd"}
+           "sshd", "sge_qmaster", "sge_execd", "sge_shepherd", "sge_coshepherd"}
 HOST_PID_FILES = ("munged", "slurmctld", "slurmdbd", "mariadb")  # STATE/run/NAME.pid
 
 

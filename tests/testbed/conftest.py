@@ -211,3 +211,121 @@ def client(slurm: SlurmClient) -> SlurmClient:
     bindir = str(Path(sys.executable).parent)
     slurm.env = {**slurm.env, "PATH": bindir + os.pathsep + slurm.env.get("PATH", "")}
     return slurm
+
+
+# -- Grid Engine beside Slurm (hpcprov.testbed.gridengine) ------------------------------
+
+
+@pytest.fixture(scope="session")
+def gridengine_session(testbed: Testbed):
+    """Grid Engine (qmaster + one execd per node) on the session's testbed, brought up once;
+    stopped at the end unless HPCPROV_TESTBED_KEEP=1."""
+    from hpcprov.testbed import gridengine
+
+    probs = gridengine.problems()
+    if probs:
+        _unavailable("; ".join(probs))
+    ge = gridengine.GridEngine(testbed)
+    try:
+        ge.up()
+    except TestbedError as exc:
+        pytest.fail(f"Grid Engine bring-up failed: {exc}", pytrace=False)
+    yield ge
+    if os.environ.get("HPCPROV_TESTBED_KEEP") != "1":
+        with contextlib.suppress(TestbedError):
+            ge.down()
+
+
+@pytest.fixture
+def gridengine(gridengine_session):
+    """The session's Grid Engine, up (a test that brought the testbed up otherwise, e.g.
+    ``four_nodes``, stops it: it comes back here, in seconds)."""
+    try:
+        return gridengine_session.up()
+    except TestbedError as exc:
+        pytest.fail(f"Grid Engine bring-up failed: {exc}", pytrace=False)
+
+
+@dataclass
+class SgeJob:
+    id: str
+    output: str
+    accounting: dict[str, str]  # `qacct -j ID`: the job's one record (PEs summarise)
+
+    @property
+    def exit_status(self) -> int:
+        return int(self.accounting["exit_status"].split()[0])
+
+
+class SgeClient:
+    """Run Grid Engine's clients against the testbed from the host ("login node")."""
+
+    def __init__(self, ge, workdir: Path):
+        self.ge = ge
+        self.workdir = workdir
+        self.env = ge.environ()
+
+    def run(self, *argv: str, check: bool = True, timeout: float = 60,
+            **kwargs) -> subprocess.CompletedProcess:
+        proc = subprocess.run(list(argv), cwd=self.workdir, env=self.env, capture_output=True,
+                              text=True, timeout=timeout, **kwargs)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}\n"
+                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
+        return proc
+
+    def write(self, name: str, text: str, mode: int = 0o755) -> Path:
+        path = self.workdir / name
+        path.write_text(text)
+        path.chmod(mode)
+        return path
+
+    def qsub(self, script: str, *args: str, name: str = "job.sh") -> str:
+        """Submit ``script`` (its text) with ``qsub -terse``; the job id (checked)."""
+        path = self.write(name, script)
+        out = self.run("qsub", "-terse", "-cwd", "-j", "y", "-o", str(self.workdir), *args,
+                       str(path)).stdout.strip()
+        assert re.fullmatch(r"\d+", out), f"qsub -terse printed {out!r}"
+        return out
+
+    def known(self, job_id: str) -> bool:
+        """Whether the qmaster still lists the job (pending or running)."""
+        return self.run("qstat", "-j", job_id, check=False).returncode == 0
+
+    def accounting(self, job_id: str, timeout: float = 30) -> dict[str, str]:
+        """``qacct -j ID`` as {field: value}, polled until the record is there."""
+        deadline = time.monotonic() + timeout
+        while True:
+            proc = self.run("qacct", "-j", job_id, check=False)
+            if proc.returncode == 0:
+                return dict(line.split(None, 1) for line in proc.stdout.splitlines()
+                            if len(line.split(None, 1)) == 2 and not line.startswith("="))
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no accounting for job {job_id} after {timeout}s: "
+                                     f"{proc.stderr.strip()}")
+            time.sleep(0.1)
+
+    def wait(self, job_id: str, timeout: float = 90) -> SgeJob:
+        """Poll until the job has left the qmaster; its output and accounting."""
+        deadline = time.monotonic() + timeout
+        delay = 0.05
+        while self.known(job_id):
+            if time.monotonic() > deadline:
+                self.run("qdel", job_id, check=False)
+                raise AssertionError(f"job {job_id} not done after {timeout}s:\n"
+                                     + self.run("qstat", "-j", job_id, check=False).stdout)
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+        outputs = sorted(self.workdir.glob(f"*.o{job_id}"))
+        output = outputs[0].read_text() if outputs else ""
+        return SgeJob(job_id, output, self.accounting(job_id))
+
+
+@pytest.fixture
+def sge(gridengine, request) -> SgeClient:
+    """A Grid Engine client with a fresh working directory in the shared scratch."""
+    name = re.sub(r"[^A-Za-z0-9_.-]", "_", request.node.name)[:80]
+    workdir = gridengine.testbed.scratch / "pytest-sge" / name
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
+    return SgeClient(gridengine, workdir)
