@@ -12,8 +12,9 @@ reproduces of Flux (flux-core's manual pages), because hpcprov depends on it:
   A missing script is refused as flux-batch refuses it, and so is one whose `# flux:`
   directives flux's parser refuses (RFC 36, :func:`parse_directives` below: flux-core's own
   parser where flux-python is installed, else this file's reimplementation of its rules);
-  the node count is the directives' -N/--nodes. Each submission records whether it came
-  with --parent, and the FLUX_URI it was made under (`submitted.log`);
+  the node count is the directives' -N/--nodes (-N: the flag hpcprov's spelling record of
+  Flux, hpcprov.schedulers.spelling.FLUX, writes `nodes` with). Each submission records
+  whether it came with --parent, and the FLUX_URI it was made under (`submitted.log`);
 - `flux jobs -n -o FORMAT ID...` fills {id}, {id.f58}, {state} (SCHED, RUN, INACTIVE),
   {result} (COMPLETED, FAILED, CANCELED), {returncode} (empty while active; -128 for a job
   cancelled before it started) and {nodelist}; with $FLUX_EMULATOR_PURGE=1 an inactive job
@@ -47,6 +48,9 @@ import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hpcprov
+from hpcprov.schedulers.spelling import FLUX as SPELLING
 
 F58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 
@@ -291,15 +295,15 @@ def directive_args(script: str) -> list[str]:
 
 def _nodes(args: list[str]) -> int | None:
     """The node count the directives ask for (-N N, -NN, --nodes=N, --nodes N; the last)."""
-    nodes = None
+    nodes, short = None, SPELLING.flag("nodes")
     for i, arg in enumerate(args):
         value = None
-        if arg in ("-N", "--nodes") and i + 1 < len(args):
+        if arg in (short, "--nodes") and i + 1 < len(args):
             value = args[i + 1]
         elif arg.startswith("--nodes="):
             value = arg.split("=", 1)[1]
-        elif arg.startswith("-N") and not arg.startswith("--"):
-            value = arg[2:]
+        elif arg.startswith(short) and not arg.startswith("--"):
+            value = arg[len(short):]
         if value is not None and value.isdigit():
             nodes = int(value)
     return nodes

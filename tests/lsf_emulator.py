@@ -8,8 +8,11 @@ depends on it:
 - `bsub [-o F] [-e F] < SCRIPT` reads the job script from stdin and prints
   `Job <N> is submitted to default queue <normal>.`; the job runs at once as a local
   `bash` process with LSB_JOBID, LSB_DJOB_HOSTFILE (one line per slot, from the `#BSUB -n`
-  and `span[ptile=]` lines) and LS_SUBCWD set, unless $LSF_EMULATOR_HOLD is set (PEND
-  until bkill);
+  and `-R span[ptile=]` directives) and LS_SUBCWD set, unless $LSF_EMULATOR_HOLD is set (PEND
+  until bkill); the #BSUB lines before the first command are read by :func:`directive_args`
+  (words apart at blanks, a double-quoted run one word without its quotes, as hpcprov's
+  spelling record of LSF, hpcprov.schedulers.spelling.LSF, writes them; not checked against
+  bsub's own parser);
 - `bjobs -noheader -o "jobid stat exit_code exec_host delimiter='|'" ID` prints one line:
   stat PEND/RUN/DONE/EXIT, exit_code `-` unless the job exited non-zero, exec_host as
   `N*host`; with $LSF_EMULATOR_CLEAN=1 a finished job has been cleaned (CLEAN_PERIOD over):
@@ -36,6 +39,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hpcprov
+from hpcprov.schedulers.spelling import LSF as SPELLING
+
 
 def _state() -> Path:
     d = Path(os.environ["LSF_EMULATOR_DIR"])
@@ -52,11 +58,35 @@ def _save(job: dict) -> None:
     (_state() / f"{job['id']}.json").write_text(json.dumps(job))
 
 
+def directive_args(text: str) -> list[str]:
+    """The words of a script's directives: the lines that start with the prefix, before the
+    first command; a double-quoted run is part of a word, without its quotes (ValueError
+    where one is left open)."""
+    words: list[str] = []
+    for line in text.splitlines()[1:]:
+        if line.startswith(SPELLING.prefix):
+            for m in re.finditer(r'(?:[^\s"]+|"[^"]*")+|"', line[len(SPELLING.prefix):]):
+                if m.group(0).count('"') % 2:
+                    raise ValueError(f"unmatched quote in {line}")
+                words.append(m.group(0).replace('"', ""))
+        elif line.strip() and not line.startswith("#"):
+            break
+    return words
+
+
+def _values(args: list[str], name: str) -> list[str]:
+    """The values the directives give the option ``name``, in order."""
+    flag = SPELLING.flag(name)
+    return [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == flag]
+
+
 def _slots(script: str) -> int:
     """Slots on this (only) host: ptile when given, else -n, else 1."""
-    ptile = re.search(r"^#BSUB -R \"?span\[ptile=(\d+)\]", script, re.M)
-    total = re.search(r"^#BSUB -n (\d+)", script, re.M)
-    return int(ptile.group(1)) if ptile else int(total.group(1)) if total else 1
+    args = directive_args(script)
+    ptile = [m.group(1) for r in _values(args, "resource")
+             if (m := re.search(r"span\[ptile=(\d+)\]", r))]
+    total = _values(args, "ntasks")
+    return int(ptile[-1]) if ptile else int(total[-1]) if total else 1
 
 
 def bsub(argv: list[str]) -> int:
@@ -71,13 +101,18 @@ def bsub(argv: list[str]) -> int:
     if not text.strip():
         print("No command is specified. Job not submitted.", file=sys.stderr)
         return 255
+    try:
+        slots = _slots(text)
+    except ValueError as exc:
+        print(f"{exc}. Job not submitted.", file=sys.stderr)
+        return 255
     counter = _state() / "counter"
     n = int(counter.read_text()) + 1 if counter.exists() else 1
     counter.write_text(str(n))
     script = _state() / f"{n}.sh"
     script.write_text(text)
     job = {"id": str(n), "script": str(script), "state": "PEND", "pid": None,
-           "slots": _slots(text)}
+           "slots": slots}
     if not os.environ.get("LSF_EMULATOR_HOLD"):
         _start(job, out, err)
     _save(job)

@@ -6,7 +6,10 @@ Symlink this file as `qsub`, `qstat` and `qdel` into a folder on PATH; state liv
 $PBS_EMULATOR_DIR. A job runs at once as a local `bash SCRIPT` (stdout and stderr to the
 `-o` file, as `-j oe` asks), unless $PBS_EMULATOR_HOLD is set at submission (it stays
 queued until qdel). What it reproduces of PBS Pro, because hpcprov depends on it:
-- `qsub` prints the job id (`N.SERVER`) and nothing else;
+- `qsub` prints the job id (`N.SERVER`) and nothing else; the script's #PBS lines before
+  its first command are read (:func:`directive_args`: words apart at whitespace, as
+  hpcprov's spelling record of PBS, hpcprov.schedulers.spelling.PBS, writes them; not
+  checked against qsub's own parser) and kept with the job (its `-N` is qstat's Job_Name);
 - `qstat -f ID` prints `Job Id: ID` and `    name = value` attributes (job_state Q/R/F,
   exec_host, Exit_status once finished, comment while queued); a finished job needs `-x`
   (without it: "Job has finished, use -x or -H ..." and exit 35);
@@ -35,6 +38,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hpcprov
+from hpcprov.schedulers.spelling import PBS as SPELLING
+
 SERVER = "pbs-emu"
 
 
@@ -53,6 +59,27 @@ def _save(job: dict) -> None:
     (_state() / f"{job['id']}.json").write_text(json.dumps(job))
 
 
+def directive_args(text: str) -> list[str]:
+    """The words of a script's directives: the lines that start with the prefix, before the
+    first command, each split at whitespace."""
+    words: list[str] = []
+    for line in text.splitlines()[1:]:
+        if line.startswith(SPELLING.prefix):
+            words += line[len(SPELLING.prefix):].split()
+        elif line.strip() and not line.startswith("#"):
+            break
+    return words
+
+
+def _value(args: list[str], name: str) -> str | None:
+    """The value the directives give the option ``name`` (its flag's last one), or None."""
+    flag, found = SPELLING.flag(name), None
+    for i, arg in enumerate(args[:-1]):
+        if arg == flag:
+            found = args[i + 1]
+    return found
+
+
 def qsub(argv: list[str]) -> int:
     out, script = None, None
     it = iter(argv)
@@ -69,8 +96,10 @@ def qsub(argv: list[str]) -> int:
     counter = _state() / "counter"
     n = int(counter.read_text()) + 1 if counter.exists() else 1
     counter.write_text(str(n))
+    args = directive_args(Path(script).read_text(errors="replace"))
     job = {"id": f"{n}.{SERVER}", "script": os.path.abspath(script), "out": out,
-           "state": "Q", "pid": None}
+           "state": "Q", "pid": None, "args": args,
+           "name": _value(args, "job-name") or Path(script).name}
     if not os.environ.get("PBS_EMULATOR_HOLD"):
         status = _state() / f"{job['id']}.status"
         nodefile = _state() / f"{job['id']}.nodes"
@@ -162,7 +191,7 @@ def qstat(argv: list[str]) -> int:
             print(f"qstat: {jid} Job has finished, use -x or -H to obtain historical job "
                   "information", file=sys.stderr)
             return 35
-        lines = [f"Job Id: {jid}", f"    Job_Name = {Path(job['script']).name}",
+        lines = [f"Job Id: {jid}", f"    Job_Name = {job.get('name') or Path(job['script']).name}",
                  f"    Job_Owner = root@{socket.gethostname()}",
                  f"    job_state = {job['state']}", "    queue = workq"]
         if job["state"] in ("R", "F"):

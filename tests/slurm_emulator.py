@@ -5,10 +5,13 @@ stays the testbed (tests/testbed/). Symlink this file under those names into a f
 PATH; state lives in $SLURM_EMULATOR_DIR. The cluster: one node, this host, in any partition.
 
 - `sbatch [--parsable] [-o F] [-e F] [-J NAME] [-H] SCRIPT`: `Submitted batch job N`
-  (--parsable: `N`), ids from 1; #SBATCH lines before the first command are read, the
-  command line wins; -o/-e take %j %x %u %N %% (default slurm-%j.out where it was
-  submitted). Refused in sbatch's words: a missing script ("Unable to open file PATH"), one
-  without `#!`, more than one node ("Requested node configuration is not available").
+  (--parsable: `N`), ids from 1; #SBATCH lines before the first command are read as sbatch
+  reads them (:func:`directive_args`; the prefix and the one-letter names are hpcprov's
+  spelling record of Slurm, hpcprov.schedulers.spelling.SLURM), the command line wins;
+  -o/-e take %j %x %u %N %% (default slurm-%j.out where it was submitted). Refused in
+  sbatch's words: a missing script ("Unable to open file PATH"), one without `#!`, more
+  than one node ("Requested node configuration is not available"), a directive sbatch
+  cannot read (an unmatched quote).
 - A job runs at once as `bash SCRIPT` (not by its #! line: a login shell's /etc/profile
   would drop this folder from PATH) in the submission folder, under a monitor
   (`slurmstepd`) that records its end as RC:SIGNAL, with a one-node batch job's SLURM_*
@@ -44,7 +47,6 @@ import contextlib
 import json
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
@@ -52,13 +54,15 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hpcprov
+from hpcprov.schedulers.spelling import SLURM as SPELLING
+
 HOST = socket.gethostname()
 KILL_WAIT_S = 2.0
-SHORT = {"o": "output", "e": "error", "J": "job-name", "N": "nodes", "n": "ntasks",
-         "p": "partition", "D": "chdir", "c": "cpus-per-task", "t": "time", "A": "account",
-         "w": "nodelist", "H": "hold", "q": "qos", "C": "constraint", "G": "gpus"}
+# sbatch's options that take no value
 FLAGS = {"hold", "parsable", "exclusive", "requeue", "no-requeue", "overcommit", "wait",
-         "quiet", "verbose", "contiguous", "test-only", "oversubscribe", "spread-job"}
+         "quiet", "verbose", "contiguous", "test-only", "oversubscribe", "spread-job",
+         "no-kill"}
 
 
 def _state() -> Path:
@@ -102,22 +106,69 @@ def _options(words: list[str]) -> tuple[dict[str, str], list[str]]:
     while words and words[0].startswith("-") and words[0] != "-":
         w, words = words[0], words[1:]
         name, eq, value = w[2:].partition("=") if w.startswith("--") else \
-            (SHORT.get(w[1], w[1]), "", w[2:])
+            (SPELLING.short.get(w[1], w[1]), "", w[2:])
         if not (eq or value) and name not in FLAGS and words:
             value, words = words[0], words[1:]
         opts[name] = value
     return opts, words
 
 
-def _directives(text: str) -> dict[str, str]:
-    """The #SBATCH lines before the first command, as sbatch reads them."""
+def sbatch_words(line: str) -> list[str]:
+    """The words of one directive after its prefix, as sbatch reads them (``_get_argument``
+    in Slurm's src/sbatch/opt.c): single and double quotes group, a backslash takes the next
+    character literally (inside quotes too), a ``#`` outside quotes ends the line, and so
+    does an empty word; an unmatched quote is an error (ValueError), as is a heterogeneous
+    job (``hetjob``/``packjob`` anywhere in the line), which is not emulated."""
+    if re.search(r"(?i)hetjob|packjob", line):
+        raise ValueError(f"heterogeneous jobs are not emulated: {line}")
+    words: list[str] = []
+    i, n = 0, len(line)
+    while True:
+        while i < n and line[i].isspace():
+            i += 1
+        out: list[str] = []
+        quote, escaped = "", False
+        while i < n and (quote or not line[i].isspace()):
+            c = line[i]
+            i += 1
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+                continue
+            elif quote:
+                if c == quote:
+                    quote = ""
+                    continue
+            elif c in "\"'":
+                quote = c
+                continue
+            elif c == "#":  # the rest of the line is a comment
+                i = n
+                break
+            out.append(c)
+        if quote:
+            raise ValueError(f"Unmatched `{quote}` in [{line}]")
+        if not out:
+            return words
+        words.append("".join(out))
+
+
+def directive_args(text: str) -> list[str]:
+    """The words of a script's directives: the lines that start with the prefix, before the
+    first command (ValueError where sbatch refuses one: :func:`sbatch_words`)."""
     words: list[str] = []
     for line in text.splitlines()[1:]:
-        if line.startswith("#SBATCH"):
-            words += shlex.split(line[len("#SBATCH"):], comments=True)
+        if line.startswith(SPELLING.prefix):
+            words += sbatch_words(line[len(SPELLING.prefix):])
         elif line.strip() and not line.startswith("#"):
             break
-    return _options(words)[0]
+    return words
+
+
+def _directives(text: str) -> dict[str, str]:
+    """The #SBATCH lines before the first command, as sbatch reads them."""
+    return _options(directive_args(text))[0]
 
 
 def sbatch(argv: list[str]) -> int:
@@ -132,7 +183,11 @@ def sbatch(argv: list[str]) -> int:
               "sbatch: error: line must start with #! followed by the path to an interpreter.\n"
               "sbatch: error: For instance: #!/bin/sh", file=sys.stderr)
         return 1
-    opts = {**_directives(text), **cli}
+    try:
+        opts = {**_directives(text), **cli}
+    except ValueError as exc:
+        print(f"sbatch: error: {script}: {exc}", file=sys.stderr)
+        return 1
     if _down("sbatch: error: Batch job submission failed: "):
         return 1
     if int(opts.get("nodes", "1").split("-")[0]) > 1:

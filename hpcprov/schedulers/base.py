@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 from hpcprov.core.commands import Completed, run_command
 from hpcprov.core.errors import HpcprovError
 from hpcprov.core.shell import Raw, quote
+from hpcprov.schedulers.spelling import Spelling
 from hpcprov.site.sections import Setting
 
 if TYPE_CHECKING:
@@ -161,6 +162,9 @@ class Backend:
     # the module of its drafting part, whose ``DRAFTING`` asks the scheduler and says what a
     # draft writes for it (hpcprov.schedulers.discovery.NAME, loaded by :meth:`drafting`)
     discovery: str | None = None
+    # how it spells a job: directive prefix, flags, quoting, submit line (one record per
+    # scheduler, hpcprov.schedulers.spelling); None: no scheduler (no directives)
+    spelling: Spelling | None = None
 
     # the job options of this scheduler that set the job's geometry, by name as -o gives
     # them (no dashes, the value apart), each with what they set: a key of
@@ -205,15 +209,17 @@ class Backend:
 
     def option_name(self, name: str) -> str:
         """How this scheduler's users write the job option ``name`` (``--account`` for
-        Slurm, ``-A`` for PBS, ``-P`` for LSF), for messages."""
-        return f"--{name}"
+        Slurm, ``-A (account)`` for PBS, ``-P (account)`` for LSF), for messages: its
+        spelling's :meth:`Spelling.named`."""
+        return self.spelling.named(name) if self.spelling else f"--{name}"
 
     def flag_key(self, name: str, value: str | None = None) -> str:
         """The flag the job option ``name`` (with ``value``) is written as: two names with
         the same key are one option of the scheduler (LSF's ``account`` and ``P`` are both
         ``-P``), so the user's replaces the generated one, a mandatory one is given under
-        either, and a forbidden one is refused under either."""
-        return self.option_name(name)
+        either, and a forbidden one is refused under either: its spelling's
+        :meth:`Spelling.key`."""
+        return self.spelling.key(name) if self.spelling else self.option_name(name)
 
     def same_option(self, name: str, value: str | None, other: str) -> bool:
         """Whether the job option ``name`` (``value``) is the option ``other`` of the
@@ -254,8 +260,17 @@ class Backend:
         return []
 
     def directives(self, req: JobRequest) -> list[str]:
-        """The directive lines of a batch script (``#SBATCH ...``)."""
-        return []
+        """The directive lines of a batch script (``#SBATCH ...``): the batch job's options
+        as its spelling writes them (values in the scheduler's units: :meth:`written`)."""
+        if self.spelling is None:
+            return []
+        return [self.spelling.directive(n, self.written(n, v))
+                for n, v in self.options(req, batch=True)]
+
+    def written(self, name: str, value: str | None) -> str | None:
+        """The value of the job option ``name`` in the scheduler's own units (LSF's -W in
+        minutes, Flux's -t as a duration); as it is by default."""
+        return value
 
     def shell(self, req: JobRequest) -> str:
         """The job script's interpreter line, without ``#!``: the site's ``shell`` setting
@@ -269,7 +284,11 @@ class Backend:
         return []
 
     def submit_argv(self, script: str) -> list[str]:
-        return ["bash", script]
+        """The submit line of a job script: its spelling's (``bsub < SCRIPT`` where the
+        command reads it on stdin); ``bash SCRIPT`` without a scheduler."""
+        if self.spelling is None:
+            return ["bash", script]
+        return [*self.spelling.submit, *([Raw("<")] if self.spelling.stdin else []), script]
 
     def allocate_argv(self, req: JobRequest) -> list[str]:
         """The interactive allocation command; empty where there is none."""

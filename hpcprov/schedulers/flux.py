@@ -31,8 +31,8 @@ import hostlist
 
 from hpcprov.core.errors import HpcprovError, UsageError
 from hpcprov.core.findings import Finding
-from hpcprov.core.shell import Raw, quote
-from hpcprov.core.text import shown, status_number
+from hpcprov.core.shell import Raw
+from hpcprov.core.text import status_number
 from hpcprov.core.walltime import walltime_seconds
 from hpcprov.request.job import JobRequest
 from hpcprov.request.options import Option, short_name_findings
@@ -45,21 +45,12 @@ from hpcprov.schedulers.base import (
     head_options,
     slots_list,
 )
+from hpcprov.schedulers.spelling import FLUX
 from hpcprov.site.sections import settings_of
 
 if TYPE_CHECKING:
     from hpcprov.site.types import Site
 
-# Flux spellings of the generic option names; the rest become --NAME=VALUE
-FLAGS = {
-    "job-name": "--job-name", "account": "--bank", "bank": "--bank", "partition": "-q",
-    "queue": "-q", "time": "-t", "time-limit": "-t", "nodes": "-N", "ntasks": "-n",
-    "nslots": "-n", "cores-per-slot": "-c", "gpus-per-slot": "-g", "output": "--output",
-    "error": "--error", "exclusive": "--exclusive", "setattr": "--setattr",
-    "dependency": "--dependency", "requires": "--requires",
-}
-# flux batch's one-letter options and the generic names hpcprov writes them from
-SHORT_NAMES = {"B": "bank", "q": "queue", "t": "time", "S": "setattr"}
 # flux batch's options that set the job's geometry (what hpcprov's own flags set)
 GEOMETRY_OPTIONS = {
     "N": "nodes", "nodes": "nodes", "n": "tasks", "ntasks": "tasks", "nslots": "tasks",
@@ -74,8 +65,6 @@ HOSTS = "flux hostlist -e local | tr ' ' '\\n'"
 JOB_ID = r"^(?:[ƒf][1-9A-HJ-NP-Za-km-z]{1,12}|[0-9]{1,20})$"
 _FINISHED = {"INACTIVE"}
 _RUNNING = {"RUN", "CLEANUP"}
-# what a # flux: word writes backslash-escaped, outside quotes (directive_word)
-_DIRECTIVE_SPECIAL = ("'", '"', "\\")
 
 
 def duration(walltime: str) -> str:
@@ -89,51 +78,22 @@ def duration(walltime: str) -> str:
     return f"{seconds}s"
 
 
+def written(name: str, value: str | None) -> str | None:
+    """A value in Flux's units: the time limit (``time``: -t) as a Flux Standard Duration."""
+    return duration(value) if name in ("time", "time-limit") and value is not None else value
+
+
 def words(name: str, value: str | None) -> list[str]:
-    """One generic option as flux batch/alloc words: ``-N 2``, ``--job-name=x``."""
-    flag = FLAGS.get(name, f"-{name}" if len(name) == 1 else f"--{name}")
-    if value is None:
-        return [flag]
-    if name in ("time", "time-limit"):
-        value = duration(value)
-    if flag.startswith("--"):
-        return [f"{flag}={value}"]
-    return [flag, value]
-
-
-def directive_word(word: str) -> str:
-    r"""One word of a ``# flux:`` line, read back as ``word`` both by a POSIX shell and by
-    flux batch's directive parser (RFC 36, flux-core's ``flux.job.directives``), which
-    differs from a shell in two ways that matter here: any run of three quote characters
-    (three single quotes, three double quotes, or mixed: ``'"'``) is a triple quote,
-    rewritten or refused before the line is split into words; and inside single quotes a
-    backslash escapes a quote or a backslash. So a word with a quote or a backslash has each
-    ``'``, ``"`` and ``\`` backslash-escaped outside quotes and the rest single-quoted
-    (``it's`` as ``it\'s``, not the shell's ``'it'"'"'s'``, which flux refuses): no three
-    quote characters ever meet, and no backslash stands inside quotes. Any other word is
-    quoted as for the shell."""
-    if not any(c in word for c in _DIRECTIVE_SPECIAL):
-        return quote(word)
-    return "".join("\\" + part if part in _DIRECTIVE_SPECIAL else quote(part)
-                   for part in re.findall(r"[^'\"\\]+|.", word, re.S))
+    """One generic option as flux batch/alloc words: ``-N 2``, ``--job-name=x`` (Flux's
+    spelling, :data:`FLUX`)."""
+    return FLUX.argv(name, written(name, value))
 
 
 def directive(name: str, value: str | None) -> str:
     """The text after ``# flux: `` for one option, quoted so that flux batch reads the words
-    hpcprov means (RFC 36: :func:`directive_word`). Refused: a line break (flux reads the
-    script with universal newlines: a carriage return ends the line as a newline does),
-    and what is no UTF-8 text (flux batch refuses the whole script)."""
-    argv = words(name, value)
-    for word in argv:
-        if "\n" in word or "\r" in word:
-            raise UsageError(f"option {name}={shown(value)}: a # flux: line cannot hold a "
-                             "newline or a carriage return")
-        try:
-            word.encode("utf-8")
-        except UnicodeEncodeError:
-            raise UsageError(f"option {name}={shown(value)}: a # flux: line must be UTF-8 "
-                             "text, as flux batch reads the script") from None
-    return " ".join(directive_word(w) for w in argv)
+    hpcprov means (RFC 36: :func:`hpcprov.schedulers.spelling.rfc36_word`, which refuses a
+    line break and what is no UTF-8 text)."""
+    return FLUX.text(name, written(name, value))
 
 
 def job_ids(text: str) -> str | None:
@@ -147,6 +107,7 @@ class Flux(Backend):
     title = "Flux"
     marker = "flux"
     discovery = "hpcprov.schedulers.discovery.flux"
+    spelling = FLUX
     settings = settings_of("flux")
     variable = re.compile(r"\$\{?FLUX_[A-Z_]+")
     variable_example = "$FLUX_JOB_ID"
@@ -179,19 +140,8 @@ class Flux(Backend):
                 opts.append(("error", conf.error))
         return self.with_overrides(req, opts)
 
-    def directives(self, req: JobRequest) -> list[str]:
-        return ["# flux: " + directive(n, v) for n, v in self.options(req, batch=True)]
-
-    def option_name(self, name: str) -> str:
-        return f"{FLAGS[name]} ({name})" if name in FLAGS else f"--{name}"
-
-    def flag_key(self, name: str, value: str | None = None) -> str:
-        """The flag as flux batch takes it (``account``, ``bank`` and ``B``: ``--bank``)."""
-        name = SHORT_NAMES.get(name, name)
-        return FLAGS.get(name, f"-{name}" if len(name) == 1 else f"--{name}")
-
-    def submit_argv(self, script: str) -> list[str]:
-        return ["flux", "batch", script]
+    def written(self, name: str, value: str | None) -> str | None:
+        return written(name, value)
 
     def allocate_argv(self, req: JobRequest) -> list[str]:
         return ["flux", "alloc", *(w for n, v in self.options(req, batch=False)
@@ -240,7 +190,7 @@ class Flux(Backend):
         return {"requires": "host:" + hostlist.collect_hostlist(nodes.split(","))}
 
     def lint(self, req: JobRequest) -> list[Finding]:
-        found = short_name_findings(req, SHORT_NAMES, directive)
+        found = short_name_findings(req, FLUX.short, directive)
         tasks = req.scheduler_tasks_per_node
         if req.gpus > 0 and req.gpus % tasks:
             found.append(Finding("error", "flux-gpus-per-slot",
@@ -296,8 +246,8 @@ class FluxExecutor(Executor):
     def submit(self, script: Path, output: Path, exit_file: Path,
                place: Placement | None = None) -> Handle:
         flux = self._flux()
-        proc = self._run(*flux, "batch", f"--output={output}", f"--error={output}",
-                         str(script))
+        proc = self._run(*flux, *FLUX.submit[1:], *FLUX.argv("output", str(output)),
+                         *FLUX.argv("error", str(output)), str(script))
         self._submitted(proc, " ".join([*flux, "batch"]), script)
         job = job_ids(proc.stdout)
         if job is None:

@@ -39,14 +39,10 @@ from hpcprov.schedulers.base import (
     head_options,
     slots_list,
 )
+from hpcprov.schedulers.spelling import LSF
 from hpcprov.site.launcher_kinds import horovod_controller, kind_of
 from hpcprov.site.sections import settings_of
 
-FLAGS = {
-    "job-name": "-J", "account": "-P", "project": "-P", "partition": "-q", "queue": "-q",
-    "output": "-o", "error": "-e", "time": "-W", "ntasks": "-n", "nodes": "-nnodes",
-    "resource": "-R", "gpu": "-gpu", "exclusive": "-x", "mail-user": "-u",
-}
 # bsub's options that set the job's geometry (what hpcprov's own flags set), and the
 # generic names hpcprov writes them from
 GEOMETRY_OPTIONS = {
@@ -57,7 +53,6 @@ GEOMETRY_OPTIONS = {
 # a resource requirement (-R) that places tasks on nodes or asks for GPUs
 _TASKS_RESOURCE = r"span\[|ptile"
 _GPU_RESOURCE = r"(?i)ngpus|rusage\[[^]]*gpu"
-_SAFE = r"^[A-Za-z0-9_.,:=%+@/*-]+$"
 _FINISHED = {"DONE", "EXIT"}
 _RUNNING = {"RUN", "USUSP", "SSUSP"}
 
@@ -71,28 +66,21 @@ def minutes(walltime: str) -> str:
     return f"{total // 60}:{total % 60:02d}"
 
 
+def written(name: str, value: str | None) -> str | None:
+    """A value in LSF's units: the time limit (``time``: -W) in minutes."""
+    return minutes(value) if name == "time" and value is not None else value
+
+
 def directive(name: str, value: str | None) -> str:
     """The text after ``#BSUB `` for one generic option (values with brackets or spaces,
-    such as ``span[ptile=4]``, in double quotes as LSF's documentation writes them)."""
-    flag = FLAGS.get(name, f"-{name}")
-    if value is None:
-        return flag
-    if name == "time":
-        value = minutes(value)
-    if re.match(_SAFE, value):
-        return f"{flag} {value}"
-    if re.search(r'["$`\\]', value):
-        raise UsageError(f"option {name}={value!r}: quotes, $, ` and \\ cannot be written "
-                         "in a #BSUB line")
-    return f'{flag} "{value}"'
+    such as ``span[ptile=4]``, in double quotes as LSF's documentation writes them: LSF's
+    spelling, :data:`LSF`)."""
+    return LSF.text(name, written(name, value))
 
 
 def argv_words(name: str, value: str | None) -> list[str]:
     """One option as bsub command-line words (for ``bsub -Is``)."""
-    flag = FLAGS.get(name, f"-{name}")
-    if value is None:
-        return [flag]
-    return [flag, minutes(value) if name == "time" else value]
+    return LSF.argv(name, written(name, value))
 
 
 class Lsf(Backend):
@@ -100,6 +88,7 @@ class Lsf(Backend):
     title = "LSF"
     marker = "bqueues"
     discovery = "hpcprov.schedulers.discovery.lsf"
+    spelling = LSF
     settings = settings_of("lsf")
     # Horovod (0.28.1, runner/driver/driver_service.py) skips finding the hosts' network
     # interfaces when it sees LSF (LSB_JOBID) and its Gloo launcher then fails; under LSF
@@ -142,21 +131,11 @@ class Lsf(Backend):
                 opts.append(("error", conf.error))
         return self.with_overrides(req, opts)
 
-    def directives(self, req: JobRequest) -> list[str]:
-        return ["#BSUB " + directive(n, v) for n, v in self.options(req, batch=True)]
+    def written(self, name: str, value: str | None) -> str | None:
+        return written(name, value)
 
     def prolog(self, req: JobRequest) -> list[str]:
         return ['cd "$LS_SUBCWD"']
-
-    def option_name(self, name: str) -> str:
-        return f"{FLAGS[name]} ({name})" if name in FLAGS else f"-{name}"
-
-    def flag_key(self, name: str, value: str | None = None) -> str:
-        """The flag bsub reads (``account``, ``project`` and ``P``: -P; ``G``: -G)."""
-        return FLAGS.get(name, f"-{name}")
-
-    def submit_argv(self, script: str) -> list[str]:
-        return ["bsub", Raw("<"), script]
 
     def allocate_argv(self, req: JobRequest) -> list[str]:
         words = [w for n, v in self.options(req, batch=False) for w in argv_words(n, v)]
@@ -233,7 +212,8 @@ class LsfExecutor(Executor):
 
     def submit(self, script: Path, output: Path, exit_file: Path,
                place: Placement | None = None) -> Handle:
-        proc = self._run("bsub", "-o", str(output), "-e", str(output), stdin=script)
+        proc = self._run(*LSF.submit, *LSF.argv("output", str(output)),
+                         *LSF.argv("error", str(output)), stdin=script)
         self._submitted(proc, "bsub", script)
         m = re.search(r"Job <(\d+)>", proc.stdout)
         if not m:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from hpcprov.core.errors import UsageError
 from hpcprov.core.findings import Finding
 from hpcprov.core.shell import Raw, Template
 from hpcprov.core.text import status_number
@@ -25,21 +24,9 @@ from hpcprov.schedulers.base import (
     submitted_job_id,
     unique_hosts,
 )
+from hpcprov.schedulers.spelling import PBS
 from hpcprov.site.sections import SELECT_FIELD, check_select, settings_of
 
-# PBS spellings of the generic (Slurm-style) option names; a one-letter name is qsub's own
-# flag (P: -P, k: -k, W: -W), and the rest become -l name=value.
-FLAGS = {
-    "job-name": "-N",
-    "account": "-A",
-    "partition": "-q",
-    "queue": "-q",
-    "output": "-o",
-    "error": "-e",
-    "mail-user": "-M",
-    "mail-type": "-m",
-    "join": "-j",
-}
 # qsub's options that set the job's geometry (what hpcprov's own flags set)
 GEOMETRY_OPTIONS = {"q": "queue", "queue": "queue", "partition": "queue"}
 # -l resources that do: hpcprov writes select (and walltime) itself, and PBS Pro refuses
@@ -63,8 +50,9 @@ def render_select(text: str, values: dict[str, int]) -> str:
 
 def flag_of(name: str) -> str | None:
     """The qsub flag an option name is written as (``account``: -A, ``P``: -P), or None:
-    a -l resource."""
-    return FLAGS.get(name) or (f"-{name}" if len(name) == 1 else None)
+    a -l resource (PBS's spelling, :data:`PBS`)."""
+    flag = PBS.flag(name)
+    return None if flag.startswith(PBS.long) else flag
 
 
 def resources(name: str, value: str | None) -> list[str]:
@@ -85,13 +73,7 @@ def flag_key(name: str, value: str | None = None) -> str:
 
 def directive(name: str, value: str | None) -> str:
     """The text after ``#PBS `` for one generic option, or one of qsub's own flags."""
-    if value is not None and re.search(r"\s", value):
-        raise UsageError(f"option {name}={value!r}: PBS reads whitespace in a #PBS line as the "
-                         "start of another option; give the value without spaces")
-    flag = flag_of(name)
-    if flag:
-        return flag if value is None else f"{flag} {value}"
-    return f"-l {name}" if value is None else f"-l {name}={value}"
+    return PBS.text(name, value)
 
 
 def once(opts: list[Option]) -> list[Option]:
@@ -111,6 +93,7 @@ class Pbs(Backend):
     title = "PBS"
     marker = "pbsnodes"
     discovery = "hpcprov.schedulers.discovery.pbs"
+    spelling = PBS
     settings = settings_of("pbs")
     variable = re.compile(r"\$\{?PBS_[A-Z_]+")
     variable_example = "$PBS_NODEFILE"
@@ -160,15 +143,8 @@ class Pbs(Backend):
                   if n not in written)]
         return once(self.with_overrides(req, [*head, *opts]))
 
-    def directives(self, req: JobRequest) -> list[str]:
-        return ["#PBS " + directive(n, v) for n, v in self.options(req, batch=True)]
-
     def prolog(self, req: JobRequest) -> list[str]:
         return ['cd "$PBS_O_WORKDIR"']
-
-    def option_name(self, name: str) -> str:
-        flag = flag_of(name)
-        return f"{flag} ({name})" if name in FLAGS else flag or f"-l {name}"
 
     def flag_key(self, name: str, value: str | None = None) -> str:
         return flag_key(name, value)
@@ -177,9 +153,6 @@ class Pbs(Backend):
         """As the base, and a -l list that asks for the resource ``other`` among others."""
         return (super().same_option(name, value, other)
                 or (other.lower() in resources(name, value) and not flag_of(other)))
-
-    def submit_argv(self, script: str) -> list[str]:
-        return ["qsub", script]
 
     def allocate_argv(self, req: JobRequest) -> list[str]:
         argv = ["qsub", "-I"]
@@ -254,7 +227,8 @@ class PbsExecutor(Executor):
 
     def submit(self, script: Path, output: Path, exit_file: Path,
                place: Placement | None = None) -> Handle:
-        proc = self._run("qsub", "-o", str(output), "-j", "oe", str(script))
+        proc = self._run(*PBS.submit, *PBS.argv("output", str(output)),
+                         *PBS.argv("join", "oe"), str(script))
         self._submitted(proc, "qsub", script)
         job = submitted_job_id(proc.stdout, JOB_ID, "qsub", script)
         return self._accepted(job, script, output, exit_file)

@@ -7,7 +7,6 @@ then from ``sacct``, else from the status file the job script's EXIT trap wrote.
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from hpcprov.schedulers.base import (
     slots_list,
     submitted_job_id,
 )
+from hpcprov.schedulers.spelling import SLURM
 from hpcprov.site.sections import SLURM_VERSION, settings_of
 
 NODES = '"$SLURM_JOB_NODELIST"'
@@ -44,19 +44,10 @@ TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPT
 
 
 def flag(name: str, value: str | None) -> str:
-    """``--name=value`` (or ``--name``) as one argv item."""
-    return f"--{name}" if value is None else f"--{name}={value}"
+    """``--name=value`` (or ``--name``) as one argv item (Slurm's spelling, :data:`SLURM`)."""
+    return " ".join(SLURM.argv(name, value))
 
 
-# sbatch's one-letter options and their long names (job options are written --NAME=VALUE)
-SHORT_NAMES = {
-    "A": "account", "b": "begin", "C": "constraint", "c": "cpus-per-task", "D": "chdir",
-    "d": "dependency", "e": "error", "G": "gpus", "H": "hold", "i": "input", "J": "job-name",
-    "k": "no-kill", "L": "licenses", "M": "clusters", "m": "distribution", "N": "nodes",
-    "n": "ntasks", "O": "overcommit", "o": "output", "p": "partition", "q": "qos",
-    "Q": "quiet", "S": "core-spec", "s": "oversubscribe", "t": "time", "W": "wait",
-    "w": "nodelist", "x": "exclude",
-}
 # sbatch's options that set the job's geometry (what hpcprov's own flags set), long and
 # short; sbatch also takes any unambiguous start of a long name (--node=4 is --nodes=4)
 GEOMETRY_OPTIONS = {
@@ -88,16 +79,12 @@ def srun_forgets_cpus(version: str | None) -> bool:
     return m is None or (int(m.group(1)), int(m.group(2))) >= SRUN_FORGETS_CPUS
 
 
-def _directive_value(text: str) -> str:
-    """Directive lines are read by sbatch, not bash: quote only when needed."""
-    return text if shlex.quote(text) == text else shlex.quote(text)
-
-
 class Slurm(Backend):
     name = "slurm"
     title = "Slurm"
     marker = "scontrol"
     discovery = "hpcprov.schedulers.discovery.slurm"
+    spelling = SLURM
     settings = settings_of("slurm")
     variable = re.compile(r"\$\{?SLURM_[A-Z_]+")
     variable_example = "$SLURM_JOB_NODELIST"
@@ -175,23 +162,12 @@ class Slurm(Backend):
         opts += self.stack_options(req) or []
         return self.with_overrides(req, opts)
 
-    def flag_key(self, name: str, value: str | None = None) -> str:
-        """``--NAME``; a one-letter name as its long one (``A``: ``--account``)."""
-        return "--" + (SHORT_NAMES.get(name, name) if len(name) == 1 else name)
-
     def stack_options(self, req: JobRequest) -> list[Option] | None:
         """--uenv (and --view) of Slurm's uenv plugin: every step of the job runs in it."""
         stack = req.site.uenv
         if stack is None:
             return []
         return [("uenv", stack.image), *([("view", stack.view)] if stack.view else [])]
-
-    def directives(self, req: JobRequest) -> list[str]:
-        return ["#SBATCH " + _directive_value(flag(n, v))
-                for n, v in self.options(req, batch=True)]
-
-    def submit_argv(self, script: str) -> list[str]:
-        return ["sbatch", script]
 
     def allocate_argv(self, req: JobRequest) -> list[str]:
         return ["salloc", *(flag(n, v) for n, v in self.options(req, batch=False))]
@@ -252,7 +228,7 @@ class Slurm(Backend):
         return {"nodelist": nodes}
 
     def lint(self, req: JobRequest) -> list[Finding]:
-        found = short_name_findings(req, SHORT_NAMES, flag)
+        found = short_name_findings(req, SLURM.short, flag)
         tasks = req.scheduler_tasks_per_node
         if (self.section(req.site).gpu_request == "gpus_per_task" and req.gpus > 0
                 and req.gpus % tasks):
@@ -330,8 +306,8 @@ class SlurmExecutor(Executor):
 
     def submit(self, script: Path, output: Path, exit_file: Path,
                place: Placement | None = None) -> Handle:
-        proc = self._run("sbatch", "--parsable", f"--output={output}", f"--error={output}",
-                         str(script))
+        proc = self._run(*SLURM.submit, "--parsable", *SLURM.argv("output", str(output)),
+                         *SLURM.argv("error", str(output)), str(script))
         self._submitted(proc, "sbatch", script)
         job = submitted_job_id(proc.stdout, PARSABLE_ID, "sbatch --parsable", script)
         return self._accepted(job, script, output, exit_file)
