@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import this_checkout  # noqa: F401 - before hpcprov: stops unless it loads from this checkout
 
 from hpcprov.app.cli import main
 from hpcprov.core.commands import Completed

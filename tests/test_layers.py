@@ -1,8 +1,10 @@
 """The layering CI checks (.ci/lint, import-linter): hpcprov is a few folders whose arrows
 point one way, with no import cycle anywhere, annotations (TYPE_CHECKING imports) included.
 
-The contracts are run here on an installed copy of the package, as .ci/lint does, once as
-it is (kept) and once with an arrow planted that each contract must refuse. Where
+The contracts are run here as .ci/lint runs them, on the source tree as it is (.ci/tree.py
+tells import-linter that provision/ is hpcprov.provision, and so on, from pyproject.toml's
+package-dir; nothing installed), on a copy of the tree: once as it is (kept) and once with an
+arrow planted that each contract must refuse, in hpcprov/ and in a mapped folder. Where
 import-linter's ``lint-imports`` is not on PATH those tests skip, saying so, unless
 ``HPCPROV_REQUIRE_LINT_TOOLS=1`` (CI), where they fail instead."""
 
@@ -47,26 +49,50 @@ def _layers() -> list[str]:
     return [m.strip() for layer in contract["layers"] for m in layer.split("|")]
 
 
+def _package_dir() -> dict[str, str]:
+    config = tomllib.loads((REPO / "pyproject.toml").read_text())
+    mapping: dict[str, str] = config["tool"]["setuptools"]["package-dir"]
+    return mapping
+
+
+def _source_tree(into: Path) -> Path:
+    """A copy of what the checks read: the folders of the import package, pyproject.toml
+    and .ci/tree.py."""
+    ignore = shutil.ignore_patterns("__pycache__")
+    for folder in set(_package_dir().values()):
+        shutil.copytree(REPO / folder, into / folder, ignore=ignore)
+    shutil.copy(REPO / "pyproject.toml", into)
+    (into / ".ci").mkdir()
+    shutil.copy(REPO / ".ci" / "tree.py", into / ".ci")
+    return into
+
+
 @pytest.fixture(scope="module")
-def installed(lint_imports: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    copy = tmp_path_factory.mktemp("installed")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps",
-                    "--no-build-isolation", "--target", str(copy), str(REPO)], check=True,
-                   capture_output=True)
-    return copy
+def tree(lint_imports: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _source_tree(tmp_path_factory.mktemp("tree"))
 
 
 def _lint(tool: str, copy: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([tool, str(REPO / "pyproject.toml")], cwd=copy,
-                          env={"PYTHONPATH": str(copy),
-                               "PATH": f"/usr/bin:/bin:{Path(tool).parent}"},
+    """.ci/lint's import-linter step in ``copy``, with no PYTHONPATH and cwd elsewhere on
+    sys.path: no installed hpcprov is read, only the tree."""
+    return subprocess.run([sys.executable, ".ci/tree.py", "lint-imports", "--no-cache",
+                           "pyproject.toml"], cwd=copy,
+                          env={"PATH": f"/usr/bin:/bin:{Path(tool).parent}"},
                           capture_output=True, text=True)
 
 
-def _planted(installed: Path, tmp_path: Path, module: str, target: str) -> Path:
+def _module_file(root: Path, module: str) -> Path:
+    """The file of ``module`` in the tree (``hpcprov.provision.plan``: provision/plan.py)."""
+    package = max((name for name in _package_dir()
+                   if module == name or module.startswith(name + ".")), key=len)
+    rest = module[len(package):].lstrip(".").replace(".", "/")
+    return root / _package_dir()[package] / (rest + ".py")
+
+
+def _planted(tree: Path, tmp_path: Path, module: str, target: str) -> Path:
     copy = tmp_path / "copy"
-    shutil.copytree(installed, copy)
-    path = copy / (module.replace(".", "/") + ".py")
+    shutil.copytree(tree, copy)
+    path = _module_file(copy, module)
     path.write_text(path.read_text() + "\nfrom typing import TYPE_CHECKING\n\nif TYPE_CHECKING:\n"
                     f"    import {target}\n")
     return copy
@@ -96,10 +122,18 @@ def test_every_folder_of_hpcprov_is_a_layer() -> None:
     assert set(_layers()) == folders | mapped
 
 
-def test_the_tree_keeps_the_contracts(lint_imports: str, installed: Path) -> None:
-    proc = _lint(lint_imports, installed)
+def test_the_tree_keeps_the_contracts(lint_imports: str, tree: Path) -> None:
+    proc = _lint(lint_imports, tree)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "0 broken" in proc.stdout
+    # every module of the import package was read, the mapped folders' included: each .py
+    # file whose folder and every folder above it, up to the mapped one, is a package
+    files = sum(1 for folder in set(_package_dir().values())
+                for path in (tree / folder).rglob("*.py")
+                if all((d / "__init__.py").is_file()
+                       for d in [path.parent, *path.parent.parents]
+                       if d.is_relative_to(tree / folder)))
+    assert f"Analyzed {files} files" in proc.stdout, proc.stdout
 
 
 @pytest.mark.parametrize(("module", "target", "said"), [
@@ -109,12 +143,50 @@ def test_the_tree_keeps_the_contracts(lint_imports: str, installed: Path) -> Non
     ("hpcprov.site.kinds", "hpcprov.site.model", "No cycles are allowed in hpcprov.site"),
     # the model typed against a backend (the knot issue 25 untied)
     ("hpcprov.site.model", "hpcprov.schedulers.base", "hpcprov.site is not allowed to import"),
+    # in a mapped folder (provision/ is hpcprov.provision): setup typed against validate
+    ("hpcprov.provision.plan", "hpcprov.validate.plan",
+     "hpcprov.provision is not allowed to import hpcprov.validate"),
 ])
-def test_a_planted_arrow_breaks_a_contract(lint_imports: str, installed: Path, tmp_path: Path,
+def test_a_planted_arrow_breaks_a_contract(lint_imports: str, tree: Path, tmp_path: Path,
                                            module: str, target: str, said: str) -> None:
-    proc = _lint(lint_imports, _planted(installed, tmp_path, module, target))
+    proc = _lint(lint_imports, _planted(tree, tmp_path, module, target))
     assert proc.returncode != 0
     assert said in proc.stdout, proc.stdout
+
+
+def test_the_static_checks_install_nothing_and_link_nothing() -> None:
+    """.ci/lint and .ci/typecheck check the tree as it is: no installed copy for
+    import-linter, no folder of links for mypy (issue 42); .ci/tree.py names the modules."""
+    lint = (REPO / ".ci" / "lint").read_text(encoding="utf-8")
+    typecheck = (REPO / ".ci" / "typecheck").read_text(encoding="utf-8")
+    assert "pip install" not in lint and "ln -s" not in typecheck
+    assert "python3 .ci/tree.py lint-imports" in lint
+    assert "python3 .ci/tree.py mypy" in typecheck
+
+
+def test_mypy_reads_the_tree_under_the_installed_names() -> None:
+    """.ci/typecheck (.ci/tree.py mypy) checks the tree as it is: every Python file of
+    hpcprov/, provision/, validate/ and sites/ is a source, each under the name it has once
+    installed (provision/plan.py is hpcprov.provision.plan), and the validation programs'
+    runtime also as the ``runtime`` they import; no folder of links, nothing installed."""
+    pytest.importorskip("mypy")
+    probe = ("import sys\nsys.path.insert(0, '.ci')\nimport tree\n"
+             "sources, _, _ = tree.mypy_sources([])\n"
+             "print('\\n'.join(f'{s.module} {s.path}' for s in sources))\n")
+    proc = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True,
+                          text=True, env={"PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0, proc.stderr
+    found = dict(line.split(" ", 1) for line in proc.stdout.splitlines())
+    assert found["hpcprov.provision.plan"] == "provision/plan.py"
+    assert found["hpcprov.validate.judge"] == "validate/judge.py"
+    assert found["hpcprov.sites"] == "sites/__init__.py"
+    assert found["hpcprov.site.profiles"] == "hpcprov/site/profiles.py"
+    assert found["runtime"] == found["hpcprov.validate.programs.runtime"]
+    mapped = {"provision", "validate", "sites"}
+    assert not [m for m in found if m.split(".")[0] in mapped], found
+    files = {str(p.relative_to(REPO)) for folder in ("hpcprov", *mapped)
+             for p in (REPO / folder).rglob("*.py") if "__pycache__" not in p.parts}
+    assert files == set(found.values())
 
 
 def test_planning_a_job_loads_no_discovery_code() -> None:

@@ -74,7 +74,7 @@ def test_the_files_are_package_data_and_the_ones_the_code_reads() -> None:
 
 
 def test_an_installed_copy_carries_the_files_and_renders_the_same(tmp_path: Path) -> None:
-    """A real (non-editable) install, as .ci/lint makes (a few seconds): the fragments and
+    """A real (non-editable) install, as a user makes (a few seconds): the fragments and
     the template are in it (without their package-data lines they are not), and what it
     generates is what the source tree generates."""
     copy = tmp_path / "installed"
