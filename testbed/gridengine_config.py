@@ -15,7 +15,8 @@ What the cluster offers, mirroring the Slurm side:
 * one cluster queue per node type, named like its Slurm partition (``amd_a100nv_8``,
   ``cas_v100_4``), on a host group of the same name (``@amd_a100nv_8``): slots = the cores
   the node type advertises, ``h_rt`` limit = the partition's MaxTime;
-* parallel environments ``mpi`` (``$fill_up``), ``mpi_rr`` (``$round_robin``) and ``smp``
+* parallel environments ``mpi`` (``$fill_up``), ``mpi_rr`` (``$round_robin``), ``mpi1``,
+  ``mpi2``, ``mpi4``, ``mpi8`` (that many slots on each host) and ``smp``
   (``$pe_slots``), all with ``control_slaves TRUE`` (tight integration, ``qrsh -inherit``)
   and ``job_is_first_task FALSE`` (as Open MPI's ``mpirun`` wants it);
 * a consumable ``gpu`` (per slot) with ``gpu=8`` on the A100 nodes and ``gpu=4`` on the V100
@@ -56,7 +57,11 @@ class ParallelEnv:
 
 
 PARALLEL_ENVS = (ParallelEnv("mpi", "$fill_up"), ParallelEnv("mpi_rr", "$round_robin"),
-                 ParallelEnv("smp", "$pe_slots"))
+                 ParallelEnv("smp", "$pe_slots"),
+                 # a fixed number of slots on each host, as sites name them by it (mpi8: 8
+                 # per host): a job of N nodes x R ranks asks -pe mpiR N*R and gets R on
+                 # each of N hosts, whatever else runs (hpcprov's gridengine.pe "mpi{per_node}")
+                 *(ParallelEnv(f"mpi{n}", str(n)) for n in (1, 2, 4, 8)))
 
 
 def arch(machine: str | None = None) -> str:

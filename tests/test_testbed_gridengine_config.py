@@ -37,7 +37,7 @@ def test_two_nodes_one_queue_per_node_type_with_its_hosts_cores_gpus_and_time() 
     assert queue["hostlist"] == "@amd_a100nv_8"
     assert queue["slots"] == "64"            # 2 sockets x 32 cores, as slurm.conf says
     assert queue["h_rt"] == "48:00:00"       # the partition's MaxTime 2-00:00:00
-    assert queue["pe_list"].split() == ["mpi", "mpi_rr", "smp"]
+    assert queue["pe_list"].split() == ["mpi", "mpi_rr", "smp", "mpi1", "mpi2", "mpi4", "mpi8"]
     assert queue["load_thresholds"] == "NONE"  # 2 shared cores must not put queues in alarm
     assert (queue["shell"], queue["shell_start_mode"]) == ("/bin/bash", "unix_behavior")
     assert _fields(files["sge/etc/hostgroups/amd_a100nv_8"])["hostlist"] == "gpu01 gpu02"
@@ -59,13 +59,14 @@ def test_four_nodes_add_the_v100_queue_with_four_gpus_and_forty_slots() -> None:
 def test_parallel_environments_fill_up_round_robin_and_pe_slots_tightly_integrated() -> None:
     files = _render(2)
     rules = {}
-    for pe in ("mpi", "mpi_rr", "smp"):
+    for pe in ("mpi", "mpi_rr", "smp", "mpi1", "mpi2", "mpi4", "mpi8"):
         f = _fields(files[f"sge/etc/pe/{pe}"])
         assert f["pe_name"] == pe
         assert f["control_slaves"] == "TRUE"        # qrsh -inherit into the slots
         assert f["job_is_first_task"] == "FALSE"
         rules[pe] = f["allocation_rule"]
-    assert rules == {"mpi": "$fill_up", "mpi_rr": "$round_robin", "smp": "$pe_slots"}
+    assert rules == {"mpi": "$fill_up", "mpi_rr": "$round_robin", "smp": "$pe_slots",
+                     "mpi1": "1", "mpi2": "2", "mpi4": "4", "mpi8": "8"}
 
 
 def test_gpu_is_a_requestable_per_slot_consumable() -> None:

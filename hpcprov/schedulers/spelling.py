@@ -111,6 +111,8 @@ class Spelling:
     # flags that take their value in the same word after ``=``, by how they start
     attached: tuple[str, ...] = ("--",)
     stdin: bool = False           # the submit command reads the script on stdin (bsub < FILE)
+    # flags whose value is several words, apart at blanks (Grid Engine's -pe NAME SLOTS)
+    several: frozenset[str] = frozenset()
 
     def flag(self, name: str) -> str:
         """The flag the option ``name`` is written with (``-l select`` for a PBS resource)."""
@@ -136,6 +138,8 @@ class Spelling:
         words = self.flag(name).split(" ")
         if value is None:
             return words
+        if self.flag(name) in self.several:
+            return [*words, *value.split()]
         if self.flag(name).startswith(self.attached):
             return [*words[:-1], f"{words[-1]}={value}"]
         return [*words, value]
@@ -204,3 +208,27 @@ FLUX = Spelling(
     }),
     # flux batch's one-letter options and the names hpcprov writes them from
     short=MappingProxyType({"B": "bank", "q": "queue", "t": "time", "S": "setattr"}))
+
+# Grid Engine (Son of Grid Engine 8.1.9's qsub, tried on the testbed's real cell): a #$ line
+# is split at blanks; a stretch in quotes, single or double, stays one word and the quote
+# characters are dropped (no quote is ever read as itself, and nothing escapes one); a #
+# ends the line, in quotes too; $ and \ are read as they are. hpcprov's names with a qsub
+# flag, qsub's own multi-letter flags, a one-letter name as its flag (-A, -P, -g...), any
+# other name a -l resource (-l h_rt=1:00:00, -l gpu=1)
+GRIDENGINE = Spelling(
+    "gridengine", "#$", ("qsub", "-terse"),
+    Quoting(bare=r"[^\s'\"#]+", wrap='"', refused=r"['\"#\n\r]",
+            why="Grid Engine's qsub drops quote characters from a #$ line and ends it at a "
+                "#: a value cannot hold ', \" or #"),
+    flags=MappingProxyType({
+        "job-name": "-N", "account": "-A", "project": "-P", "partition": "-q", "queue": "-q",
+        "output": "-o", "error": "-e", "join": "-j", "mail-user": "-M", "mail-type": "-m",
+        "shell": "-S", **{f: f"-{f}" for f in (
+            "pe", "cwd", "wd", "hold_jid", "hold_jid_ad", "now", "binding", "masterq",
+            "ckpt", "notify", "sync", "tc", "pty", "js", "jsv", "ar", "ac", "dc", "sc",
+            "dl", "hard", "soft", "clear", "verify", "R", "V")},
+    }),
+    # qsub's one-letter flags hpcprov writes under a name of its own
+    short=MappingProxyType({"N": "job-name", "A": "account", "P": "project", "q": "queue",
+                            "o": "output", "e": "error", "j": "join", "S": "shell"}),
+    long="-l ", attached=("-l ",), several=frozenset({"-pe"}))

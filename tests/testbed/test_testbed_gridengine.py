@@ -31,7 +31,8 @@ def test_cluster_shape_as_the_clients_see_it(sge: SgeClient) -> None:
     assert [h.split()[:2] for h in hosts] == [["global", "-"], ["gpu01", "lx-amd64"],
                                               ["gpu02", "lx-amd64"]]
     assert sge.run("qconf", "-sql").stdout.split() == ["amd_a100nv_8"]
-    assert sge.run("qconf", "-spl").stdout.split() == ["mpi", "mpi_rr", "smp"]
+    assert sge.run("qconf", "-spl").stdout.split() == ["mpi", "mpi1", "mpi2", "mpi4", "mpi8",
+                                                       "mpi_rr", "smp"]
     pe = dict(line.split(None, 1) for line in sge.run("qconf", "-sp", "mpi").stdout.splitlines())
     assert (pe["allocation_rule"].strip(), pe["control_slaves"].strip()) == ("$fill_up", "TRUE")
     gpus = re.findall(r"^(gpu\d+)\s.*\n.*\bhc:gpu=(\d+)\.0+$",
