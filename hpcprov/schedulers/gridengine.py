@@ -107,8 +107,8 @@ class GridEngine(Backend[GridengineOptions]):
             return kind
         conf = self.section(req.site)
         own = dict(GEOMETRY_RESOURCES)
-        if conf.node_resource:
-            own[conf.node_resource] = "nodes"
+        if (unit := self.node_unit(req)) is not None:
+            own[unit] = "nodes"
         if conf.gpu_resource:
             own[conf.gpu_resource] = "gpus"
         return next((own[r] for r in resources(name, value) if r in own), None)
@@ -120,6 +120,13 @@ class GridEngine(Backend[GridengineOptions]):
         pe = conf.pe_by_partition.get(req.partition_name, conf.pe)
         return pe.replace("{per_node}", str(req.scheduler_tasks_per_node)) if pe else None
 
+    def node_unit(self, req: JobRequest) -> str | None:
+        """The resource a job asks for one of per node (``node_resource``, ``{partition}``
+        in it: the partition's name, at sites whose partitions are resource types), or
+        None: its slots come through a parallel environment."""
+        unit = self.section(req.site).node_resource
+        return unit.replace("{partition}", req.partition_name) if unit else None
+
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
         conf = self.section(req.site)
         opts: list[Option] = [("job-name", req.job_name or ("hpcprov" if batch else
@@ -128,11 +135,12 @@ class GridEngine(Backend[GridengineOptions]):
             opts.append(("S", self.shell(req).split()[0]))
             if conf.cwd:
                 opts.append(("cwd", None))
-        if req.part.routing == "partition":
-            opts.append(("queue", req.partition_name))
+        unit = self.node_unit(req)
+        if req.part.routing == "partition" and "{partition}" not in (conf.node_resource or ""):
+            opts.append(("queue", req.partition_name))  # (a resource type is no queue)
         slots = req.nodes * req.scheduler_tasks_per_node
-        if conf.node_resource:
-            opts.append((conf.node_resource, str(req.nodes)))
+        if unit:
+            opts.append((unit, str(req.nodes)))
         elif (pe := self.pe(req)) is not None:
             opts.append(("pe", f"{pe} {slots}"))
         if conf.gpu_resource and req.gpus and not conf.node_resource:
