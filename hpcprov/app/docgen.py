@@ -248,7 +248,7 @@ def compatibility() -> str:
 
 # the walks of docs/onboarding.md, in order: one example profile of each kind of site
 WALKS = ("pbs-pals", "slurm-apptainer", "torchrun-mpi", "edf", "uenv", "intel-gpus",
-         "lsf-jsrun", "lsf-lrun", "flux", "pbs-container", "flux-torchrun-image")
+         "lsf-jsrun", "lsf-lrun", "flux", "pbs-container", "flux-torchrun-image", "gridengine")
 
 
 class WalkOptions(typing.TypedDict, total=False):
