@@ -230,7 +230,7 @@ class Manifest(_Record):
     def gpus_of(self, partition: str) -> int:
         """GPUs a node of ``partition`` has, by the recorded profile (one message for a
         name it lacks, the same as a loaded site's)."""
-        from hpcprov.site.types import no_partition
+        from hpcprov.site.checks import no_partition
 
         parts = self.site_profile.partitions
         if partition not in parts:

@@ -18,6 +18,7 @@ from hpcprov_tests import Result, assert_one_line_error, cli, hpcprov_argv, writ
 
 from hpcprov.core import fsutil
 from hpcprov.core.errors import HpcprovWarning
+from hpcprov.site import codec as site_codec
 from hpcprov.site import loader, model
 from hpcprov.site import types as site_types
 from hpcprov.site.catalog import detect
@@ -305,13 +306,13 @@ def test_errors_escape_what_the_user_typed(capsys: pytest.CaptureFixture[str]) -
 
 def test_cached_free_text_is_checked_as_the_model_checks_it() -> None:
     def cached(change: dict) -> object:
-        data = site_types.dump(load_site("neuron"))
+        data = site_codec.dump(load_site("neuron"))
         data.update(change)
-        return site_types.load(site_types.Site, data)
+        return site_codec.load(site_types.Site, data)
 
     with pytest.raises(ValueError):
         cached({"description": f"x{OSC_TITLE}"})
-    part = site_types.dump(load_site("neuron").partition()[1])
+    part = site_codec.dump(load_site("neuron").partition()[1])
     with pytest.raises(ValueError):
         cached({"partitions": {"p": {**part, "memory_gb": float("inf")}}})
     assert cached({"guide": {"a": "x\n\ty"}}).guide == {"a": "x\n\ty"}

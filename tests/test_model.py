@@ -15,11 +15,11 @@ import yaml
 from hpcprov_tests import BUNDLED, REPO, SEED_SITES, cli, write_profile
 
 from hpcprov.core.errors import ProfileError, UsageError
+from hpcprov.site.codec import dump
 from hpcprov.site.kinds import Scheduler
 from hpcprov.site.loader import available_sites, bundled_site_dir
 from hpcprov.site.model import json_schema, validate
 from hpcprov.site.profiles import check_file, load_site, site_names
-from hpcprov.site.types import dump
 
 # ------------------------------------------------------------------ packaging
 

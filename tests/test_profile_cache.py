@@ -21,9 +21,10 @@ from hpcprov.core import fsutil
 from hpcprov.core.errors import ProfileError
 from hpcprov.site import cache as profile_cache
 from hpcprov.site import loader
+from hpcprov.site.codec import dump, load
 from hpcprov.site.loader import available_sites, bundled_site_dir, read_yaml, resolve
 from hpcprov.site.profiles import load_site, validate_file, validate_layer
-from hpcprov.site.types import Site, dump, load
+from hpcprov.site.types import Site
 
 HAVE_LIBYAML = loader._loaders()[1] is not None
 
@@ -116,7 +117,7 @@ def test_a_cached_site_behaves_in_a_fresh_process(cache: Path) -> None:
         "assert 'yaml' not in sys.modules, 'parsed: not from the cache'\n"
         "assert 'pydantic' not in sys.modules, 'pydantic imported for a cached site'\n"
         "assert s.partition()[0] == 'amd_a100nv_8' and s.prefix().startswith('/scratch/')\n"
-        "from hpcprov.site.types import dump\n"
+        "from hpcprov.site.codec import dump\n"
         "print(json.dumps(dump(s)))\n")
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                           env={**os.environ}, timeout=120)

@@ -18,7 +18,8 @@ from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.base import Backend, Executor
 from hpcprov.site.kinds import SCHEDULER_BACKENDS, Scheduler
 from hpcprov.site.profiles import load_site
-from hpcprov.site.types import SCHEDULER_SECTIONS, Site
+from hpcprov.site.sections import SCHEDULER_SECTIONS
+from hpcprov.site.types import Site
 
 
 def test_every_registered_scheduler_is_a_backend_with_its_profile_section() -> None:

@@ -12,11 +12,13 @@ from pathlib import Path
 import pytest
 from hpcprov_tests import BUNDLED, REPO
 
+from hpcprov.site.codec import dump, load
 from hpcprov.site.kinds import LauncherKind, Scheduler
 from hpcprov.site.loader import bundled_site_dir, resolve
 from hpcprov.site.model import json_schema, validate
 from hpcprov.site.profiles import validated
-from hpcprov.site.types import SCHEDULER_SECTIONS, Gpus, Partition, Site, dump, load
+from hpcprov.site.sections import SCHEDULER_SECTIONS
+from hpcprov.site.types import Gpus, Partition, Site
 
 EXAMPLES = sorted((REPO / "docs" / "examples").glob("**/*.yaml"))
 
@@ -75,3 +77,46 @@ def test_building_a_part_checks_it_as_validation_does() -> None:
     with pytest.raises(TypeError):
         Gpus(colour="green")
     assert dataclasses.replace(Gpus(count=4), vendor="amd") == Gpus(count=4, vendor="amd")
+
+
+def test_no_module_rewrites_a_pydantic_schema() -> None:
+    """Fields reach pydantic through its public API (hpcprov/site/declare.py): no module of
+    the project implements pydantic's core-schema hook, whose generated layout a pydantic
+    release may change."""
+    hook = "def " + "__get_pydantic_core_schema__"
+    found = [str(p.relative_to(REPO)) for folder in ("hpcprov", "provision", "validate",
+                                                     "sites", "testbed", "tests")
+             for p in (REPO / folder).rglob("*.py") if hook in p.read_text(encoding="utf-8")]
+    assert found == []
+
+
+def test_a_fields_constraint_is_checked_before_its_own_checks() -> None:
+    """A value both out of its pattern and against the text rule is reported by the
+    pattern (the constraint first, then the text rule and the field's checks), at its
+    field, beside another field's own check."""
+    from pydantic import ValidationError
+
+    from hpcprov.site.types import Policies
+
+    with pytest.raises(ValidationError) as exc:
+        validate({"proxy": {"http": "http://proxy\n:3128"},
+                  "required_options": {"account": {"default": "$USER"}}}, Policies)
+    errors = [(e["loc"], e["msg"]) for e in exc.value.errors()]
+    assert [loc for loc, _ in errors] == [("required_options", "account", "default"),
+                                          ("proxy", "http")]
+    assert "would be written literally" in errors[0][1]
+    assert "should match pattern" in errors[1][1]
+
+
+def test_each_backend_reads_its_own_section_typed() -> None:
+    from hpcprov import schedulers
+    from hpcprov.core.errors import HpcprovError
+    from hpcprov.site.profiles import load_site
+    from hpcprov.site.sections import SlurmOptions
+
+    site = load_site("neuron")  # a Slurm site
+    slurm = schedulers.backend("slurm")
+    assert type(slurm.section(site)) is SlurmOptions and slurm.section(site).shell
+    other = dataclasses.replace(site, scheduler=Scheduler("pbs"), slurm=None, pbs=None)
+    with pytest.raises(HpcprovError, match="no slurm settings"):
+        slurm.section(other)

@@ -3,14 +3,15 @@
 Everything hpcprov knows about one scheduler is in three parts, each loaded for its own work:
 
 * **the backend** (:class:`Backend`; its module, ``hpcprov/schedulers/NAME.py``, exports
-  one as ``BACKEND``): its profile section (``settings``: the keys of ``site.<name>``, as
-  plain data from which :mod:`hpcprov.site.types` makes the section's dataclass, so
-  this module needs no pydantic) and **planning**, pure: the job options and directive lines,
-  the job script's interpreter and prolog, the submit and interactive-allocation commands,
-  the shell expressions launchers ask for (the first node, host:slots lists, a host file,
-  the job id, its own task and one-process-per-node starters), lint rules of its own. It
-  is the factory of the other two parts (:meth:`Backend.executor`,
-  :meth:`Backend.site_executor`, :meth:`Backend.drafting`) and holds none of their code.
+  one as ``BACKEND``): its profile section (``section_type``: the class of
+  ``site.<name>``, declared in :mod:`hpcprov.site.sections`, which needs no pydantic;
+  ``Backend[SlurmOptions]`` reads it typed, :meth:`Backend.section`) and **planning**,
+  pure: the job options and directive lines, the job script's interpreter and prolog,
+  the submit and interactive-allocation commands, the shell expressions launchers ask
+  for (the first node, host:slots lists, a host file, the job id, its own task and
+  one-process-per-node starters), lint rules of its own. It is the factory of the other
+  two parts (:meth:`Backend.executor`, :meth:`Backend.site_executor`,
+  :meth:`Backend.drafting`) and holds none of their code.
 * **the executor** (an :class:`Executor` subclass in the same module): the effects. It
   submits, polls, cancels and asks about nodes, recording every submission and state
   change in ``events``; where the scheduler's jobs can run other jobs' launches as steps
@@ -33,15 +34,15 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Generic, TypeVar
 
 from hpcprov.core.commands import Completed, run_command
 from hpcprov.core.errors import HpcprovError
 from hpcprov.core.shell import Raw, quote
 from hpcprov.schedulers.spelling import Spelling
-from hpcprov.site.sections import Setting
+from hpcprov.site.sections import Section
 
 if TYPE_CHECKING:
     from hpcprov.core.findings import Finding
@@ -139,12 +140,17 @@ def head_options(req: JobRequest, *, batch: bool, queue: str,
     return [*opts, *routed]
 
 
-class Backend:
-    """Base of the scheduler backends; each module exports one instance as ``BACKEND``."""
+# a backend's profile section (hpcprov.site.sections: SlurmOptions, ...)
+S = TypeVar("S", bound=Section)
+
+
+class Backend(Generic[S]):
+    """Base of the scheduler backends; each module exports one instance as ``BACKEND``;
+    ``Backend[SlurmOptions]``: its profile section's class (:meth:`section`)."""
 
     name = "base"
     title = "base"                 # the scheduler's name in prose
-    settings: dict[str, Setting] = {}
+    section_type: type[S] | None = None  # its profile section's class; None: it has none
     variable = re.compile(r"(?!)")  # the variables its jobs see ($SLURM_..., $PBS_...)
     variable_example = ""           # shown when another scheduler's variable is used
     monitor = "jobs"                # the command line a user watches their jobs with
@@ -230,7 +236,8 @@ class Backend:
     def declared(self, site: Site, name: str) -> str:
         """The name of the flag the site writes the option ``name`` as, where its section
         declares one (``lsf.flags: {account: -G}``: ``G``); else the name itself."""
-        flags = self.section(site).flags if "flags" in self.settings else {}
+        flags: dict[str, str] = getattr(self.section(site), "flags", {}) \
+            if self.section_type else {}
         flag = flags.get(name)
         return flag.lstrip("-") if flag else name
 
@@ -249,10 +256,19 @@ class Backend:
         flag = self.declared(site, name)
         return self.option_name(name) if flag == name else f"-{flag} ({name})"
 
-    def section(self, site: Site) -> Any:
-        """The site's settings for this scheduler (``site.<name>``: a dataclass made from
-        ``settings``, which a type checker cannot see: read as Any)."""
-        return getattr(site, self.name)
+    @property
+    def settings(self) -> tuple[str, ...]:
+        """The keys of its profile section (none where it has none)."""
+        return tuple(f.name for f in fields(self.section_type)) if self.section_type else ()
+
+    def section(self, site: Site) -> S:
+        """The site's settings for this scheduler (``site.<name>``, of its
+        ``section_type``: validation fills in the chosen scheduler's)."""
+        found = getattr(site, self.name, None)
+        if self.section_type is None or not isinstance(found, self.section_type):
+            raise HpcprovError(f"site {site.name}: no {self.name} settings (scheduler "
+                               f"{site.scheduler.value})")
+        return found
 
     # ---- planning (pure) ---------------------------------------------------------------
     def options(self, req: JobRequest, *, batch: bool) -> list[Option]:
@@ -275,9 +291,8 @@ class Backend:
     def shell(self, req: JobRequest) -> str:
         """The job script's interpreter line, without ``#!``: the site's ``shell`` setting
         where the backend has one."""
-        if "shell" in self.settings:
-            return str(self.section(req.site).shell)
-        return "/bin/bash"
+        shell = getattr(self.section(req.site), "shell", None) if self.section_type else None
+        return shell if isinstance(shell, str) else "/bin/bash"
 
     def prolog(self, req: JobRequest) -> list[str]:
         """Lines a job script runs first (e.g. cd to the submission directory)."""

@@ -46,7 +46,7 @@ from hpcprov.schedulers.base import (
     slots_list,
 )
 from hpcprov.schedulers.spelling import FLUX
-from hpcprov.site.sections import settings_of
+from hpcprov.site.sections import FluxOptions
 
 if TYPE_CHECKING:
     from hpcprov.site.types import Site
@@ -102,13 +102,13 @@ def job_ids(text: str) -> str | None:
     return last if re.match(JOB_ID, last) else None
 
 
-class Flux(Backend):
+class Flux(Backend[FluxOptions]):
     name = "flux"
     title = "Flux"
     marker = "flux"
     discovery = "hpcprov.schedulers.discovery.flux"
     spelling = FLUX
-    settings = settings_of("flux")
+    section_type = FluxOptions
     variable = re.compile(r"\$\{?FLUX_[A-Z_]+")
     variable_example = "$FLUX_JOB_ID"
     monitor = "flux jobs"

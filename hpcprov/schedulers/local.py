@@ -12,9 +12,10 @@ from pathlib import Path
 from hpcprov.core.findings import Finding
 from hpcprov.request.job import JobRequest
 from hpcprov.schedulers.base import Backend, Executor, Handle, Placement, final_state
+from hpcprov.site.sections import Section
 
 
-class Local(Backend):
+class Local(Backend[Section]):  # (no profile section)
     name = "none"
     title = "no scheduler"
     max_nodes = 1

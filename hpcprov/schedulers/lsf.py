@@ -41,7 +41,7 @@ from hpcprov.schedulers.base import (
 )
 from hpcprov.schedulers.spelling import LSF
 from hpcprov.site.launcher_kinds import horovod_controller, kind_of
-from hpcprov.site.sections import settings_of
+from hpcprov.site.sections import LsfOptions
 
 # bsub's options that set the job's geometry (what hpcprov's own flags set), and the
 # generic names hpcprov writes them from
@@ -83,13 +83,13 @@ def argv_words(name: str, value: str | None) -> list[str]:
     return LSF.argv(name, written(name, value))
 
 
-class Lsf(Backend):
+class Lsf(Backend[LsfOptions]):
     name = "lsf"
     title = "LSF"
     marker = "bqueues"
     discovery = "hpcprov.schedulers.discovery.lsf"
     spelling = LSF
-    settings = settings_of("lsf")
+    section_type = LsfOptions
     # Horovod (0.28.1, runner/driver/driver_service.py) skips finding the hosts' network
     # interfaces when it sees LSF (LSB_JOBID) and its Gloo launcher then fails; under LSF
     # horovodrun starts ranks with jsrun (CSM systems) or mpirun instead

@@ -25,7 +25,7 @@ from hpcprov.schedulers.base import (
     unique_hosts,
 )
 from hpcprov.schedulers.spelling import PBS
-from hpcprov.site.sections import SELECT_FIELD, check_select, settings_of
+from hpcprov.site.sections import SELECT_FIELD, PbsOptions, check_select
 
 # qsub's options that set the job's geometry (what hpcprov's own flags set)
 GEOMETRY_OPTIONS = {"q": "queue", "queue": "queue", "partition": "queue"}
@@ -88,13 +88,13 @@ def once(opts: list[Option]) -> list[Option]:
     return out
 
 
-class Pbs(Backend):
+class Pbs(Backend[PbsOptions]):
     name = "pbs"
     title = "PBS"
     marker = "pbsnodes"
     discovery = "hpcprov.schedulers.discovery.pbs"
     spelling = PBS
-    settings = settings_of("pbs")
+    section_type = PbsOptions
     variable = re.compile(r"\$\{?PBS_[A-Z_]+")
     variable_example = "$PBS_NODEFILE"
     monitor = "qstat -u $USER"

@@ -32,7 +32,7 @@ from hpcprov.schedulers.base import (
     submitted_job_id,
 )
 from hpcprov.schedulers.spelling import SLURM
-from hpcprov.site.sections import SLURM_VERSION, settings_of
+from hpcprov.site.sections import SLURM_VERSION, SlurmOptions
 
 NODES = '"$SLURM_JOB_NODELIST"'
 HOSTNAMES = f"scontrol show hostnames {NODES}"
@@ -79,13 +79,13 @@ def srun_forgets_cpus(version: str | None) -> bool:
     return m is None or (int(m.group(1)), int(m.group(2))) >= SRUN_FORGETS_CPUS
 
 
-class Slurm(Backend):
+class Slurm(Backend[SlurmOptions]):
     name = "slurm"
     title = "Slurm"
     marker = "scontrol"
     discovery = "hpcprov.schedulers.discovery.slurm"
     spelling = SLURM
-    settings = settings_of("slurm")
+    section_type = SlurmOptions
     variable = re.compile(r"\$\{?SLURM_[A-Z_]+")
     variable_example = "$SLURM_JOB_NODELIST"
     monitor = "squeue -u $USER"

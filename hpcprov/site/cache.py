@@ -2,8 +2,8 @@
 
 One JSON file per profile path under ``$XDG_CACHE_HOME/hpcprov/profiles/`` (default
 ``~/.cache/hpcprov/profiles/``), two lines: a header, then the validated site in its JSON
-form (:func:`hpcprov.site.types.dump`: dicts, lists and scalars, read back into the same
-classes by :func:`hpcprov.site.types.load`, so loading it needs no pydantic).
+form (:func:`hpcprov.site.codec.dump`: dicts, lists and scalars, read back into the same
+classes by :func:`hpcprov.site.codec.load`, so loading it needs no pydantic).
 The header records the SHA-256 of every file the profile was built from (itself and what it
 extends), how each ``extends`` was resolved on the search path, and hpcprov's code
 fingerprint (:func:`fingerprint`: each source file's size and mtime, which the "already set
@@ -153,8 +153,8 @@ def load(path: Path) -> Site | None:
     found = _read(path)
     if found is None:
         return None
+    from hpcprov.site.codec import load as decode
     from hpcprov.site.types import Site
-    from hpcprov.site.types import load as decode
 
     body = found[1]
     try:
@@ -171,7 +171,7 @@ def store(path: Path, layer: Layer, site: Site) -> None:
     """Record a validated site (best effort: errors are ignored)."""
     if not enabled():
         return
-    from hpcprov.site.types import dump
+    from hpcprov.site.codec import dump
 
     try:
         files = {os.path.abspath(f): d for f, d in layer.digests.items()}

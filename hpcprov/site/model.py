@@ -1,10 +1,11 @@
 """The site's classes validated: pydantic over :mod:`hpcprov.site.types`.
 
 The classes are declared once, as plain dataclasses, in :mod:`hpcprov.site.types` (no
-pydantic there, so a site read from the profile cache never imports it); this module is
-where pydantic reads them: :func:`validate` turns profile data into a :class:`Site` (a
-``pydantic.ValidationError`` locating each problem), :func:`json_schema` is the profile's
-JSON Schema (`hpcprov site schema`).
+pydantic there, so a site read from the profile cache never imports it; how their fields
+reach pydantic: :mod:`hpcprov.site.declare`); this module is where pydantic reads them:
+:func:`validate` turns profile data into a :class:`Site` (a ``pydantic.ValidationError``
+locating each problem), :func:`json_schema` is the profile's JSON Schema (`hpcprov site
+schema`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
+from hpcprov.site.declare import Strict, validated_as
+from hpcprov.site.sections import SCHEDULER_SECTIONS
 from hpcprov.site.types import (
     MAX_CORES,
     MAX_COUNT,
     MAX_MEMORY_GB,
     MAX_NODES,
-    SCHEDULER_SECTIONS,
     CondaSpec,
     Containers,
     ContainerSpec,
@@ -40,7 +42,6 @@ from hpcprov.site.types import (
     Reference,
     RequiredOption,
     Site,
-    Strict,
     Uenv,
     VenvSpec,
     WalltimeByNodes,
@@ -60,7 +61,7 @@ __all__ = [
 @functools.cache
 def adapter(cls: type = Site) -> TypeAdapter[Any]:
     """Pydantic's validator of one of the site's classes (built on first use)."""
-    return TypeAdapter(cls)
+    return TypeAdapter(validated_as(cls))
 
 
 def validate(data: Any, cls: type = Site) -> Any:

@@ -24,8 +24,8 @@ def with_overrides(site: Site, *, env_name: str | None = None,
         return site
     from pydantic import ValidationError
 
+    from hpcprov.site.codec import dump
     from hpcprov.site.model import PythonStack, validate
-    from hpcprov.site.types import dump
 
     python = dump(site.python)
     horovod = site.horovod

@@ -8,7 +8,7 @@ so pydantic is imported only when a profile is actually validated.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from hpcprov.core import fsutil
 from hpcprov.core.errors import ProfileError
@@ -16,6 +16,7 @@ from hpcprov.site import cache as profile_cache
 from hpcprov.site.loader import Layer, available_sites, find_profile, resolve
 
 if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
     from pydantic import ValidationError
     from pydantic_core import ErrorDetails
 
@@ -45,20 +46,20 @@ def _hint(err: ErrorDetails, model_fields: list[str], written: str | None = None
     return ""
 
 
-def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
+def _allowed_fields(loc: tuple[str | int, ...]) -> list[str]:
     """Field names allowed at the parent of ``loc`` (for suggestions)."""
     import dataclasses
     import typing
 
     from hpcprov.site.types import Site
 
-    def classes(ann: Any) -> list[type]:
+    def classes(ann: object) -> list[type[DataclassInstance]]:
         """The site classes a field's type holds (itself, in an Optional, a list, a dict)."""
         if isinstance(ann, type) and dataclasses.is_dataclass(ann):
             return [ann]
         return [c for arg in typing.get_args(ann) for c in classes(arg)]
 
-    model: Any = Site
+    model: type[DataclassInstance] = Site
     for part in loc[:-1]:
         hints = typing.get_type_hints(model, include_extras=True)
         if isinstance(part, str) and part in hints:
@@ -68,7 +69,7 @@ def _allowed_fields(loc: tuple[Any, ...]) -> list[str]:
     return [f.name for f in dataclasses.fields(model)]
 
 
-def _control_at(value: Any, free: bool) -> tuple[Any, ...]:
+def _control_at(value: object, free: bool) -> tuple[str | int, ...]:
     """The key or index path, inside a mapping or list, of the first value (or key) that
     holds a control character: where the control-character rule was broken."""
     from hpcprov.core.text import has_control

@@ -1,38 +1,28 @@
-"""The schedulers hpcprov knows, and each one's profile section, as data.
+"""The schedulers hpcprov knows, and each one's profile section, declared.
 
 A profile names its scheduler (``scheduler: slurm``) and may carry that scheduler's section
 (``slurm:``, ``pbs:``, ``lsf:``, ``flux:``). This module says, for each scheduler, where its backend
-lives (:mod:`hpcprov.schedulers`, imported on first use) and which keys its section has
-(type, default, meaning, an optional check). :mod:`hpcprov.site.types` makes the sections'
-dataclasses from these tables, so the site never imports a backend; the backends read their
-own table from here. Adding a scheduler is its backend module and one :data:`SCHEDULERS`
-entry.
+lives (:mod:`hpcprov.schedulers`, imported on first use) and declares its section as a class
+(:class:`SlurmOptions`...: each key's type, default, meaning and checks), which
+:class:`hpcprov.site.types.Site` holds as a field and its backend reads, typed
+(``Backend[SlurmOptions]``: :meth:`hpcprov.schedulers.base.Backend.section`), so the site
+never imports a backend. Adding a scheduler is its backend module, its section's class
+and one :data:`SCHEDULERS` entry.
 
-Plain data and pure checks only: no pydantic, no backend, nothing run.
+Declarations and pure checks only: no pydantic, no backend, nothing run. (Annotations are
+evaluated: no ``from __future__ import annotations``, as in :mod:`hpcprov.site.types`.)
 """
 
-from __future__ import annotations
-
 import re
-from collections.abc import Callable
-from typing import Any, Literal, NamedTuple
+from dataclasses import dataclass
+from typing import Literal, NamedTuple
+
+from hpcprov.site.declare import F, Strict
 
 
-class Setting(NamedTuple):
-    """One key of a scheduler's profile section: its type, default and meaning, and an
-    optional check that raises ValueError (with the reason) for a value it refuses."""
-
-    annotation: Any
-    default: Any
-    description: str
-    check: Callable[[Any], None] | None = None
-
-
-class Registered(NamedTuple):
-    """A scheduler: the module holding its backend (``BACKEND``) and its section's keys."""
-
-    module: str
-    settings: dict[str, Setting]
+class Section(Strict):
+    """A scheduler's profile section (``slurm:``, ``pbs:``...): the keys its class
+    declares; a backend reads its own (:meth:`hpcprov.schedulers.base.Backend.section`)."""
 
 
 # ---------------------------------------------------------------- the checks (pure)
@@ -83,85 +73,116 @@ def check_flags(flags: dict[str, str]) -> None:
                              "one dash and its name, e.g. -G or -alloc_flags")
 
 
+
+# ---------------------------------------------------------------- the sections
+
+
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
+class SlurmOptions(Section):
+    """Settings of slurm jobs (only in a profile whose scheduler is slurm)."""
+
+    gpu_request: Literal["gres", "gpus_per_node", "gpus", "gpus_per_task", "none"] = F(
+        "gres", description="--gres=gpu:N per node, --gpus-per-node=N, --gpus=total, "
+        "--gpus-per-task=N/tasks per node (each task bound to its own GPUs, as sites that "
+        "bind GPUs ask), or none: no GPU option at all (sites that give a job its nodes' "
+        "GPUs and refuse a GPU request)")
+    task_request: Literal["per_node", "total"] = F(
+        "per_node", description="--ntasks-per-node or --ntasks")
+    output: str = F("%x_%j.out", description="--output pattern of batch jobs")
+    error: str | None = F("%x_%j.err", description="--error pattern (null: with the output)")
+    shell: str = F("/bin/bash -l", description="interpreter line of job scripts")
+    version: str | None = F(
+        None, check=check_slurm_version, description="the cluster's Slurm version, e.g. "
+        "'23.02' (sinfo --version): from 22.05 srun steps do not inherit --cpus-per-task, "
+        "so hpcprov exports SRUN_CPUS_PER_TASK before them (null: taken as 22.05 or later)")
+
+
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
+class PbsOptions(Section):
+    """Settings of pbs jobs (only in a profile whose scheduler is pbs)."""
+
+    shell: str = F("/bin/bash", description="interpreter line of job scripts")
+    select_format: str = F(
+        "{nodes}:ncpus={ncpus}:ngpus={gpus}", check=check_select,
+        description="value of -l select=; fields {nodes} {ncpus} {gpus} {mpiprocs} "
+        "(nothing else in braces)")
+    output: str | None = F(None, description="-o path of batch jobs")
+    error: str | None = F(None, description="-e path of batch jobs")
+    join_output: bool = F(False, description="-j oe: the error stream into the output")
+    queue_always: bool = F(
+        False, description="the server has no usable default queue: every job names its "
+        "queue (-q), the default partition's too (otherwise -q is written for another "
+        "queue, or one chosen with -p)")
+    flags: dict[str, str] = F(factory=dict, check=check_flags, description=FLAGS_DESCRIPTION
+                              .format(cmd="qsub", example="{project: -P} for a site that "
+                                      "charges projects with qsub -P (-o project=grp writes "
+                                      "#PBS -P grp, not -l project=grp)", letter="P"))
+
+
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
+class LsfOptions(Section):
+    """Settings of lsf jobs (only in a profile whose scheduler is lsf)."""
+
+    task_request: Literal["slots", "nnodes"] = F(
+        "slots", description='slots: -n TOTAL -R "span[ptile=N]"; nnodes: -nnodes N (IBM '
+        "CSM/jsrun systems)")
+    gpu_request: Literal["gpu", "none"] = F(
+        "gpu", description='-gpu "num=N" per host (LSF 10.1), or no GPU request')
+    output: str = F("%J.out", description="-o path of batch jobs (%J: the job id)")
+    error: str | None = F("%J.err", description="-e path (null: with the output)")
+    shell: str = F("/bin/bash", description="interpreter line of job scripts")
+    launch_node_in_hostfile: bool = F(
+        False, description="the first line of $LSB_DJOB_HOSTFILE is the launch node (CSM "
+        "systems): it runs no ranks")
+    flags: dict[str, str] = F(factory=dict, check=check_flags, description=FLAGS_DESCRIPTION
+                              .format(cmd="bsub", example="{account: -G} for a site that "
+                                      "charges banks (user groups) with bsub -G (-o "
+                                      "account=bank writes #BSUB -G bank, not -P bank)",
+                                      letter="G"))
+
+
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
+class FluxOptions(Section):
+    """Settings of flux jobs (only in a profile whose scheduler is flux)."""
+
+    output: str = F("flux-{{id}}.out",
+                    description="--output template of batch jobs ({{id}}: the job id)")
+    error: str | None = F(None, description="--error template (null: with the output)")
+    shell: str = F("/bin/bash", description="interpreter line of job scripts")
+    exclusive: bool = F(True, description="--exclusive: the job's nodes are its own (their "
+                        "GPUs too); false: only the slots it asks for")
+    submit: Literal["auto", "parent", "nested"] = F(
+        "auto", description="where validate's jobs go when it runs inside a Flux job: "
+        "parent (flux --parent batch: queued in the enclosing instance), nested (flux "
+        "batch: inside the current allocation), or auto (parent where $FLUX_URI says a "
+        "Flux instance is around, else plain)")
+
+
 # ---------------------------------------------------------------- the registry
+
+
+class Registered(NamedTuple):
+    """A scheduler: the module holding its backend (``BACKEND``) and its section's class
+    (None: it has none)."""
+
+    module: str
+    section: type[Section] | None
+
 
 # The order is the one `hpcprov site draft` looks for the schedulers' marker commands on PATH
 # in: Slurm first, since Debian's slurm-wlm-torque puts PBS commands (qstat, pbsnodes)
 # beside it.
 SCHEDULERS: dict[str, Registered] = {
-    "slurm": Registered("hpcprov.schedulers.slurm", {
-        "gpu_request": Setting(Literal["gres", "gpus_per_node", "gpus", "gpus_per_task",
-                                       "none"],
-                               "gres", "--gres=gpu:N per node, --gpus-per-node=N, "
-                               "--gpus=total, --gpus-per-task=N/tasks per node (each "
-                               "task bound to its own GPUs, as sites that bind GPUs ask), or "
-                               "none: no GPU option at all (sites that give a job its nodes' "
-                               "GPUs and refuse a GPU request)"),
-        "task_request": Setting(Literal["per_node", "total"], "per_node",
-                                "--ntasks-per-node or --ntasks"),
-        "output": Setting(str, "%x_%j.out", "--output pattern of batch jobs"),
-        "error": Setting(str | None, "%x_%j.err", "--error pattern (null: with the output)"),
-        "shell": Setting(str, "/bin/bash -l", "interpreter line of job scripts"),
-        "version": Setting(str | None, None,
-                           "the cluster's Slurm version, e.g. '23.02' (sinfo --version): from "
-                           "22.05 srun steps do not inherit --cpus-per-task, so hpcprov "
-                           "exports SRUN_CPUS_PER_TASK before them (null: taken as 22.05 or "
-                           "later)", check=check_slurm_version),
-    }),
-    "pbs": Registered("hpcprov.schedulers.pbs", {
-        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
-        "select_format": Setting(str, "{nodes}:ncpus={ncpus}:ngpus={gpus}",
-                                 "value of -l select=; fields {nodes} {ncpus} {gpus} "
-                                 "{mpiprocs} (nothing else in braces)", check=check_select),
-        "output": Setting(str | None, None, "-o path of batch jobs"),
-        "error": Setting(str | None, None, "-e path of batch jobs"),
-        "join_output": Setting(bool, False, "-j oe: the error stream into the output"),
-        "queue_always": Setting(bool, False, "the server has no usable default queue: every "
-                                "job names its queue (-q), the default partition's too "
-                                "(otherwise -q is written for another queue, or one "
-                                "chosen with -p)"),
-        "flags": Setting(dict[str, str], {}, FLAGS_DESCRIPTION.format(
-            cmd="qsub", example="{project: -P} for a site that charges projects with "
-            "qsub -P (-o project=grp writes #PBS -P grp, not -l project=grp)", letter="P"),
-            check_flags),
-    }),
-    "lsf": Registered("hpcprov.schedulers.lsf", {
-        "task_request": Setting(Literal["slots", "nnodes"], "slots",
-                                'slots: -n TOTAL -R "span[ptile=N]"; nnodes: -nnodes N '
-                                "(IBM CSM/jsrun systems)"),
-        "gpu_request": Setting(Literal["gpu", "none"], "gpu",
-                               '-gpu "num=N" per host (LSF 10.1), or no GPU request'),
-        "output": Setting(str, "%J.out", "-o path of batch jobs (%J: the job id)"),
-        "error": Setting(str | None, "%J.err", "-e path (null: with the output)"),
-        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
-        "launch_node_in_hostfile": Setting(
-            bool, False, "the first line of $LSB_DJOB_HOSTFILE is the launch node (CSM "
-            "systems): it runs no ranks"),
-        "flags": Setting(dict[str, str], {}, FLAGS_DESCRIPTION.format(
-            cmd="bsub", example="{account: -G} for a site that charges banks (user groups) "
-            "with bsub -G (-o account=bank writes #BSUB -G bank, not -P bank)", letter="G"),
-            check_flags),
-    }),
-    "flux": Registered("hpcprov.schedulers.flux", {
-        "output": Setting(str, "flux-{{id}}.out",
-                          "--output template of batch jobs ({{id}}: the job id)"),
-        "error": Setting(str | None, None, "--error template (null: with the output)"),
-        "shell": Setting(str, "/bin/bash", "interpreter line of job scripts"),
-        "exclusive": Setting(bool, True, "--exclusive: the job's nodes are its own (their "
-                             "GPUs too); false: only the slots it asks for"),
-        "submit": Setting(Literal["auto", "parent", "nested"], "auto",
-                          "where validate's jobs go when it runs inside a Flux job: parent "
-                          "(flux --parent batch: queued in the enclosing instance), nested "
-                          "(flux batch: inside the current allocation), or auto (parent "
-                          "where $FLUX_URI says a Flux instance is around, else plain)"),
-    }),
-    "none": Registered("hpcprov.schedulers.local", {}),
+    "slurm": Registered("hpcprov.schedulers.slurm", SlurmOptions),
+    "pbs": Registered("hpcprov.schedulers.pbs", PbsOptions),
+    "lsf": Registered("hpcprov.schedulers.lsf", LsfOptions),
+    "flux": Registered("hpcprov.schedulers.flux", FluxOptions),
+    "none": Registered("hpcprov.schedulers.local", None),
 }
+
+# each scheduler's section, by the scheduler's name (the site's fields of the same names)
+SCHEDULER_SECTIONS: dict[str, type[Section]] = {
+    name: reg.section for name, reg in SCHEDULERS.items() if reg.section}
 
 # what a profile without a `scheduler:` key has
 DEFAULT_SCHEDULER = "slurm"
-
-
-def settings_of(name: str) -> dict[str, Setting]:
-    """The keys of one scheduler's section (empty for a scheduler without one)."""
-    return SCHEDULERS[name].settings

@@ -4,123 +4,51 @@ What a cluster is, as checked YAML: every seed site is expressed with these fiel
 generators read the data and never ask which site they are working for. Unknown keys are
 rejected everywhere.
 
-This module imports no pydantic: a command answered from the profile cache
-(:mod:`hpcprov.site.cache`) builds these classes from plain JSON without it. Pydantic
-validates a profile into them (:mod:`hpcprov.site.model`: ``TypeAdapter(Site)``) and
-writes their JSON Schema, reading what each field declares: its type (``Annotated`` with
-:class:`Meta` or :class:`After` for a type inside a list or a mapping) and the keyword
-arguments of ``pydantic.Field`` in the dataclass field's ``metadata`` (description, strict,
-bounds, pattern), which :func:`F` writes. The checks that span fields run in
-``__post_init__`` (pydantic calls it after validating the fields), a field's own check
-raising at that field's location (:func:`invalid`). :func:`dump` is a site's JSON,
-:func:`load` reads it back (the profile cache), directed by the same type hints.
+Declarations only. Each field is declared with :func:`hpcprov.site.declare.F` (its default,
+description, constraints and checks; :mod:`hpcprov.site.declare` is how they reach
+pydantic), each check is a function of :mod:`hpcprov.site.checks`, a scheduler's section is
+its class in :mod:`hpcprov.site.sections`; the checks that span fields are methods
+(``_check``, ``_field_problems``: run by ``__post_init__``). Pydantic validates a profile
+into these classes (:mod:`hpcprov.site.model`); :mod:`hpcprov.site.codec` is their JSON
+(the profile cache), read back without pydantic: this module imports none.
 
 Annotations are evaluated when the classes are made (no ``from __future__ import
-annotations``): the dataclass fields then carry real types, which :func:`load` reads
-without evaluating strings on a warm start.
+annotations``): the dataclass fields then carry real types, which the codec reads without
+evaluating strings on a warm start.
 """
 
-import dataclasses
-import functools
-import math
-import re
-from collections.abc import Callable, Iterable
-from dataclasses import MISSING, dataclass, fields
-from enum import Enum
-from types import UnionType
-from typing import (
-    TYPE_CHECKING,
-    Annotated,
-    Any,
-    ClassVar,
-    Literal,
-    Optional,
-    Union,
-    get_args,
-    get_origin,
-)
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from hpcprov.core.errors import UsageError
-from hpcprov.core.text import FREE_TEXT, SINGLE_LINE_RULE, TEXT_RULE, has_control
-from hpcprov.core.walltime import walltime_seconds
+from hpcprov.site import checks
+from hpcprov.site.declare import (
+    After,
+    Before,
+    BeforeSeeing,
+    Constraints,
+    F,
+    Problem,
+    Strict,
+    count,
+    default_of,
+    invalid,
+    refused_by,
+)
 from hpcprov.site.gpu_vendors import DEFAULT_VENDOR, VENDORS
 from hpcprov.site.kinds import LauncherKind, ModuleSystem, Scheduler
 from hpcprov.site.launcher_kinds import LAUNCHER_KEYS, readers
-from hpcprov.site.sections import DEFAULT_SCHEDULER, SCHEDULERS, Setting
+from hpcprov.site.sections import (
+    DEFAULT_SCHEDULER,
+    SCHEDULER_SECTIONS,
+    SCHEDULERS,
+    FluxOptions,
+    LsfOptions,
+    PbsOptions,
+    SlurmOptions,
+)
 
-if TYPE_CHECKING:
-    from pydantic import GetCoreSchemaHandler
-    from pydantic_core import CoreSchema
-
-_NAME_RE = r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$"
-_OPTION_RE = r"^[A-Za-z][A-Za-z0-9_-]*$"  # a flag as the scheduler spells it: alloc_flags
-# (patterns as text: re compiles one when a check first uses it, never on a warm start)
-_ENV_RE = r"^[A-Za-z_][A-Za-z0-9_]*$"
-
-# a value refused: (its location, relative to the object checked; why; the value)
-Problem = tuple[tuple[str | int, ...], str, Any]
-
-
-# ------------------------------------------------------------------ declaring a field
-
-
-def F(default: Any = MISSING, *, factory: Callable[[], Any] | Any = MISSING,
-      **meta: Any) -> Any:
-    """A dataclass field: its default (or default factory) and, in its metadata, what
-    ``pydantic.Field`` would be told (description, strict, ge, le, pattern...)."""
-    return dataclasses.field(default=default, default_factory=factory, metadata=meta)
-
-
-class Meta:
-    """Constraints on a type inside a container (a mapping's key, a list's item), as
-    pydantic-core schema keys: ``Annotated[str, Meta(pattern=..., max_length=64)]``."""
-
-    def __init__(self, **keys: Any) -> None:
-        self.keys = keys
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: "GetCoreSchemaHandler"
-                                     ) -> "CoreSchema":
-        return {**handler(source), **self.keys}
-
-
-class After:
-    """A check of one value (raising ValueError), run after its type is validated."""
-
-    def __init__(self, check: Callable[[Any], Any]) -> None:
-        self.check = check
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: "GetCoreSchemaHandler"
-                                     ) -> "CoreSchema":
-        from pydantic_core import core_schema
-
-        return core_schema.no_info_after_validator_function(self.check, handler(source))
-
-
-class Before(After):
-    """A check of the value as written (raising ValueError), before its type is validated."""
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: "GetCoreSchemaHandler"
-                                     ) -> "CoreSchema":
-        from pydantic_core import core_schema
-
-        return core_schema.no_info_before_validator_function(self.check, handler(source))
-
-
-def invalid(problems: list[Problem]) -> ValueError:
-    """The error for values refused at their own locations (relative to the object being
-    checked): a pydantic ValidationError, which pydantic nests under the object's location
-    (and the loader turns into file:line)."""
-    from pydantic import ValidationError
-    from pydantic_core import InitErrorDetails, PydanticCustomError
-
-    return ValidationError.from_exception_data("Site", [
-        InitErrorDetails(type=PydanticCustomError("value_error", "Value error, {reason}",
-                                                  {"reason": why}), loc=loc, input=value)
-        for loc, why, value in problems])
-
-
-Name = Annotated[str, Meta(pattern=_NAME_RE, max_length=64)]
-OptionName = Annotated[str, Meta(pattern=_OPTION_RE, max_length=64)]
+Name = Annotated[str, Constraints(pattern=checks.NAME_RE, max_length=64)]
+OptionName = Annotated[str, Constraints(pattern=checks.OPTION_RE, max_length=64)]
 
 
 # the single-line and free-text rules: hpcprov.core.text
@@ -131,159 +59,6 @@ MAX_NODES = 1_000_000  # Fugaku, the largest, has 158,976
 MAX_CORES = 16_384  # per node; the largest single-image machines have a few thousand
 MAX_MEMORY_GB = 1 << 20  # 1 PiB per node
 MAX_COUNT = 10_000_000  # jobs or GPUs of one user
-
-
-def _control(value: object, free: bool = False) -> bool:
-    """Whether a string, or one in a mapping (keys too) or a list, holds a control
-    character the rule refuses there."""
-    if isinstance(value, str):
-        return has_control(value, free)
-    if isinstance(value, dict):
-        return any(_control(k, free) or _control(v, free) for k, v in value.items())
-    if isinstance(value, list | tuple):
-        return any(_control(item, free) for item in value)
-    return False
-
-
-def _count(default: Any = MISSING, *, ge: int = 1, le: int, description: str) -> Any:
-    """A strict integer field (``true`` is not 1, ``2.0`` is not 2) between ``ge`` and
-    ``le``; the description says why the bound is what it is."""
-    return F(default, strict=True, ge=ge, le=le, description=description)
-
-
-@dataclass(kw_only=True, init=False, repr=False, eq=False)
-class Strict:
-    """Base: unknown keys are errors (pydantic: extra forbid); strings that may reach a
-    shell hold no control characters; numbers are finite (.inf and .nan are refused; JSON
-    has neither)."""
-
-    __pydantic_config__ = {"extra": "forbid", "allow_inf_nan": False}
-
-    # one __init__, __eq__ and __repr__ for every class: dataclasses would write and compile
-    # each class its own, which costs every command that reads a site from the profile
-    # cache about ten milliseconds (pydantic builds the objects without __init__, then
-    # calls __post_init__)
-    def __init__(self, **values: Any) -> None:
-        cls: type = type(self)  # (a plain type: see _field_specs)
-        for name, default, factory in _field_specs(cls):
-            if name in values:
-                value = values.pop(name)
-            elif default is not MISSING:
-                value = default
-            elif factory is not MISSING:
-                value = factory()
-            else:
-                raise TypeError(f"{type(self).__name__}: {name} is required")
-            setattr(self, name, value)
-        if values:
-            raise TypeError(f"{type(self).__name__} has no {', '.join(sorted(values))}")
-        self.__post_init__()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and all(
-            getattr(self, f.name) == getattr(other, f.name) for f in fields(self))
-
-    # mutable, so not hashable: defining __eq__ and no __hash__ sets __hash__ to None
-
-    def __repr__(self) -> str:
-        inner = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
-        return f"{type(self).__name__}({inner})"
-
-    # (field, its checks): each raises ValueError for a value it refuses; pydantic runs them
-    # on the field as it validates it (the first refusal is the field's error), and so does
-    # __post_init__ for an object built directly
-    _own_checks: ClassVar[tuple[tuple[str, tuple[Callable[[Any], Any], ...]], ...]] = ()
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: "GetCoreSchemaHandler"
-                                     ) -> "CoreSchema":
-        """Pydantic's schema of the class, each field's value checked as it is validated:
-        the text rule, then the field's own checks (so a field's problem is reported even
-        where another field fails, as a field validator's would be)."""
-        from pydantic_core import core_schema
-
-        schema = handler(source)
-        args = schema.get("schema") if schema.get("type") == "dataclass" else None
-        if not args or args.get("type") != "dataclass-args":
-            return schema
-        own = dict(cls._own_checks)
-        for spec in args["fields"]:
-            name = spec["name"]
-            holder = spec["schema"] if spec["schema"]["type"] == "default" else spec
-            holder["schema"] = core_schema.no_info_after_validator_function(
-                _field_checker(name, own.get(name, ())), holder["schema"])
-        return schema
-
-    def __post_init__(self) -> None:
-        problems = [*self._text_problems(), *self._own_problems(), *self._field_problems()]
-        if problems:
-            raise invalid(problems)
-        self._check()
-
-    def _own_problems(self) -> list[Problem]:
-        out = []
-        for name, checks in self._own_checks:
-            value = getattr(self, name)
-            for check in checks:
-                refused = _refused(name, value, check)
-                if refused:
-                    out += refused
-                    break
-        return out
-
-    def _text_problems(self) -> list[Problem]:
-        """Each field holding a control character its rule refuses (the fields named in
-        FREE_TEXT may hold newlines and tabs)."""
-        cls: type = type(self)  # (a plain type: see _field_specs)
-        return [((name,), TEXT_RULE if name in FREE_TEXT else SINGLE_LINE_RULE, value)
-                for name, _, _ in _field_specs(cls)
-                if _control(value := getattr(self, name), name in FREE_TEXT)]
-
-    def _field_problems(self) -> list[Problem]:
-        """Each field refused by a check of its own: (location, why, value)."""
-        return []
-
-    def _check(self) -> None:
-        """The checks across fields (ValueError: at this object's location)."""
-
-
-def _field_checker(name: str, checks: tuple[Callable[[Any], Any], ...]
-                   ) -> Callable[[Any], Any]:
-    free = name in FREE_TEXT
-
-    def check(value: Any) -> Any:
-        if _control(value, free):
-            raise ValueError(TEXT_RULE if free else SINGLE_LINE_RULE)
-        for one in checks:
-            one(value)
-        return value
-
-    return check
-
-
-@functools.cache
-def _field_specs(cls: type) -> tuple[tuple[str, Any, Any], ...]:
-    """(name, default, default factory) of each field of a site class (given as a plain
-    ``type``: mypy takes a ``type[X]`` for unhashable where a cached function's argument
-    must be hashable, python/mypy#11470)."""
-    return tuple((f.name, f.default, f.default_factory) for f in fields(cls))
-
-
-def _refused(name: str, value: Any, check: Callable[[Any], Any]
-             ) -> list[Problem]:
-    """[(the field, why, its value)] where ``check`` raises ValueError, else []."""
-    try:
-        check(value)
-    except ValueError as exc:
-        return [((name,), str(exc), value)]
-    return []
-
-
-def _check_env_names(env: dict[str, str]) -> dict[str, str]:
-    for key in env:
-        if not re.match(_ENV_RE, key):
-            raise ValueError(f"{key!r} is not a valid environment variable name")
-    return env
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -321,7 +96,7 @@ else:
 class Gpus(Strict):
     """The GPUs of each node of a partition: how many, and whose."""
 
-    count: int = _count(0, ge=0, le=64, description="GPUs per node (at most 64)")
+    count: int = count(0, ge=0, le=64, description="GPUs per node (at most 64)")
     vendor: VendorName = F(  # the vendors: hpcprov.site.gpu_vendors
         DEFAULT_VENDOR, description="; ".join(
             f"{name} ({v.summary}; devices limited by {v.visible_devices}, which mpirun's "
@@ -342,69 +117,42 @@ class Gpus(Strict):
         "says all")
 
 
-def _check_bins(bins: list[Any]) -> list[Any]:
-    """Node-count bins: max_nodes increasing, and one without max_nodes (any larger job)
-    only last."""
-    last = 0
-    for i, b in enumerate(bins):
-        if b.max_nodes is None:
-            if i != len(bins) - 1:
-                raise ValueError(f"entry {i + 1} has no max_nodes (it takes every larger "
-                                 "job), so it must be the last")
-        elif b.max_nodes <= last:
-            raise ValueError(f"entry {i + 1}: max_nodes {b.max_nodes} is not above the "
-                             f"previous entry's {last}: list the bins smallest first")
-        else:
-            last = b.max_nodes
-    return bins
-
-
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class WalltimeByNodes(Strict):
     """A wall-clock cap for the jobs of up to ``max_nodes`` nodes."""
 
-    max_nodes: int | None = _count(None, le=MAX_NODES, description="jobs of up to this "
+    max_nodes: int | None = count(None, le=MAX_NODES, description="jobs of up to this "
                                    "many nodes (and more than the previous entry's); left "
                                    "out: every larger job")
-    max_walltime: str = F(description="[D-]HH:MM:SS")
-
-    _own_checks = (("max_walltime", (lambda v: _walltime(v),)),)
-
-
-def _walltime(value: str | None) -> None:
-    if value is not None and not walltime_seconds(value):
-        raise ValueError(f"{value!r} is not a wall-clock limit: write [D-]HH:MM:SS, "
-                         "e.g. '24:00:00' or '2-00:00:00' (quoted), more than zero")
+    max_walltime: str = F(check=checks.walltime, description="[D-]HH:MM:SS")
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Limits(Strict):
     """What the scheduler allows: jobs and GPUs per user, nodes per job, walltimes."""
 
-    max_jobs_per_user: int | None = _count(
+    max_jobs_per_user: int | None = count(
         None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,} (more than a scheduler queues)")
-    max_gpus_per_user: int | None = _count(
+    max_gpus_per_user: int | None = count(
         None, le=MAX_COUNT, description=f"at most {MAX_COUNT:,}")
-    max_nodes_per_job: int | None = _count(
+    max_nodes_per_job: int | None = count(
         None, le=MAX_NODES, description=f"at most {MAX_NODES:,}, as a partition's nodes")
-    min_nodes_per_job: int | None = _count(
+    min_nodes_per_job: int | None = count(
         None, le=MAX_NODES, description="the fewest nodes a job of this queue may ask for "
         "(queues by job size)")
-    max_walltime: str | None = F(None, description="[D-]HH:MM:SS")
+    max_walltime: str | None = F(None, check=checks.walltime, description="[D-]HH:MM:SS")
     default_walltime: str | None = F(
-        None, description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime "
+        None, check=checks.walltime,
+        description="[D-]HH:MM:SS, used when --time is not given; at most max_walltime "
         "(without either, a job asks for no time limit, and jobscript warns)")
     interactive_walltime: str | None = F(
-        None, description="[D-]HH:MM:SS, the time an interactive allocation (salloc, qsub "
+        None, check=checks.walltime,
+        description="[D-]HH:MM:SS, the time an interactive allocation (salloc, qsub "
         "-I, bsub -Is: hpcprov launch --allocate, the guide) asks for when --time is not "
         "given, where the site caps interactive jobs below batch ones (e.g. 8 h against "
         "48 h); none: default_walltime")
-    _own_checks = (("max_walltime", (lambda v: _walltime(v),)),
-                   ("default_walltime", (lambda v: _walltime(v),)),
-                   ("interactive_walltime", (lambda v: _walltime(v),)),
-                   ("max_walltime_by_nodes", (_check_bins,)))
     max_walltime_by_nodes: list[WalltimeByNodes] = F(
-        factory=list, description="wall-clock caps by job size, smallest first, "
+        factory=list, check=checks.bins, description="wall-clock caps by job size, smallest first, "
         "e.g. [{max_nodes: 64, max_walltime: '24:00:00'}, {max_walltime: '12:00:00'}]: the "
         "first entry whose max_nodes the job's node count does not exceed (or the one "
         "without max_nodes) caps --time; a job no entry takes gets max_walltime")
@@ -412,18 +160,11 @@ class Limits(Strict):
     def _field_problems(self) -> list[Problem]:
         cap = self.max_walltime
 
-        def within_cap(value: str | None) -> None:
-            _walltime(value)
-            if value is None or not cap:
-                return
-            # no number for a cap that is no limit (0 or unreadable: its own field's error)
-            seconds, most = walltime_seconds(value), walltime_seconds(cap)
-            if seconds is not None and most and seconds > most:
-                raise ValueError(f"{value!r} is longer than max_walltime {cap!r}")
-
         return [problem for key in ("default_walltime", "interactive_walltime")
-                for problem in (_refused(key, getattr(self, key), within_cap)
-                                if not _refused("", getattr(self, key), _walltime) else [])]
+                for problem in (refused_by(key, getattr(self, key),
+                                           lambda value: checks.walltime_within(value, cap))
+                                if not refused_by("", getattr(self, key), checks.walltime)
+                                else [])]
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -439,25 +180,14 @@ class Reference(Strict):
     note: str | None = None
 
 
-_HOST_TEMPLATE = r"^[A-Za-z0-9.-]*\{host\}[A-Za-z0-9.-]*$"
-
-
-def _check_host_name(value: str | None) -> str | None:
-    """A host name template: ``{host}`` once, letters, digits, '.' and '-' around it."""
-    if value is not None and not re.match(_HOST_TEMPLATE, value):
-        raise ValueError(f"{value!r} is not a host name template: write {{host}} (the name "
-                         "the scheduler lists) once, with letters, digits, '.' or '-' around "
-                         "it, e.g. '{host}-ib', '{host}i' or 'ib-{host}'")
-    return value
-
-
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Network(Strict):
     """A partition's high-speed network: the nodes' names on it, and what NCCL, Gloo and
     libfabric are told (exported before every launch line, passed on by mpirun -x)."""
 
     host_name: str | None = F(
-        None, description="the node's name on the high-speed network, a template over the "
+        None, check=checks.host_name,
+        description="the node's name on the high-speed network, a template over the "
         "short name the scheduler lists ({host}: the part before the first dot, so a node "
         "file of full names gives node1-ib, not node1.cluster.example-ib), e.g. '{host}-ib', "
         "'{host}i' or '{host}.ib.cluster.example'; every launcher "
@@ -476,33 +206,21 @@ class Network(Strict):
     fi_provider: str | None = F(
         None, description="FI_PROVIDER: the libfabric provider, e.g. cxi, efa or verbs")
     env: dict[str, str] = F(
-        factory=dict, description="more network variables (e.g. FI_CXI_* or "
+        factory=dict, check=checks.env_names,
+        description="more network variables (e.g. FI_CXI_* or "
         "NCCL_CROSS_NIC), with the meaning of the site's env")
-
-    _own_checks = (("host_name", (_check_host_name,)), ("env", (_check_env_names,)))
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class EnvByNodes(Strict):
     """Variables for the jobs of up to ``max_nodes`` nodes."""
 
-    max_nodes: int | None = _count(None, le=MAX_NODES, description="jobs of up to this "
+    max_nodes: int | None = count(None, le=MAX_NODES, description="jobs of up to this "
                                    "many nodes (and more than the previous entry's); left "
                                    "out: every larger job")
-    env: dict[str, str] = F(factory=dict, description="exported for those "
-                                "jobs after the network's, with the meaning of the site's env")
-
-    _own_checks = (("env", (_check_env_names,)),)
-
-
-def _flags_have_no_value(value: Any) -> Any:
-    if isinstance(value, dict):
-        for name, item in value.items():
-            if isinstance(item, bool):
-                raise ValueError(f"{name}: {str(item).lower()}: a flag option is written "
-                                 f"with no value ('{name}:' or '{name}: null'), an option "
-                                 f"with a value as text ('{name}: \"yes\"')")
-    return value
+    env: dict[str, str] = F(factory=dict, check=checks.env_names, description="exported "
+                            "for those jobs after the network's, with the meaning of the "
+                            "site's env")
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -510,11 +228,11 @@ class Partition(Strict):
     """One partition (queue) of the cluster: its nodes, GPUs, limits and network."""
 
     description: str | None = None
-    nodes: int | None = _count(None, le=MAX_NODES, description=f"number of nodes in the "
+    nodes: int | None = count(None, le=MAX_NODES, description=f"number of nodes in the "
                                f"partition (at most {MAX_NODES:,}: more than any machine "
                                "has; plans list every node); null or left out: the site "
                                "publishes no count")
-    cores_per_node: int = _count(le=MAX_CORES, description=f"CPU cores per node (at most "
+    cores_per_node: int = count(le=MAX_CORES, description=f"CPU cores per node (at most "
                                 f"{MAX_CORES:,}: more than any node has)")
     memory_gb: float | None = F(None, strict=True, gt=0, le=MAX_MEMORY_GB,
                                     description="memory per node, GB (at most 1 PiB)")
@@ -529,9 +247,9 @@ class Partition(Strict):
         "installer and torch's wheels against it")
     gpus: Gpus = F(factory=Gpus)
     limits: Limits = F(factory=Limits)
-    cpus_per_task: int | None = _count(None, le=MAX_CORES,
+    cpus_per_task: int | None = count(None, le=MAX_CORES,
                                       description="default --cpus-per-task")
-    options: Annotated[dict[OptionName, str | None], Before(_flags_have_no_value)] = F(
+    options: Annotated[dict[OptionName, str | None], Before(checks.flags_have_no_value)] = F(
         factory=dict, description="job options always added for this partition, "
         "long names on Slurm and Flux (constraint, not C); on PBS and LSF a one-letter name "
         "is the scheduler's own flag (P: -P), as is on LSF any other name (alloc_flags: "
@@ -549,7 +267,7 @@ class Partition(Strict):
         "constraint: gpu, qos: regular), and no partition is asked for")
     network: Network = F(factory=Network)
     env_by_nodes: list[EnvByNodes] = F(
-        factory=list, description="variables by job size, smallest first, e.g. "
+        factory=list, check=checks.bins, description="variables by job size, smallest first, e.g. "
         "[{max_nodes: 1, env: {NCCL_NET: Socket}}, {env: {NCCL_NET: OFI}}]: the first entry "
         "whose max_nodes the job's node count does not exceed (or the one without "
         "max_nodes) is exported with the network's variables (and passed on by mpirun -x)")
@@ -564,8 +282,6 @@ class Partition(Strict):
     )
     default: bool = False
 
-    _own_checks = (("env_by_nodes", (_check_bins,)),)
-
     def _check(self) -> None:
         if self.routing == "options" and not self.options:
             raise ValueError("routing: options needs the options that pick the nodes, e.g. "
@@ -576,25 +292,14 @@ class Partition(Strict):
 class RequiredOption(Strict):
     """A job option the site insists on (Neuron --comment, CC --account)."""
 
-    default: str | None = F(None, description="used when the user gives none; written "
+    default: str | None = F(None, check=checks.no_shell_text,
+                            description="used when the user gives none; written "
                             "into the job's directive lines as it is, which the scheduler "
                             "reads and no shell expands: a $ or ` ($(id -gn), $USER) is "
                             "refused")
     choices: list[str] | None = None
     example: str | None = F(None, description="shown in the error when missing")
     reason: str | None = None
-
-    _own_checks = (("default", (lambda v: _no_shell_text(v),)),)
-
-
-def _no_shell_text(value: str | None) -> None:
-    """Refuse a default the job's directives would carry literally ($(id -gn), $USER)."""
-    if value is not None and ("$" in value or "`" in value):
-        raise ValueError(f"{value!r} would be written literally: job options go into the "
-                         "job's directive lines (#SBATCH, #PBS, #BSUB, # flux:), which the "
-                         "scheduler reads and no shell expands; write the value itself "
-                         "(e.g. default: mygroup), or leave default out so that each user "
-                         "passes it with -o NAME=VALUE")
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -634,7 +339,7 @@ class Policies(Strict):
     conda_allowed: bool = True
     home_readonly_on_compute: bool = False
     submit_from: str | None = F(None, description="directory jobs must be submitted from")
-    purge_days: int | None = _count(None, le=36_500, description="scratch files unused this "
+    purge_days: int | None = count(None, le=36_500, description="scratch files unused this "
                                    "long vanish (at most 36,500: a century)")
     scheduler_poll_seconds: float = F(
         60.0, strict=True, ge=0.05, le=3600,
@@ -663,27 +368,15 @@ class Paths(Strict):
         "directory so the next user at the site installs instead of rebuilding "
         "($HPCPROV_WHEELHOUSE overrides it)",
     )
-    wheelhouse_trust: list[Annotated[str, Meta(pattern=r"^@?[A-Za-z_][A-Za-z0-9_.-]*$")]] = \
+    wheelhouse_trust: list[Annotated[str, Constraints(pattern=r"^@?[A-Za-z_][A-Za-z0-9_.-]*$")]] = \
         F(factory=list, max_length=64,
               description="who else may publish wheels you install from the wheelhouse: "
               "user names, or @group for every member (you and root always may; "
               "$HPCPROV_WHEELHOUSE_TRUST adds more); see docs/security.md")
 
 
-_SHELL_VAR = r"\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Za-z_][A-Za-z0-9_]*"
-_CHANNEL = rf"(?:[A-Za-z0-9]|{_SHELL_VAR})(?:[A-Za-z0-9_.:/+-]|{_SHELL_VAR})*"
-
-
-def _channel(value: str) -> str:
-    if not re.fullmatch(_CHANNEL, value):
-        raise ValueError(f"{value!r} is not a conda channel: a name or URL of letters, digits "
-                         "and _.:/+-, which may use the node's variables as $NAME or ${NAME} "
-                         "(nothing else expands: no $(...), quotes, spaces or globs)")
-    return value
-
-
 # a conda channel: a name or URL, which may use $NAME or ${NAME} (expanded by setup's shell)
-Channel = Annotated[str, Meta(max_length=512), After(_channel)]
+Channel = Annotated[str, Constraints(max_length=512), After(checks.channel)]
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -752,38 +445,16 @@ class ContainerSpec(Strict):
     add_horovod: bool = F(False, description="the image lacks Horovod: install it inside")
 
 
-_INDEX_URL = r"^https?://[A-Za-z0-9.-]+(:[0-9]+)?(/[A-Za-z0-9._~%/+-]*)?$"
-IndexUrl = Annotated[str, Meta(pattern=_INDEX_URL, max_length=512)]
-
-
-def _no_option(spec: str) -> str:
-    """A package spec, not an option: pip would take ``--index-url=URL`` as one, yet in a
-    list of packages it is neither checked nor seen by uv or site check."""
-    if spec.startswith("-"):
-        raise ValueError(f"{spec!r} is a pip option, not a package: name an index with "
-                         "python.frameworks.NAME.index_url (or extra_index_urls), e.g. "
-                         "index_url: https://download.pytorch.org/whl/rocm6.2")
-    return spec
-
-
-PackageSpec = Annotated[str, After(_no_option)]
-
-
-def _one_version(value: str) -> str:
-    """A framework's version: one release to install and check (``torch==VERSION``), never
-    empty, a wildcard or a range, which no installed version can match."""
-    if not re.fullmatch(r"[0-9][0-9A-Za-z.+!_-]*", value):
-        raise ValueError(f"{value!r} is not a version: write the one version to install, "
-                         "e.g. '2.5.1' (quoted); setup installs and checks exactly it, which "
-                         "no wildcard, range or empty value can match")
-    return value
+IndexUrl = Annotated[str, Constraints(pattern=checks.INDEX_URL, max_length=512)]
+PackageSpec = Annotated[str, After(checks.no_option)]
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Framework(Strict):
     """One deep-learning framework: its version, what installs it and from where."""
 
-    version: str = F(description="the one version to install and check, e.g. '2.5.1' "
+    version: str = F(check=checks.one_version,
+                     description="the one version to install and check, e.g. '2.5.1' "
                      "(no wildcard or range)")
     installer: Literal["pip", "conda", "module"] = F(
         "pip", description="pip or conda install it into the environment; module: the "
@@ -819,8 +490,6 @@ class Framework(Strict):
         if self.module and self.installer != "module":
             raise ValueError("module: is read only with installer: module")
 
-    _own_checks = (("version", (_one_version,)),)
-
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class PythonStack(Strict):
@@ -836,11 +505,10 @@ class PythonStack(Strict):
                                     "installed from pip's own index (the site's, else PyPI), "
                                     "never a framework's index_url")
     install_env: dict[str, str] = F(
-        factory=dict, description="variables set only while setup installs the frameworks "
+        factory=dict, check=checks.env_names,
+        description="variables set only while setup installs the frameworks "
         "and packages (e.g. MPICC: mpicc, PIP_NO_BINARY: mpi4py), with the meaning of the "
         "site's env; never exported in jobs or PREFIX/activate")
-
-    _own_checks = (("install_env", (_check_env_names,)),)
 
     def _check(self) -> None:
         urls = {f.index_url for f in self.frameworks.values() if f.index_url}
@@ -898,15 +566,14 @@ class HorovodBuild(Strict):
     gpu_operations: Literal["nccl", "mpi", "ddl", "ccl"] | None = None
     gpu_allreduce: Literal["nccl", "mpi", "ddl"] | None = None
     gpu_broadcast: Literal["nccl", "mpi"] | None = None
-    env: dict[str, str] = F(factory=dict, description="more build variables")
+    env: dict[str, str] = F(factory=dict, check=checks.env_names,
+                            description="more build variables")
     pip_args: list[str] = F(factory=lambda: ["--no-cache-dir"])
     debug_info: bool = F(
         False, description="keep debug information in Horovod's native libraries (CMake's "
         "RelWithDebInfo, Horovod's own default): compiles about a quarter slower and the "
         "wheel tens of MB larger; false: Release (-O3 without -g), set through "
         "HOROVOD_CMAKE_BUILD_TYPE, which hpcprov's build-type patch adds to 0.28.1")
-
-    _own_checks = (("env", (_check_env_names,)),)
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -947,7 +614,8 @@ class Launcher(Strict):
     )
     hostfile: str | None = F(None, description="e.g. $PBS_NODEFILE")
     oversubscribe: bool = False
-    export_env: list[str] = F(factory=list, description="mpirun -x NAME")
+    export_env: list[str] = F(factory=list, check=checks.env_name_list,
+                              description="mpirun -x NAME")
     set_cuda_visible_devices: bool = F(False, description="-x CUDA_VISIBLE_DEVICES=0,..,G-1")
     rendezvous_env: bool = F(
         False, description="export MASTER_ADDR (first node) and MASTER_PORT to the ranks"
@@ -968,7 +636,7 @@ class Launcher(Strict):
     rdzv_host: Literal["hostname", "first_node"] = F(
         "first_node", description="rendezvous host: $(hostname) or the first node of the job"
     )
-    port: int = _count(29500, ge=1024, le=65535, description="an unprivileged TCP port")
+    port: int = count(29500, ge=1024, le=65535, description="an unprivileged TCP port")
     per_node_wrapper: Literal["scheduler", "srun", "mpirun", "mpiexec", "none"] = F(
         "scheduler", description="torchrun: start one agent per node with the scheduler's "
         "own per-node starter (scheduler; Slurm: srun, Flux: flux run, LSF: blaunch; PBS "
@@ -995,7 +663,8 @@ class Launcher(Strict):
     unbuffered: bool = F(False, description="python -u")
     per_task_output: str | None = F(None, description="srun --output pattern per task")
     host_name: str | None = F(
-        None, description="replaces the partition's network.host_name for this launcher "
+        None, check=checks.host_name,
+        description="replaces the partition's network.host_name for this launcher "
         "('{host}': the names the scheduler lists); set here, it also renames mpirun's and "
         "horovodrun's host lists, which otherwise keep the scheduler's names where an MPI "
         "starts the ranks (an MPI in an allocation refuses other names)")
@@ -1006,15 +675,12 @@ class Launcher(Strict):
         for key in sorted(LAUNCHER_KEYS):  # one order, whatever the hash seed
             reading = readers(key)
             value = getattr(self, key)
-            if kind in reading or value == _default(type(self), key):
+            if kind in reading or value == default_of(type(self), key):
                 continue
             names = ", ".join(sorted(reading))
             problems.append(((key,), f"a {kind} launcher does not read {key} (only {names} "
                              "launchers do): remove it, or change the launcher's kind", value))
         return problems
-
-    _own_checks = (("host_name", (_check_host_name,)),
-                   ("export_env", (lambda names: _check_env_names(dict.fromkeys(names, "")),)))
 
     def _check(self) -> None:
         if self.runtime in ("pyxis", "edf") and self.kind.value != "container":
@@ -1026,12 +692,6 @@ class Launcher(Strict):
                              f"'controller: {said[0][2:]}' and drop it from args")
         if self.hosts == "hostfile" and not self.hostfile:
             raise ValueError("hosts: hostfile needs 'hostfile:' (e.g. $PBS_NODEFILE)")
-
-
-def _default(cls: type[Strict], name: str) -> Any:
-    """A dataclass field's default value (its factory's, called)."""
-    f = cls.__dataclass_fields__[name]
-    return f.default_factory() if f.default_factory is not MISSING else f.default
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -1060,7 +720,8 @@ class Containers(Strict):
         "inherited image")
     default_image: Name | None = F(None, description="the name in images the jobs run "
                                        "in (--image NAME|PATH picks another)")
-    mounts: list[str] = F(factory=list, description="SRC[:DST[:OPTS]], mounted in every "
+    mounts: list[str] = F(factory=list, check=checks.toml_literal,
+                          description="SRC[:DST[:OPTS]], mounted in every "
                               "container line of every runtime: singularity/apptainer -B, "
                               "podman-hpc -v and shifter --volume (SRC alone: SRC:SRC), "
                               "charliecloud's --bind=SRC[:DST] (onto a directory the image "
@@ -1074,34 +735,17 @@ class Containers(Strict):
         "apptainer: $HOME, /tmp, /var/tmp; the others: none)")
     gpu_flag: str | None = F(None, description="e.g. --nv for Singularity")
     # an EDF-based engine's environment file (a launcher with runtime: edf)
-    workdir: str | None = F(None, description="edf: the working directory in the "
+    workdir: str | None = F(None, check=checks.toml_literal,
+                            description="edf: the working directory in the "
                                 "container ($VARS are expanded by the job's shell)")
-    env: dict[str, str] = F(factory=dict, description="edf: the [env] table, "
+    env: dict[str, str] = F(factory=dict, check=(checks.env_names, checks.toml_literal),
+                            description="edf: the [env] table, "
                                 "variables set inside the container")
     annotations: dict[str, str] = F(
-        factory=dict, description="edf: the [annotations] table, e.g. "
+        factory=dict, check=(checks.annotation_keys, checks.toml_literal),
+        description="edf: the [annotations] table, e.g. "
         "com.hooks.aws_ofi_nccl.enabled: 'true' (the engine's hooks: NCCL's network plugin, "
         "CXI); KEY: null drops an inherited annotation")
-
-    _own_checks = (("mounts", (lambda v: _toml_literal(v),)),
-                   ("workdir", (lambda v: _toml_literal(v),)),
-                   ("env", (_check_env_names, lambda v: _toml_literal(v))),
-                   ("annotations", (lambda v: _annotation_keys(v), lambda v: _toml_literal(v))))
-
-
-def _annotation_keys(value: dict[str, str]) -> None:
-    for key in value:
-        if not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", key):
-            raise ValueError(f"{key!r} is not an annotation key (letters, digits, _ . -)")
-
-
-def _toml_literal(value: Any) -> None:
-    items = value.values() if isinstance(value, dict) else \
-        value if isinstance(value, list) else [value]
-    for item in items:
-        if item is not None and ("'" in item or has_control(item, False)):
-            raise ValueError(f"{item!r}: a value written into the engine's TOML file "
-                             "holds no single quote or control character")
 
 
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
@@ -1119,92 +763,6 @@ class Uenv(Strict):
                        description="where it is mounted (the check that it is: MOUNT/meta)")
 
 
-class Section(Strict):
-    """A scheduler's profile section (``slurm:``, ``pbs:``...): its keys are those
-    :mod:`hpcprov.site.sections` declares for it; a backend reads its own
-    (:meth:`hpcprov.schedulers.base.Backend.section`)."""
-
-
-
-def _scheduler_section(name: str, settings: dict[str, Setting]) -> type[Section]:
-    """The profile section of one scheduler, from the keys it declares."""
-    return dataclasses.make_dataclass(
-        f"{name.capitalize()}Options",
-        [(key, s.annotation,
-          F(factory=s.default.copy, description=s.description)
-          if isinstance(s.default, dict) else F(s.default, description=s.description))
-         for key, s in settings.items()],
-        bases=(Section,), kw_only=True, init=False, repr=False, eq=False,
-        namespace={"__module__": __name__,
-                   "__doc__": f"Settings of {name} jobs (only in a profile whose scheduler "
-                              f"is {name}).",
-                   "_own_checks": tuple((key, (s.check,)) for key, s in settings.items()
-                                        if s.check)})
-
-
-SCHEDULER_SECTIONS: dict[str, type[Section]] = {
-    name: _scheduler_section(name, reg.settings) for name, reg in SCHEDULERS.items()
-    if reg.settings}
-
-
-def _scheduler_name(value: Any) -> str | None:
-    name = getattr(value, "value", value)
-    return name if isinstance(name, str) else None
-
-
-def _own_section_filled(data: Any) -> Any:
-    """The chosen scheduler's section, empty (all defaults) where the profile has none."""
-    if isinstance(data, dict):
-        name = _scheduler_name(data.get("scheduler", DEFAULT_SCHEDULER))
-        if name in SCHEDULER_SECTIONS and data.get(name) is None:
-            data = {**data, name: {}}
-    return data
-
-
-def _not_own_section(name: str, chosen: str | None) -> str:
-    return (f"this profile's scheduler is {chosen}, so a {name}: section configures "
-            f"nothing: remove it (or set scheduler: {name})")
-
-
-class OwnSection:
-    """A scheduler's section refused, before it is validated itself, in a profile of
-    another scheduler (pydantic: a check of the value as written, with the fields before)."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __get_pydantic_core_schema__(self, source: Any, handler: "GetCoreSchemaHandler"
-                                     ) -> "CoreSchema":
-        from pydantic_core import core_schema
-
-        def check(value: Any, info: Any) -> Any:
-            chosen = _scheduler_name(info.data.get("scheduler"))
-            if value is not None and chosen is not None and chosen != self.name:
-                raise ValueError(_not_own_section(self.name, chosen))
-            return value
-
-        return core_schema.with_info_before_validator_function(check, handler(source))
-
-
-def _one_default(partitions: dict[str, Partition]) -> None:
-    defaults = [n for n, p in partitions.items() if p.default]
-    if len(defaults) > 1:
-        raise ValueError(f"more than one default partition: {', '.join(defaults)}")
-
-
-def _known_image(containers: Containers) -> None:
-    img = containers.default_image
-    if img and img not in containers.images:
-        raise ValueError(f"default_image {img!r} is not in images")
-
-
-def no_partition(site: str, name: str, partitions: Iterable[str]) -> UsageError:
-    """The error for a partition name a site does not have (one message, wherever a
-    partition is named: the command line, a job request, a recorded profile)."""
-    return UsageError(f"--partition {name!r}: site {site} has no such partition (it has "
-                      f"{', '.join(partitions) or 'none'})")
-
-
 @dataclass(kw_only=True, init=False, repr=False, eq=False)
 class Site(Strict):
     __doc__ = ("A cluster: scheduler, partitions, modules, policies, Python stack, Horovod, "
@@ -1217,7 +775,7 @@ class Site(Strict):
     login_hosts: list[str] = F(factory=list, description="fnmatch host patterns")
     paths: Paths = F(factory=Paths)
     modules: Modules = F(factory=lambda: Modules(system=ModuleSystem.none))
-    partitions: dict[Name, Partition] = F(min_length=1)
+    partitions: dict[Name, Partition] = F(min_length=1, check=checks.one_default)
     policies: Policies = F(factory=Policies)
     python: PythonStack = F(factory=PythonStack)
     horovod: HorovodBuild = F(factory=HorovodBuild)
@@ -1226,37 +784,31 @@ class Site(Strict):
         "NAME: null drops an inherited launcher (not the default_launcher unless this "
         "profile names another)")
     default_launcher: Name
-    containers: Containers = F(factory=Containers)
+    containers: Containers = F(factory=Containers, check=checks.known_image)
     uenv: Uenv | None = F(None, description="a uenv-style software stack the "
                           "environment is built in and jobs mount")
-    env: dict[str, str] = F(factory=dict, description="exported in every job")
+    env: dict[str, str] = F(factory=dict, check=checks.env_names,
+                            description="exported in every job")
     guide: dict[str, str] = F(
         factory=dict, description="extra site notes for `hpcprov guide` by section"
     )
-    # one section per scheduler (hpcprov.site.sections), reached through its backend
-    if not TYPE_CHECKING:
-        for _name, _cls in SCHEDULER_SECTIONS.items():
-            __annotations__[_name] = Annotated[Optional[_cls], OwnSection(_name)]  # noqa: UP045
-            locals()[_name] = F(None, description=f"settings of {_name} jobs: only where "
-                                f"scheduler is {_name}")
-        del _name, _cls
+    # one section per scheduler (hpcprov.site.sections: SCHEDULER_SECTIONS), reached
+    # through its backend; refused, before it is validated, in another scheduler's profile
+    slurm: Annotated[SlurmOptions | None, BeforeSeeing(checks.OwnSection("slurm"))] = F(
+        None, description="settings of slurm jobs: only where scheduler is slurm")
+    pbs: Annotated[PbsOptions | None, BeforeSeeing(checks.OwnSection("pbs"))] = F(
+        None, description="settings of pbs jobs: only where scheduler is pbs")
+    lsf: Annotated[LsfOptions | None, BeforeSeeing(checks.OwnSection("lsf"))] = F(
+        None, description="settings of lsf jobs: only where scheduler is lsf")
+    flux: Annotated[FluxOptions | None, BeforeSeeing(checks.OwnSection("flux"))] = F(
+        None, description="settings of flux jobs: only where scheduler is flux")
     unverified: list[str] = F(
         factory=list, description="dotted keys whose values are not confirmed "
         "(e.g. partitions.gpu.nodes); each must name a key of the profile")
 
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: "GetCoreSchemaHandler"
-                                     ) -> "CoreSchema":
-        """Pydantic's schema, with the chosen scheduler's section filled in first (all
-        defaults where the profile has none)."""
-        from pydantic_core import core_schema
-
-        return core_schema.no_info_before_validator_function(
-            _own_section_filled, super().__get_pydantic_core_schema__(source, handler))
-
-    _own_checks = (("partitions", (lambda v: _one_default(v),)),
-                   ("containers", (lambda v: _known_image(v),)),
-                   ("env", (_check_env_names,)))
+    # before its fields are validated: the chosen scheduler's section filled in (all
+    # defaults where the profile has none)
+    _prepare = staticmethod(checks.own_section_filled)
 
     def _field_problems(self) -> list[Problem]:
         problems: list[Problem] = []
@@ -1264,12 +816,12 @@ class Site(Strict):
             problems.append((("default_launcher",), f"{self.default_launcher!r} is not one of "
                              f"the launchers ({', '.join(self.launchers)})",
                              self.default_launcher))
-        chosen = _scheduler_name(self.scheduler)
+        chosen = checks.scheduler_name(self.scheduler)
         for name in SCHEDULER_SECTIONS:
             if getattr(self, name) is not None and chosen != name:
-                problems.append(((name,), _not_own_section(name, chosen), None))
+                problems.append(((name,), checks.not_own_section(name, chosen), None))
         for i, key in enumerate(self.unverified):
-            problem = _key_path_problem(self, key)
+            problem = checks.key_path_problem(self, key)
             if problem:
                 problems.append((("unverified", i), problem, key))
         return problems
@@ -1321,7 +873,7 @@ class Site(Strict):
         partition name is resolved: an unknown one is the one-line :func:`no_partition`."""
         if name is not None:
             if name not in self.partitions:
-                raise no_partition(self.name, name, self.partitions)
+                raise checks.no_partition(self.name, name, self.partitions)
             return name, self.partitions[name]
         for pname, part in self.partitions.items():
             if part.default:
@@ -1359,137 +911,13 @@ class Site(Strict):
         """The install prefix template with {scratch} filled in."""
         return str(self.paths.prefix).replace("{scratch}", self.paths.scratch)
 
-    def profile_data(self) -> dict[str, Any]:
+    def profile_data(self) -> dict[str, object]:
         """The site as profile data (JSON types; ``extends`` resolved, defaults filled),
         as `hpcprov site show` prints it: only its own scheduler's section."""
-        data: dict[str, Any] = dump(self)
+        from hpcprov.site.codec import dump
+
+        data: dict[str, object] = dump(self)
         for name in SCHEDULERS:
             if data.get(name, ...) is None:
                 del data[name]
         return data
-
-
-def _key_path_problem(site: Site, path: str) -> str | None:
-    """Why a dotted key path (``partitions.gpu.nodes``) names nothing in the validated
-    profile; None when it names a key (written or defaulted)."""
-    parts = path.split(".")
-    node: Any = site
-    for depth, part in enumerate(parts):
-        keys = ([f.name for f in fields(node)] if dataclasses.is_dataclass(node)
-                else [str(k) for k in node] if isinstance(node, dict) else [])
-        if part not in keys:
-            where = ".".join(parts[:depth]) or "the top level"
-            known = ", ".join(keys[:12]) or "no keys"
-            return f"{path!r} names no key of this profile: {where} has {known}"
-        node = getattr(node, part) if dataclasses.is_dataclass(node) else node[part]
-    return None
-
-
-# ------------------------------------------------------------------ the JSON form
-
-
-def dump(value: Any) -> Any:
-    """A site, or a part of one, as JSON types (dicts, lists, strings, numbers, booleans,
-    null): enum members as their values. :func:`load` reads it back."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: dump(getattr(value, f.name)) for f in fields(value)}
-    if isinstance(value, Enum):
-        return value.value
-    if isinstance(value, dict):
-        return {k: dump(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [dump(v) for v in value]
-    return value
-
-
-def load(kind: Any, data: Any, *, plain: bool = False) -> Any:
-    """What :func:`dump` wrote, read back as ``kind`` (the :class:`Site`, or a part of
-    one), directed by the classes' type hints: every field present and of its type, enum
-    members by value, no control character in a single-line value (free text: no other
-    than newline and tab) and no number that is not finite. The checks across fields are
-    not run again: what :func:`dump` wrote was validated, and the profile cache uses an
-    entry only for the same files and code. ValueError/TypeError for anything
-    :func:`dump` does not write for that type. No pydantic: this is how a site comes back
-    from the profile cache.
-
-    ``plain``: the caller has seen that no string in ``data`` can hold a control character
-    (the JSON it was parsed from is printable ASCII with no escape, as :func:`json.dumps`
-    writes a site whose text holds none), so the text rule is not checked value by value."""
-    return _decoder(kind, not plain)(data)
-
-
-def _refuse(what: str) -> Any:
-    raise ValueError(what)
-
-
-@functools.cache
-def _decoder(kind: Any, text: bool = True) -> Callable[[Any], Any]:
-    """The reader of one type's JSON (built once per type), checking each object's text
-    against the text rule where ``text``."""
-    origin, args = get_origin(kind), get_args(kind)
-    if origin is Annotated:
-        return _decoder(args[0], text)
-    if kind is Any:
-        return lambda data: data
-    if isinstance(kind, type) and issubclass(kind, Strict):  # the site's classes
-        return _object_decoder(kind, text)
-    if origin is Union or origin is UnionType:
-        arms = [_decoder(a, text) for a in args if a is not type(None)]
-        nullable = type(None) in args
-        if len(arms) == 1:
-            (arm,) = arms
-            return lambda data: None if data is None and nullable else arm(data)
-
-        def union(data: Any) -> Any:
-            if data is None and nullable:
-                return None
-            for arm in arms:
-                try:
-                    return arm(data)
-                except (ValueError, TypeError):
-                    continue
-            raise ValueError(f"{data!r} is none of {kind}")
-
-        return union
-    if origin is Literal:
-        allowed = {(type(a), a) for a in args}
-        return lambda data: data if (type(data), data) in allowed else _refuse(
-            f"{data!r} is not one of {args}")
-    if origin is list:
-        item = _decoder(args[0], text)
-        return lambda data: [item(v) for v in data] if type(data) is list else _refuse(
-            "not a list")
-    if origin is dict:
-        key, value = _decoder(args[0], text), _decoder(args[1], text)
-        return lambda data: {key(k): value(v) for k, v in data.items()} \
-            if type(data) is dict else _refuse("not an object")
-    if isinstance(kind, type) and issubclass(kind, Enum):
-        return kind
-    if kind is float:
-        return lambda data: float(data) if type(data) in (int, float) and math.isfinite(data) \
-            else _refuse(f"not a finite number: {data!r}")
-    if kind in (str, int, bool):
-        return lambda data: data if type(data) is kind else _refuse(f"not a {kind.__name__}")
-    raise TypeError(f"no reader for {kind}")
-
-
-def _object_decoder(kind: type[Strict], text: bool) -> Callable[[Any], Any]:
-    readers: dict[str, Callable[[Any], Any]] = {}
-
-    def read(data: Any) -> Any:
-        if not readers:  # built on first use: a class may name itself (through a field)
-            # each field's type as evaluated (a class, a Union, an Annotated...: a type form,
-            # no string), held as an object: mypy refuses type[Any] as a cache key
-            # (python/mypy#11470)
-            hints: dict[str, object] = {f.name: f.type for f in fields(kind)}
-            readers.update({name: _decoder(hint, text) for name, hint in hints.items()})
-        if type(data) is not dict or data.keys() != readers.keys():
-            raise ValueError(f"{kind.__name__}: not its fields")
-        obj = object.__new__(kind)
-        obj.__dict__.update({name: reader(data[name]) for name, reader in readers.items()})
-        problems = obj._text_problems() if text else None
-        if problems:
-            raise ValueError(f"{kind.__name__}.{problems[0][0][0]}: {problems[0][1]}")
-        return obj
-
-    return read
