@@ -158,6 +158,73 @@ class FluxOptions(Section):
         "Flux instance is around, else plain)")
 
 
+def check_resource(name: str | None) -> None:
+    """Refuse a Grid Engine resource name that is not one (``qconf -sc`` names)."""
+    if name is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_.-]*$", name):
+        raise ValueError(f"{name!r} is not a Grid Engine resource name (qconf -sc lists them: "
+                         "letters, digits, _ . -)")
+
+
+PE_NAME = r"^(?=.)([A-Za-z_][A-Za-z0-9_.-]*)?(\{(per_node|partition)\}[A-Za-z0-9_.-]*)?$"
+
+
+def check_pe(name: str | None) -> None:
+    """Refuse a parallel environment name that is not one (``qconf -spl`` names), which may
+    hold ``{per_node}`` once (``mpi{per_node}``: the PE of that many slots per host)."""
+    if name is not None and not re.match(PE_NAME, name):
+        raise ValueError(f"{name!r} is not a parallel environment's name (qconf -spl lists "
+                         "them: letters, digits, _ . -; {per_node} once for the ranks per "
+                         "node, e.g. mpi{per_node})")
+
+
+def check_pes(names: dict[str, str]) -> None:
+    """Refuse a partition's parallel environment name that is not one."""
+    for partition, pe in names.items():
+        check_pe(pe)
+        check_resource(partition)
+
+
+@dataclass(kw_only=True, init=False, repr=False, eq=False)
+class GridengineOptions(Section):
+    """Settings of gridengine jobs (only in a profile whose scheduler is gridengine)."""
+
+    shell: str = F("/bin/bash", description="interpreter of job scripts (#$ -S, and the "
+                   "script's #! line)")
+    pe: str | None = F("mpi", check=check_pe, description="the parallel environment "
+                       "a job's slots are asked through (-pe PE NODESxRANKS; qconf -spl lists "
+                       "them); {per_node} in it: the ranks per node (mpi{per_node}: mpi8 for "
+                       "8 ranks per node, at sites whose PEs place a fixed number of slots "
+                       "on each host); null: none (node_resource sizes the jobs)")
+    pe_by_partition: dict[str, str] = F(
+        factory=dict, check=check_pes, description="the parallel environment of a "
+        "partition (queue) whose jobs use another than pe, e.g. {gpu.q: mpi-gpu}")
+    pe_rule: Literal["fill_up", "round_robin", "fixed", "pe_slots"] = F(
+        "fill_up", description="the PE's allocation_rule (qconf -sp PE): fill_up and "
+        "round_robin place a job's slots by the hosts' free slots, so a multi-node job "
+        "without GPUs may not get its ranks per node (lint warns); fixed: a number, the "
+        "ranks per node (pe: mpi{per_node}); pe_slots: one host")
+    node_resource: str | None = F(
+        None, check=check_pe, description="a site that sizes jobs in its own node units: "
+        "the resource a job asks for N of, for N nodes (-l f_node=2, -l node_f=2), instead "
+        "of a parallel environment; {partition}: the partition's name, where the site's "
+        "partitions are its resource types (node_f, node_h...: no queue is named then)")
+    gpu_resource: str | None = F(
+        "gpu", check=check_resource, description="the consumable GPUs are asked by, per slot "
+        "(-l gpu=1: each rank its GPU; with a $fill_up PE that also puts the ranks of a node "
+        "on one host); null: no GPU request (node_resource's units bring their GPUs)")
+    require_h_rt: bool = F(False, description="the site refuses a job without -l h_rt: a "
+                           "job without a time limit is a lint error, not a warning")
+    cwd: bool = F(True, description="-cwd: the job runs in the folder it was submitted from "
+                  "(otherwise in $HOME)")
+    output: str | None = F(None, description="-o path of batch jobs (default: Grid Engine's, "
+                           "NAME.oJOBID)")
+    join_output: bool = F(True, description="-j y: the error stream into the output")
+    flags: dict[str, str] = F(factory=dict, check=check_flags, description=FLAGS_DESCRIPTION
+                              .format(cmd="qsub", example="{group: -g} for a site that "
+                                      "charges groups with qsub -g (-o group=grp writes "
+                                      "#$ -g grp, not -l group=grp)", letter="g"))
+
+
 # ---------------------------------------------------------------- the registry
 
 
@@ -177,6 +244,7 @@ SCHEDULERS: dict[str, Registered] = {
     "pbs": Registered("hpcprov.schedulers.pbs", PbsOptions),
     "lsf": Registered("hpcprov.schedulers.lsf", LsfOptions),
     "flux": Registered("hpcprov.schedulers.flux", FluxOptions),
+    "gridengine": Registered("hpcprov.schedulers.gridengine", GridengineOptions),
     "none": Registered("hpcprov.schedulers.local", None),
 }
 

@@ -42,6 +42,7 @@ from hpcprov.site.sections import (
     SCHEDULER_SECTIONS,
     SCHEDULERS,
     FluxOptions,
+    GridengineOptions,
     LsfOptions,
     PbsOptions,
     SlurmOptions,
@@ -802,6 +803,9 @@ class Site(Strict):
         None, description="settings of lsf jobs: only where scheduler is lsf")
     flux: Annotated[FluxOptions | None, BeforeSeeing(checks.OwnSection("flux"))] = F(
         None, description="settings of flux jobs: only where scheduler is flux")
+    gridengine: Annotated[GridengineOptions | None,
+                          BeforeSeeing(checks.OwnSection("gridengine"))] = F(
+        None, description="settings of gridengine jobs: only where scheduler is gridengine")
     unverified: list[str] = F(
         factory=list, description="dotted keys whose values are not confirmed "
         "(e.g. partitions.gpu.nodes); each must name a key of the profile")
