@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 from pathlib import Path
 
 from hpcprov.core.findings import Finding
@@ -41,6 +42,7 @@ from hpcprov.schedulers.base import (
     Backend,
     Executor,
     Handle,
+    PerNode,
     Placement,
     slots_list,
     submitted_job_id,
@@ -54,6 +56,21 @@ GEOMETRY_OPTIONS = {"pe": "tasks", "q": "queue", "queue": "queue", "partition": 
                     "masterq": "queue"}
 GEOMETRY_RESOURCES = {"h_rt": "time", "s_rt": "time", "slots": "tasks"}
 HOSTS = "cut -d ' ' -f 1 \"$PE_HOSTFILE\""  # the job's hosts, one per line, in order
+# one process on each of the job's hosts through Grid Engine's tight integration: qrsh
+# -inherit (the PE's control_slaves TRUE) starts it as a task of the job, with this shell's
+# environment (-V: the modules and variables the job set) in this folder; qrsh joins its
+# words into one line for the remote shell, so each word is quoted for it (printf %q). All
+# at once; the function fails where one of them fails.
+QRSH_EACH = r"""hpcprov_qrsh_each() {
+  local host pid rc=0 cmd pids=()
+  cmd="cd $(printf '%q' "$PWD") && $(printf '%q ' "$@")"
+  while read -r host _; do
+    "$SGE_ROOT/bin/$ARC/qrsh" -inherit -nostdin -V "$host" "$cmd" &
+    pids+=("$!")
+  done < "$PE_HOSTFILE"
+  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
+  return "$rc"
+}"""
 # what qsub -terse prints: the job id (an array job's: ID.FIRST-LAST:STEP)
 JOB_ID = r"([0-9]{1,20})(?:\.[0-9]+-[0-9]+:[0-9]+)?"
 _RUNNING = re.compile(r"^[a-zA-Z]*[rt][a-zA-Z]*$")  # r, t, Rr, Rt (not qw, hqw, Eqw)
@@ -96,6 +113,7 @@ class GridEngine(Backend[GridengineOptions]):
     variable_example = "$PE_HOSTFILE"
     monitor = "qstat -u $USER"
     horovodrun_gloo = True
+    node_starter_name = "qrsh -inherit"
 
     geometry_options = GEOMETRY_OPTIONS
 
@@ -173,6 +191,11 @@ class GridEngine(Backend[GridengineOptions]):
 
     def job_id(self) -> str | None:
         return Raw('"$JOB_ID"')
+
+    def per_node(self, req: JobRequest) -> PerNode:
+        """One process on each host of the job, started by Grid Engine itself (``qrsh
+        -inherit``, tight integration): torchrun's agents without an MPI launcher."""
+        return PerNode(["hpcprov_qrsh_each"], [QRSH_EACH])
 
     def pin(self, nodes: str) -> dict[str, str] | None:
         """``-l hostname=a|b``: the job's slots on these hosts only."""
