@@ -51,7 +51,9 @@ def test_wheel_contains_profiles_and_mapped_packages(tmp_path: Path) -> None:
     src = tmp_path / "src"
     shutil.copytree(REPO, src, ignore=shutil.ignore_patterns(
         ".git", "build", "dist", "*.egg-info", "__pycache__", ".pytest_cache", ".ruff_cache",
-        ".venv", ".hpcprov", "tests"))
+        ".venv", ".hpcprov", "tests",
+        # what CI and the GPU kit leave in the checkout (GBs: a PyTorch folder, a prefix)
+        ".ci-cache", ".gpu-bundle", ".mypy_cache"))
     out = tmp_path / "wheels"
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
