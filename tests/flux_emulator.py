@@ -34,7 +34,6 @@ reproduces of Flux (flux-core's manual pages), because hpcprov depends on it:
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import importlib.util
 import io
@@ -49,16 +48,14 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hpcprov
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import emulator_kit as kit
+
 from hpcprov.schedulers.spelling import FLUX as SPELLING
 
 F58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
-
-
-def _state() -> Path:
-    d = Path(os.environ["FLUX_EMULATOR_DIR"])
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+SPOOL = kit.Spool("FLUX_EMULATOR_DIR")
+VALUELESS = {"--exclusive", "--wait", "--unbuffered", "-v", "--verbose"}
 
 
 def f58(n: int) -> str:
@@ -69,17 +66,8 @@ def f58(n: int) -> str:
     return "f" + (out or "1")
 
 
-def _key(jid: str) -> str:
-    return jid.replace("ƒ", "f")
-
-
 def _load(jid: str) -> dict | None:
-    path = _state() / f"{_key(jid)}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _save(job: dict) -> None:
-    (_state() / f"{job['id']}.json").write_text(json.dumps(job))
+    return SPOOL.load(jid.replace("ƒ", "f"))
 
 
 # --- RFC 36 submission directives, as flux batch reads them ---------------------------------
@@ -293,80 +281,50 @@ def directive_args(script: str) -> list[str]:
     return [word for _, action, words in found if action == "SETARGS" for word in words]
 
 
-def _nodes(args: list[str]) -> int | None:
-    """The node count the directives ask for (-N N, -NN, --nodes=N, --nodes N; the last)."""
-    nodes, short = None, SPELLING.flag("nodes")
-    for i, arg in enumerate(args):
-        value = None
-        if arg in (short, "--nodes") and i + 1 < len(args):
-            value = args[i + 1]
-        elif arg.startswith("--nodes="):
-            value = arg.split("=", 1)[1]
-        elif arg.startswith(short) and not arg.startswith("--"):
-            value = arg[len(short):]
-        if value is not None and value.isdigit():
-            nodes = int(value)
-    return nodes
+def options(script: str) -> list[kit.Option]:
+    """The options a script's directives give flux batch, each as (flag, value)."""
+    return kit.options(directive_args(script), SPELLING, VALUELESS)[0]
 
 
 def batch(argv: list[str], parent: bool) -> int:
-    out = err = None
-    rest = []
-    for a in argv:
-        if a.startswith("--output="):
-            out = a.split("=", 1)[1]
-        elif a.startswith("--error="):
-            err = a.split("=", 1)[1]
-        else:
-            rest.append(a)
+    cli, rest = kit.options(argv, SPELLING, VALUELESS)
+    given = dict(cli)
     path = Path(rest[-1]) if rest else None
     if path is None or not path.is_file():
         print(f"flux-batch: ERROR: [Errno 2] No such file or directory: '{path}'",
               file=sys.stderr)
         return 1
     try:  # as flux batch reads the script: UTF-8, universal newlines
-        args = directive_args(path.read_text(encoding="utf-8"))
+        read = options(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeError) as exc:
         print(f"flux-batch: ERROR: {rest[-1]}: {exc}", file=sys.stderr)
         return 1
-    counter = _state() / "counter"
-    n = int(counter.read_text()) + 1 if counter.exists() else 1
-    counter.write_text(str(n))
-    jid = f58(1000000 + n)
-    with open(_state() / "submitted.log", "a") as log:
-        log.write(json.dumps({"id": jid, "parent": parent,
+    nodes = [v for flag, v in read if flag == SPELLING.flag("nodes") and v and v.isdigit()]
+    n = SPOOL.number()
+    job = SPOOL.new(f58(1000000 + n), n, num=1000000 + n, script=str(path.resolve()),
+                    nodes=int(nodes[-1]) if nodes else 1)
+    with open(SPOOL.root / "submitted.log", "a") as log:
+        log.write(json.dumps({"id": job["id"], "parent": parent,
                               "uri": os.environ.get("FLUX_URI", "")}) + "\n")
-    job = {"id": jid, "num": 1000000 + n, "script": str(path.resolve()), "state": "SCHED",
-           "pid": None,
-           "nodes": _nodes(args) or 1}
+    SPOOL.save(job)
     if not os.environ.get("FLUX_EMULATOR_HOLD"):
-        _start(job, out, err)
-    _save(job)
-    print(jid)
+        env = {**os.environ, "FLUX_JOB_ID": job["id"], "FLUX_JOB_NNODES": str(job["nodes"]),
+               "FLUX_URI": f"local://{SPOOL.root}/{job['id']}"}
+        SPOOL.start(job, ["bash", job["script"]], env=env, cwd=os.getcwd(),
+                    out=given.get("--output"), err=given.get("--error"), append=True)
+    print(job["id"])
     return 0
 
 
-def _start(job: dict, out: str | None, err: str | None) -> None:
-    env = {**os.environ, "FLUX_JOB_ID": job["id"], "FLUX_JOB_NNODES": str(job["nodes"]),
-           "FLUX_URI": f"local://{_state()}/{job['id']}"}
-    status = _state() / f"{job['id']}.status"
-    with open(out or os.devnull, "ab") as fh:
-        errs = open(err, "ab") if err and err != out else fh  # noqa: SIM115
-        proc = subprocess.Popen(
-            ["bash", "-c", 'bash "$1"; echo $? > "$2"', "flux-job", job["script"],
-             str(status)], stdout=fh, stderr=errs, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True)
-    job.update(state="RUN", pid=proc.pid)
-
-
-def _finish(job: dict) -> dict:
-    status = _state() / f"{job['id']}.status"
-    if job["state"] == "RUN" and status.exists() and status.read_text().strip():
-        code = int(status.read_text())
-        job.update(state="INACTIVE", result="COMPLETED" if code == 0 else "FAILED",
-                   returncode=code)
-        _save(job)
-    return job
+def _result(job: dict) -> tuple[str, str, str]:
+    """state, result and returncode: SCHED, RUN or INACTIVE; COMPLETED, FAILED or CANCELED;
+    the script's status (143 after flux cancel's SIGTERM, -128 cancelled before it ran)."""
+    if job["phase"] == "cancelled":
+        return "INACTIVE", "CANCELED", "143" if job["start"] else "-128"
+    if job["phase"] == "ended":
+        return "INACTIVE", "COMPLETED" if kit.succeeded(job) else "FAILED", \
+            str(kit.status(job))
+    return ("SCHED" if job["phase"] == "pending" else "RUN"), "", ""
 
 
 def jobs(argv: list[str]) -> int:
@@ -374,17 +332,14 @@ def jobs(argv: list[str]) -> int:
     ids = [a for a in argv if re.fullmatch(r"[ƒf][1-9A-Za-z]+", a)]
     for jid in ids:
         job = _load(jid)
-        if job is not None:
-            job = _finish(job)
-        purged = job is not None and job["state"] == "INACTIVE" and \
-            os.environ.get("FLUX_EMULATOR_PURGE") == "1"
+        state, result, code = _result(job) if job is not None else ("", "", "")
+        purged = state == "INACTIVE" and os.environ.get("FLUX_EMULATOR_PURGE") == "1"
         if job is None or purged:
             print(f"flux-jobs: ERROR: unknown jobid {jid}", file=sys.stderr)
             return 1
-        values = {"id": str(job["num"]), "id.f58": job["id"],
-                  "state": job["state"], "result": job.get("result", ""),
-                  "returncode": str(job.get("returncode", "")),
-                  "nodelist": socket.gethostname() if job.get("pid") else ""}
+        values = {"id": str(job["num"]), "id.f58": job["id"], "state": state,
+                  "result": result, "returncode": code,
+                  "nodelist": socket.gethostname() if job["start"] else ""}
         print(re.sub(r"\{([a-z0-9.]+)\}", lambda m, v=values: v[m.group(1)], fmt))
     return 0
 
@@ -395,13 +350,7 @@ def cancel(argv: list[str]) -> int:
         if job is None:
             print(f"flux-cancel: ERROR: {jid}: unknown job id", file=sys.stderr)
             return 1
-        if _finish(job)["state"] == "RUN":
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(job["pid"], signal.SIGTERM)
-            job.update(state="INACTIVE", result="CANCELED", returncode=143)
-        elif job["state"] == "SCHED":
-            job.update(state="INACTIVE", result="CANCELED", returncode=-128)
-        _save(job)
+        SPOOL.cancel(job, (signal.SIGTERM, signal.SIGKILL))
     return 0
 
 

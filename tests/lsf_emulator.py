@@ -29,74 +29,55 @@ For `hpcprov site draft` (one host: this one):
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hpcprov
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import emulator_kit as kit
+
 from hpcprov.schedulers.spelling import LSF as SPELLING
 
-
-def _state() -> Path:
-    d = Path(os.environ["LSF_EMULATOR_DIR"])
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+SPOOL = kit.Spool("LSF_EMULATOR_DIR")
+VALUELESS = {"-x", "-B", "-N", "-I", "-K", "-r", "-rn"}  # bsub's flags that take no value
 
 
-def _load(job: str) -> dict | None:
-    path = _state() / f"{job}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _save(job: dict) -> None:
-    (_state() / f"{job['id']}.json").write_text(json.dumps(job))
+def words(line: str) -> list[str]:
+    """One #BSUB line's words: apart at blanks, a double-quoted run part of a word without
+    its quotes (ValueError where one is left open)."""
+    found = []
+    for m in re.finditer(r'(?:[^\s"]+|"[^"]*")+|"', line):
+        if m.group(0).count('"') % 2:
+            raise ValueError(f"unmatched quote in {line}")
+        found.append(m.group(0).replace('"', ""))
+    return found
 
 
 def directive_args(text: str) -> list[str]:
     """The words of a script's directives: the lines that start with the prefix, before the
-    first command; a double-quoted run is part of a word, without its quotes (ValueError
-    where one is left open)."""
-    words: list[str] = []
-    for line in text.splitlines()[1:]:
-        if line.startswith(SPELLING.prefix):
-            for m in re.finditer(r'(?:[^\s"]+|"[^"]*")+|"', line[len(SPELLING.prefix):]):
-                if m.group(0).count('"') % 2:
-                    raise ValueError(f"unmatched quote in {line}")
-                words.append(m.group(0).replace('"', ""))
-        elif line.strip() and not line.startswith("#"):
-            break
-    return words
+    first command (:func:`words`)."""
+    return kit.directive_args(text, SPELLING, words)
 
 
-def _values(args: list[str], name: str) -> list[str]:
-    """The values the directives give the option ``name``, in order."""
-    flag = SPELLING.flag(name)
-    return [args[i + 1] for i, arg in enumerate(args[:-1]) if arg == flag]
+def options(text: str) -> list[kit.Option]:
+    """The options a script's #BSUB lines give bsub, each as (flag, value)."""
+    return kit.options(directive_args(text), SPELLING, VALUELESS)[0]
 
 
 def _slots(script: str) -> int:
     """Slots on this (only) host: ptile when given, else -n, else 1."""
-    args = directive_args(script)
-    ptile = [m.group(1) for r in _values(args, "resource")
-             if (m := re.search(r"span\[ptile=(\d+)\]", r))]
-    total = _values(args, "ntasks")
+    given = options(script)
+    ptile = [m.group(1) for flag, r in given if flag == SPELLING.flag("resource")
+             if (m := re.search(r"span\[ptile=(\d+)\]", r or ""))]
+    total = [v for flag, v in given if flag == SPELLING.flag("ntasks") and v]
     return int(ptile[-1]) if ptile else int(total[-1]) if total else 1
 
 
 def bsub(argv: list[str]) -> int:
-    out = err = None
-    it = iter(argv)
-    for a in it:
-        if a == "-o":
-            out = next(it)
-        elif a == "-e":
-            err = next(it)
+    cli = dict(kit.options(argv, SPELLING, VALUELESS)[0])
     text = sys.stdin.read()
     if not text.strip():
         print("No command is specified. Job not submitted.", file=sys.stderr)
@@ -106,75 +87,55 @@ def bsub(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"{exc}. Job not submitted.", file=sys.stderr)
         return 255
-    counter = _state() / "counter"
-    n = int(counter.read_text()) + 1 if counter.exists() else 1
-    counter.write_text(str(n))
-    script = _state() / f"{n}.sh"
+    n = SPOOL.number()
+    script = SPOOL.file(str(n), "sh")
     script.write_text(text)
-    job = {"id": str(n), "script": str(script), "state": "PEND", "pid": None,
-           "slots": slots}
+    job = SPOOL.new(str(n), n, script=str(script), slots=slots)
+    SPOOL.save(job)
     if not os.environ.get("LSF_EMULATOR_HOLD"):
-        _start(job, out, err)
-    _save(job)
+        hostfile = SPOOL.file(job["id"], "hosts")
+        hostfile.write_text((socket.gethostname() + "\n") * slots)
+        env = {**os.environ, "LSB_JOBID": job["id"], "LSB_DJOB_HOSTFILE": str(hostfile),
+               "LS_SUBCWD": os.getcwd()}
+        SPOOL.start(job, ["bash", job["script"]], env=env, cwd=os.getcwd(),
+                    out=cli.get("-o"), err=cli.get("-e"), append=True)
     print(f"Job <{n}> is submitted to default queue <normal>.")
     return 0
 
 
-def _start(job: dict, out: str | None, err: str | None) -> None:
-    hostfile = _state() / f"{job['id']}.hosts"
-    hostfile.write_text((socket.gethostname() + "\n") * job["slots"])
-    env = {**os.environ, "LSB_JOBID": job["id"], "LSB_DJOB_HOSTFILE": str(hostfile),
-           "LS_SUBCWD": os.getcwd()}
-    status = _state() / f"{job['id']}.status"
-    with open(out or os.devnull, "ab") as fh:
-        errs = open(err, "ab") if err and err != out else fh  # noqa: SIM115
-        proc = subprocess.Popen(
-            ["bash", "-c", 'bash "$1"; echo $? > "$2"', "lsf-job", job["script"],
-             str(status)], stdout=fh, stderr=errs, stdin=subprocess.DEVNULL, env=env,
-            start_new_session=True)
-    job.update(state="RUN", pid=proc.pid)
-
-
-def _finish(job: dict) -> dict:
-    """Mark a running job finished once its script has ended."""
-    status = _state() / f"{job['id']}.status"
-    if job["state"] == "RUN" and status.exists() and status.read_text().strip():
-        code = int(status.read_text())
-        job.update(state="DONE" if code == 0 else "EXIT", exit=code)
-        _save(job)
-    return job
+def _state(job: dict) -> tuple[str, str]:
+    """STAT and exit_code: PEND, RUN, DONE or EXIT (the script's status, 130 after bkill:
+    LSF reports the SIGINT it sends first)."""
+    if job["phase"] == "cancelled":
+        return "EXIT", "130"
+    if job["phase"] == "ended":
+        return ("DONE", "-") if kit.succeeded(job) else ("EXIT", str(kit.status(job)))
+    return ("PEND" if job["phase"] == "pending" else "RUN"), "-"
 
 
 def bjobs(argv: list[str]) -> int:
     ids = [a for a in argv if re.fullmatch(r"\d+", a)]
     for jid in ids:
-        job = _load(jid)
-        if job is not None:
-            job = _finish(job)
-        cleaned = job is not None and job["state"] in ("DONE", "EXIT") and \
-            os.environ.get("LSF_EMULATOR_CLEAN") == "1"
+        job = SPOOL.load(jid)
+        state, code = _state(job) if job is not None else ("", "")
+        cleaned = state in ("DONE", "EXIT") and os.environ.get("LSF_EMULATOR_CLEAN") == "1"
         if job is None or cleaned:
             print(f"Job <{jid}> is not found", file=sys.stderr)
             return 255
-        code = str(job["exit"]) if job["state"] == "EXIT" else "-"
-        host = f"{job['slots']}*{socket.gethostname()}" if job["state"] != "PEND" else "-"
-        print("|".join([jid, job["state"], code, host]))
+        host = f"{job['slots']}*{socket.gethostname()}" if state != "PEND" else "-"
+        print("|".join([jid, state, code, host]))
     return 0
 
 
 def bkill(argv: list[str]) -> int:
     for jid in (a for a in argv if re.fullmatch(r"\d+", a)):
-        job = _load(jid)
+        job = SPOOL.load(jid)
         if job is None:
             print(f"Job <{jid}>: No matching job found", file=sys.stderr)
             return 255
-        if _finish(job)["state"] == "RUN":
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(job["pid"], signal.SIGKILL)
-            job.update(state="EXIT", exit=130)
-            _save(job)
-        elif job["state"] == "PEND":
-            (_state() / f"{jid}.json").unlink()
+        # SIGINT, SIGTERM, then SIGKILL (JOB_TERMINATE_INTERVAL); a pending job is gone
+        if SPOOL.cancel(job, (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)) == "pending":
+            SPOOL.drop(jid)
         print(f"Job <{jid}> is being terminated")
     return 0
 
@@ -221,6 +182,5 @@ def bhosts(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    tool = Path(sys.argv[0]).name
-    sys.exit({"bsub": bsub, "bjobs": bjobs, "bkill": bkill, "bqueues": bqueues,
-              "bhosts": bhosts}[tool](sys.argv[1:]))
+    sys.exit(kit.main({"bsub": bsub, "bjobs": bjobs, "bkill": bkill, "bqueues": bqueues,
+                       "bhosts": bhosts}, sys.argv))

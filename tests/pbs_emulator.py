@@ -29,102 +29,60 @@ For `hpcprov site draft` (OpenPBS 20's answers, one vnode: this host):
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hpcprov
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import emulator_kit as kit
+
 from hpcprov.schedulers.spelling import PBS as SPELLING
 
 SERVER = "pbs-emu"
-
-
-def _state() -> Path:
-    d = Path(os.environ["PBS_EMULATOR_DIR"])
-    d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def _load(job: str) -> dict | None:
-    path = _state() / f"{job}.json"
-    return json.loads(path.read_text()) if path.exists() else None
-
-
-def _save(job: dict) -> None:
-    (_state() / f"{job['id']}.json").write_text(json.dumps(job))
+SPOOL = kit.Spool("PBS_EMULATOR_DIR")
+STATES = {"pending": "Q", "running": "R", "ended": "F", "cancelled": "F"}
 
 
 def directive_args(text: str) -> list[str]:
     """The words of a script's directives: the lines that start with the prefix, before the
     first command, each split at whitespace."""
-    words: list[str] = []
-    for line in text.splitlines()[1:]:
-        if line.startswith(SPELLING.prefix):
-            words += line[len(SPELLING.prefix):].split()
-        elif line.strip() and not line.startswith("#"):
-            break
-    return words
+    return kit.directive_args(text, SPELLING, str.split)
 
 
-def _value(args: list[str], name: str) -> str | None:
-    """The value the directives give the option ``name`` (its flag's last one), or None."""
-    flag, found = SPELLING.flag(name), None
-    for i, arg in enumerate(args[:-1]):
-        if arg == flag:
-            found = args[i + 1]
-    return found
+def options(text: str) -> list[kit.Option]:
+    """The options a script's #PBS lines give qsub, each as (flag, value)."""
+    return kit.options(directive_args(text), SPELLING)[0]
 
 
 def qsub(argv: list[str]) -> int:
-    out, script = None, None
-    it = iter(argv)
-    for a in it:
-        if a == "-o":
-            out = next(it)
-        elif a == "-j":
-            next(it)
-        elif not a.startswith("-"):
-            script = a
+    cli, rest = kit.options(argv, SPELLING)
+    script = rest[0] if rest else None
     if script is None or not Path(script).is_file():
         print("qsub: script file:: No such file or directory", file=sys.stderr)
         return 2
-    counter = _state() / "counter"
-    n = int(counter.read_text()) + 1 if counter.exists() else 1
-    counter.write_text(str(n))
-    args = directive_args(Path(script).read_text(errors="replace"))
-    job = {"id": f"{n}.{SERVER}", "script": os.path.abspath(script), "out": out,
-           "state": "Q", "pid": None, "args": args,
-           "name": _value(args, "job-name") or Path(script).name}
+    n = SPOOL.number()
+    given = dict(options(Path(script).read_text(errors="replace")) + cli)
+    out = given.get(SPELLING.flag("output"))
+    job = SPOOL.new(f"{n}.{SERVER}", n, script=os.path.abspath(script),
+                    name=given.get(SPELLING.flag("job-name")) or Path(script).name)
+    SPOOL.save(job)
     if not os.environ.get("PBS_EMULATOR_HOLD"):
-        status = _state() / f"{job['id']}.status"
-        nodefile = _state() / f"{job['id']}.nodes"
+        nodefile = SPOOL.file(job["id"], "nodes")
         nodefile.write_text(socket.gethostname() + "\n")
         env = {**os.environ, "PBS_JOBID": job["id"], "PBS_O_WORKDIR": os.getcwd(),
                "PBS_NODEFILE": str(nodefile)}
-        with open(out or os.devnull, "wb") as fh:
-            proc = subprocess.Popen(
-                ["bash", "-c", 'bash "$1"; echo $? > "$2"', "pbs-job", job["script"],
-                 str(status)], stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                env=env, start_new_session=True, cwd=os.getcwd())
-        job.update(state="R", pid=proc.pid)
-    _save(job)
+        SPOOL.start(job, ["bash", job["script"]], env=env, cwd=os.getcwd(), out=out)
     print(job["id"])
     return 0
 
 
-def _finish(job: dict) -> dict:
-    """Mark a running job finished once its script has ended."""
-    status = _state() / f"{job['id']}.status"
-    if job["state"] == "R" and status.exists() and status.read_text().strip():
-        code = int(status.read_text())
-        job.update(state="F", exit=256 + code - 128 if code > 128 else code)
-        _save(job)
-    return job
+def _exit_status(job: dict) -> int:
+    """Exit_status: the script's, 256 + N where signal N killed it (271: qdel's SIGTERM)."""
+    if job["phase"] == "cancelled":
+        return 256 + signal.SIGTERM
+    return 256 + job["signal"] if job["signal"] else job["rc"]
 
 
 def _ncpus() -> int:
@@ -180,9 +138,9 @@ def qstat(argv: list[str]) -> int:
     history = "-x" in argv
     ids = [a for a in argv if not a.startswith("-")]
     for jid in ids:
-        job = _load(jid)
+        job = SPOOL.load(jid)
         if job is not None:
-            job = _finish(job)
+            job["state"] = STATES[job["phase"]]
         if job is None or (job["state"] == "F" and os.environ.get("PBS_EMULATOR_HISTORY")
                            == "0"):
             print(f"qstat: Unknown Job Id {jid}", file=sys.stderr)
@@ -200,28 +158,22 @@ def qstat(argv: list[str]) -> int:
             lines += ["    comment = Not Running: Insufficient amount of resource: ncpus ",
                       "\t(R: 64 A: 0 T: 64)"]
         if job["state"] == "F":
-            lines.append(f"    Exit_status = {job['exit']}")
+            lines.append(f"    Exit_status = {_exit_status(job)}")
         print("\n".join(lines) + "\n")
     return 0
 
 
 def qdel(argv: list[str]) -> int:
     for jid in (a for a in argv if not a.startswith("-")):
-        job = _load(jid)
+        job = SPOOL.load(jid)
         if job is None:
             print(f"qdel: Unknown Job Id {jid}", file=sys.stderr)
             return 153
-        if _finish(job)["state"] == "R":
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(job["pid"], signal.SIGKILL)
-            job.update(state="F", exit=256 + signal.SIGTERM)  # what PBS reports after qdel
-            _save(job)
-        elif job["state"] == "Q":
-            (_state() / f"{jid}.json").unlink()
+        if SPOOL.cancel(job) == "pending":  # a queued job is gone; a running one F, 271
+            SPOOL.drop(jid)
     return 0
 
 
 if __name__ == "__main__":
-    tool = Path(sys.argv[0]).name
-    sys.exit({"qsub": qsub, "qstat": qstat, "qdel": qdel,
-              "pbsnodes": pbsnodes}[tool](sys.argv[1:]))
+    sys.exit(kit.main({"qsub": qsub, "qstat": qstat, "qdel": qdel, "pbsnodes": pbsnodes},
+                      sys.argv))

@@ -14,7 +14,7 @@ PATH; state lives in $SLURM_EMULATOR_DIR. The cluster: one node, this host, in a
   cannot read (an unmatched quote).
 - A job runs at once as `bash SCRIPT` (not by its #! line: a login shell's /etc/profile
   would drop this folder from PATH) in the submission folder, under a monitor
-  (`slurmstepd`) that records its end as RC:SIGNAL, with a one-node batch job's SLURM_*
+  (tests/emulator_kit.py) that records its end as RC:SIGNAL, with a one-node batch job's SLURM_*
   variables (_job_env: SLURM_JOB_ID, SLURM_JOB_NODELIST, SLURM_NNODES, SLURM_NTASKS,
   SLURM_PROCID=0, ...).
 - `scontrol show job [-o] ID`: the key=value record: JobState (PENDING, RUNNING, COMPLETED,
@@ -43,32 +43,27 @@ limits, the COMPLETING state, --export, --wrap, more than one node.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import re
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's hpcprov
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import emulator_kit as kit
+
 from hpcprov.schedulers.spelling import SLURM as SPELLING
 
 HOST = socket.gethostname()
 KILL_WAIT_S = 2.0
-# sbatch's options that take no value
-FLAGS = {"hold", "parsable", "exclusive", "requeue", "no-requeue", "overcommit", "wait",
-         "quiet", "verbose", "contiguous", "test-only", "oversubscribe", "spread-job",
-         "no-kill"}
-
-
-def _state() -> Path:
-    d = Path(os.environ["SLURM_EMULATOR_DIR"])
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+SPOOL = kit.Spool("SLURM_EMULATOR_DIR")
+# sbatch's options that take no value (by the flag the record reads them as)
+FLAGS = {f"--{name}" for name in (
+    "hold", "parsable", "exclusive", "requeue", "no-requeue", "overcommit", "wait", "quiet",
+    "verbose", "contiguous", "test-only", "oversubscribe", "spread-job", "no-kill")}
+STATES = {"pending": "PENDING", "running": "RUNNING", "cancelled": "CANCELLED"}
 
 
 def _down(words: str) -> bool:
@@ -78,39 +73,32 @@ def _down(words: str) -> bool:
     return os.environ.get("SLURM_EMULATOR_CTLD_DOWN") == "1"
 
 
-def _write(path: Path, text: str) -> None:
-    """Atomically: a reader sees the whole file or none."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    tmp.replace(path)
-
-
 def _load(jid: str, *, forgotten: bool = False) -> dict | None:
-    """The job as the controller knows it (those it forgot too if asked), or None."""
-    path = _state() / f"{jid}.json"
-    if not re.fullmatch(r"[0-9]+", jid) or not path.exists():
+    """The job as the controller knows it (those it forgot too if asked), or None: its
+    state and ExitCode (RC:SIGNAL) read off the kit's phase."""
+    job = SPOOL.load(jid) if re.fullmatch(r"[0-9]+", jid) else None
+    if job is None:
         return None
-    job = json.loads(path.read_text())
-    status = _state() / f"{jid}.status"
-    if job["state"] == "RUNNING" and status.exists():
-        code, end = status.read_text().split()
-        job.update(state="COMPLETED" if code == "0:0" else "FAILED", exit=code, end=float(end))
+    if job["phase"] == "ended":
+        job.update(state="COMPLETED" if kit.succeeded(job) else "FAILED",
+                   exit=f"{job['rc']}:{job['signal']}")
+    else:
+        job.update(state=STATES[job["phase"]],
+                   exit="0:15" if job["phase"] == "cancelled" and job["start"] else "0:0")
     ended = job["state"] not in ("PENDING", "RUNNING")
     lost = ended and job["forget"] or os.environ.get("SLURM_EMULATOR_CTLD_LOST") == "1"
     return None if lost and not forgotten else job
 
 
-def _options(words: list[str]) -> tuple[dict[str, str], list[str]]:
+def _options(words: list[str]) -> tuple[dict[str, str | None], list[str]]:
     """sbatch's options (by long name) and the words after them (the script, its args)."""
-    opts: dict[str, str] = {}
-    while words and words[0].startswith("-") and words[0] != "-":
-        w, words = words[0], words[1:]
-        name, eq, value = w[2:].partition("=") if w.startswith("--") else \
-            (SPELLING.short.get(w[1], w[1]), "", w[2:])
-        if not (eq or value) and name not in FLAGS and words:
-            value, words = words[0], words[1:]
-        opts[name] = value
-    return opts, words
+    found, rest = kit.options(words, SPELLING, FLAGS)
+    return {flag.removeprefix("--"): value for flag, value in found}, rest
+
+
+def options(text: str) -> list[kit.Option]:
+    """The options a script's #SBATCH lines give sbatch, each as (flag, value)."""
+    return kit.options(directive_args(text), SPELLING, FLAGS)[0]
 
 
 def sbatch_words(line: str) -> list[str]:
@@ -157,13 +145,7 @@ def sbatch_words(line: str) -> list[str]:
 def directive_args(text: str) -> list[str]:
     """The words of a script's directives: the lines that start with the prefix, before the
     first command (ValueError where sbatch refuses one: :func:`sbatch_words`)."""
-    words: list[str] = []
-    for line in text.splitlines()[1:]:
-        if line.startswith(SPELLING.prefix):
-            words += sbatch_words(line[len(SPELLING.prefix):])
-        elif line.strip() and not line.startswith("#"):
-            break
-    return words
+    return kit.directive_args(text, SPELLING, sbatch_words)
 
 
 def _directives(text: str) -> dict[str, str]:
@@ -190,34 +172,28 @@ def sbatch(argv: list[str]) -> int:
         return 1
     if _down("sbatch: error: Batch job submission failed: "):
         return 1
-    if int(opts.get("nodes", "1").split("-")[0]) > 1:
+    if int((opts.get("nodes") or "1").split("-")[0]) > 1:
         print("sbatch: error: Batch job submission failed: Requested node configuration is "
               "not available", file=sys.stderr)
         return 1
-    counter = _state() / "counter"
-    n = int(counter.read_text()) + 1 if counter.exists() else 1
-    counter.write_text(str(n))
-    job = {"id": str(n), "name": opts.get("job-name", script.name), "state": "PENDING",
-           "script": str(script.resolve()), "args": rest[1:], "exit": "0:0",
-           "partition": opts.get("partition", "debug"), "submit": time.time(), "start": None,
-           "end": None, "submit_dir": os.getcwd(),
-           "workdir": os.path.abspath(opts.get("chdir", os.getcwd())),
-           "tasks": int(opts.get("ntasks") or opts.get("ntasks-per-node") or 1),
-           "cpus_per_task": opts.get("cpus-per-task", ""),
-           "forget": os.environ.get("SLURM_EMULATOR_FORGET") == "1"}
+    job = SPOOL.new(str(SPOOL.number()), 0, name=opts.get("job-name") or script.name,
+                    script=str(script.resolve()), args=rest[1:],
+                    partition=opts.get("partition") or "debug", submit_dir=os.getcwd(),
+                    workdir=os.path.abspath(opts.get("chdir") or os.getcwd()),
+                    tasks=int(opts.get("ntasks") or opts.get("ntasks-per-node") or 1),
+                    cpus_per_task=opts.get("cpus-per-task") or "",
+                    forget=os.environ.get("SLURM_EMULATOR_FORGET") == "1")
+    job["number"] = int(job["id"])
     names = {"j": job["id"], "x": job["name"], "u": os.environ.get("USER", ""), "N": HOST,
              "%": "%"}
     for key, default in (("output", "slurm-%j.out"), ("error", opts.get("output"))):
         name = re.sub(r"%([jxuN%])", lambda m: names[m.group(1)], opts.get(key) or default
                       or "slurm-%j.out")
         job[key] = os.path.join(job["workdir"], name)
+    SPOOL.save(job)
     if os.environ.get("SLURM_EMULATOR_HOLD") != "1" and "hold" not in opts:
-        job.update(state="RUNNING", start=time.time())
-    _write(_state() / f"{n}.json", json.dumps(job))
-    if job["state"] == "RUNNING":
-        subprocess.Popen([sys.executable, os.path.realpath(__file__), "slurmstepd", job["id"]],
-                         stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                         stderr=subprocess.DEVNULL, start_new_session=True, env=_job_env(job))
+        SPOOL.start(job, ["bash", job["script"], *job["args"]], env=_job_env(job),
+                    cwd=job["workdir"], out=job["output"], err=job["error"])
     print(job["id"] if "parsable" in opts else f"Submitted batch job {job['id']}")
     return 0
 
@@ -233,30 +209,6 @@ def _job_env(job: dict) -> dict[str, str]:
            "SLURM_SUBMIT_HOST": HOST, "SLURM_JOB_PARTITION": job["partition"],
            "SLURMD_NODENAME": HOST, "SLURM_CLUSTER_NAME": "emulated"}
     return {**env, "SLURM_CPUS_PER_TASK": job["cpus_per_task"]} if job["cpus_per_task"] else env
-
-
-def _marker(jid: str) -> str:
-    """The variable every process of the job carries (its cgroup, here)."""
-    return f"SLURM_EMULATOR_JOB={_state()}/{jid}"
-
-
-def slurmstepd(argv: list[str]) -> int:
-    """Run the batch script and record how it ended: RC:SIGNAL and when."""
-    job = _load(argv[0], forgotten=True)
-    if job is None or job["state"] != "RUNNING":
-        return 0
-    name, _, value = _marker(job["id"]).partition("=")
-    try:
-        with open(job["output"], "wb") as out:
-            err = open(job["error"], "wb") if job["error"] != job["output"] else out  # noqa: SIM115
-            rc = subprocess.Popen(["bash", job["script"], *job["args"]], stdout=out, stderr=err,
-                                  stdin=subprocess.DEVNULL, cwd=job["workdir"],
-                                  env={**os.environ, name: value}).wait()
-    except OSError:  # no output file or working folder: the job fails as it starts
-        rc = 1
-    code = f"{rc}:0" if rc >= 0 else f"0:{-rc}"
-    _write(_state() / f"{job['id']}.status", f"{code} {time.time()}")
-    return 0
 
 
 def _elapsed(job: dict) -> str:
@@ -318,7 +270,7 @@ def scontrol(argv: list[str]) -> int:
         return 1
     if _down("slurm_load_jobs error: "):
         return 1
-    ids = words[2:] or sorted((p.stem for p in _state().glob("*.json")), key=int)
+    ids = words[2:] or [j["id"] for j in SPOOL.jobs()]
     jobs = [j for j in (_load(jid.split(".")[0]) for jid in ids) if j]
     if words[2:] and not jobs:
         print("slurm_load_jobs error: Invalid job id specified", file=sys.stderr)
@@ -341,31 +293,8 @@ def scancel(argv: list[str]) -> int:
             print(f"scancel: error: Kill job error on job id {jid}: {why}", file=sys.stderr)
             rc = 1
             continue
-        running = job["state"] == "RUNNING"
-        job.update(state="CANCELLED", exit="0:15" if running else "0:0", end=time.time())
-        _write(_state() / f"{jid}.json", json.dumps(job))
-        if running:
-            _kill(_marker(jid).encode())
+        SPOOL.cancel(job, (signal.SIGTERM, signal.SIGKILL), KILL_WAIT_S)
     return rc
-
-
-def _kill(marker: bytes) -> None:
-    """SIGTERM to every process of the job, SIGKILL to those alive after KillWait."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        deadline = time.monotonic() + KILL_WAIT_S
-        while True:
-            pids = []
-            for env in Path("/proc").glob("[0-9]*/environ"):
-                with contextlib.suppress(OSError):
-                    if marker in env.read_bytes().split(b"\0"):
-                        pids.append(int(env.parent.name))
-            pids = [p for p in pids if p != os.getpid()]  # a job cancelling itself
-            for pid in pids:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, sig)
-            if not pids or time.monotonic() > deadline:
-                break
-            time.sleep(0.05)
 
 
 SACCT = {"JobID": lambda j, s: j["id"] + s, "JobIDRaw": lambda j, s: j["id"] + s,
@@ -388,7 +317,7 @@ def sacct(argv: list[str]) -> int:
         print(f'sacct: error: Invalid field requested: "{bad[0]}"', file=sys.stderr)
         return 1
     ids = opts["-j"].split(",") if "-j" in opts else \
-        sorted((p.stem for p in _state().glob("*.json")), key=int)
+        [j["id"] for j in SPOOL.jobs()]
     rows = [] if "-n" in argv else [fields.split(","), ["-" * 10] * len(fields.split(","))]
     for job in filter(None, (_load(jid, forgotten=True) for jid in ids)):
         for step in [""] + ([] if "-X" in argv or not job["start"] else [".batch"]):
@@ -419,14 +348,8 @@ def sinfo(argv: list[str]) -> int:
     return 0
 
 
-def main(argv: list[str]) -> int:
-    tool, args = Path(argv[0]).name, argv[1:]
-    if tool == Path(os.path.realpath(__file__)).name:  # run as itself: the tool comes next
-        tool, args = args[0], args[1:]
-    tools = {"sbatch": sbatch, "scontrol": scontrol, "sacct": sacct, "scancel": scancel,
-             "sinfo": sinfo, "slurmstepd": slurmstepd}
-    return tools[tool](args)
-
+TOOLS = {"sbatch": sbatch, "scontrol": scontrol, "sacct": sacct, "scancel": scancel,
+         "sinfo": sinfo}
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(kit.main(TOOLS, sys.argv))

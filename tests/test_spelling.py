@@ -35,10 +35,13 @@ HOSTILE = [
 REFUSES = {
     "pbs": lambda v: any(c.isspace() for c in v),    # PBS splits a #PBS line at blanks
     "lsf": lambda v: any(c in v for c in '"$`\\'),   # nothing escapes inside a #BSUB "..."
+    # Grid Engine drops quotes from a #$ line and ends it at a #
+    "gridengine": lambda v: any(c in v for c in "'\"#"),
 }
 # job names for the planned scripts, the most hostile first: each scheduler gets the first
 # one its record writes
-JOB_NAMES = ["it's \"q\" #1 $HOME `id` a\\b", "it's#1$HOME\\b\"q\"'''", "it's a #1 (x)"]
+JOB_NAMES = ["it's \"q\" #1 $HOME `id` a\\b", "it's#1$HOME\\b\"q\"'''", "it's a #1 (x)",
+             "it is $HOME `id` a\\b (x)"]
 SPELLED = [b.name for b in schedulers.all_backends() if b.spelling is not None]
 
 
@@ -94,7 +97,8 @@ def test_a_planned_script_reads_back_option_for_option_and_submits_as_the_record
     assert parser.SPELLING is record  # the emulator reads planning's record, no copy
     entry = EMULATED[name]
     job_name = next(v for v in JOB_NAMES if _writes(record, v))
-    comment = "comment=x#y" if name == "pbs" else "comment=x #y"  # a mandatory account too
+    # a mandatory account too
+    comment = {"pbs": "comment=x#y", "gridengine": "comment=x $y"}.get(name, "comment=x #y")
     req = request(entry.site, (comment, "account=proj-1"), store=False,
                   partition=entry.partition, job_name=job_name, command=("true",))
     job = plan_jobscript(req)
