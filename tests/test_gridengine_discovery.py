@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hpcprov.core.commands import Completed
+from hpcprov.core.yaml_writer import Block
 from hpcprov.schedulers.discovery import gridengine as ge
 
 SQ_GPU = """\
@@ -124,3 +125,69 @@ def test_values_grid_engine_writes() -> None:
     assert ge.slots("2,[a=4],[b=8]") == (2, {"a": 4, "b": 8})
     assert ge.listed("NONE") == [] and ge.listed("a,b c") == ["a", "b", "c"]
     assert ge.config("a 1\\\n  2\nb\n") == {"a": "1 2", "b": ""}
+
+
+# the testbed's real cell (SGE 8.1.9): 64 slots on 2-CPU hosts, a family of fixed-rule PEs
+TESTBED_SQ = """\
+qname                 amd_a100nv_8
+hostlist              @amd_a100nv_8
+pe_list               mpi smp mpi1 mpi2 mpi4 mpi8
+slots                 64
+h_rt                  48:00:00
+"""
+TESTBED_QHOST = """\
+HOSTNAME                ARCH         NCPU NSOC NCOR NTHR  LOAD  MEMTOT  MEMUSE  SWAPTO  SWAPUS
+----------------------------------------------------------------------------------------------
+global                  -               -    -    -    -     -       -       -       -       -
+gpu01                   lx-amd64        2    1    2    2  1.67   23.5G    1.4G     0.0     0.0
+   hl:arch=lx-amd64
+   hl:num_proc=2.000000
+   hc:gpu=8.000000
+gpu02                   lx-amd64        2    1    2    2  1.67   23.5G    1.4G     0.0     0.0
+   hl:arch=lx-amd64
+   hc:gpu=8.000000
+"""
+
+
+def sge_testbed_cell() -> Answers:
+    texts = {("qconf", "-sql"): "amd_a100nv_8\n",
+             ("qconf", "-spl"): "mpi\nmpi1\nmpi2\nmpi4\nmpi8\nsmp\n",
+             ("qconf", "-sp", "mpi"): PE["mpi"], ("qconf", "-sp", "smp"): PE["smp"],
+             ("qconf", "-sq", "amd_a100nv_8"): TESTBED_SQ, ("qhost", "-F"): TESTBED_QHOST,
+             ("qconf", "-shgrp", "@amd_a100nv_8"): "group_name @amd_a100nv_8\n"
+                                                   "hostlist gpu01 gpu02\n"}
+    texts.update({("qconf", "-sp", f"mpi{n}"): f"pe_name mpi{n}\nallocation_rule {n}\n"
+                  "control_slaves TRUE\n" for n in (1, 2, 4, 8)})
+    return Answers(texts)
+
+
+def items(block: Block | None) -> dict[str, object]:
+    """A drafted block's keys and values (nested blocks as dicts)."""
+    assert block is not None
+    return {i.key: items(i.value) if isinstance(i.value, Block) else i.value
+            for i in block.items}
+
+
+def test_a_draft_writes_the_section_the_backend_reads() -> None:
+    """The gridengine section's keys are the backend's (pe, pe_rule, gpu_resource); a family
+    of fixed-rule PEs (mpi1, mpi2...) is mpi{per_node}, preferred to a $fill_up PE (which
+    places a job without GPUs by free slots); torchrun's agents are started by mpirun."""
+    cluster = ge.discover(cell())
+    assert items(ge.DRAFTING.section(cluster, True)) == {
+        "pe": "mpi", "pe_rule": "fill_up", "gpu_resource": "gpu"}
+    fixed = ge.discover(sge_testbed_cell())
+    assert items(ge.DRAFTING.section(fixed, True)) == {
+        "pe": "mpi{per_node}", "pe_rule": "fixed", "gpu_resource": "gpu"}
+    launchers, default = ge.DRAFTING.launchers(cluster)
+    assert default == "mpirun"
+    assert items(launchers)["torchrun"] == {"kind": "torchrun", "per_node_wrapper": "mpirun",
+                                            "rdzv_host": "first_node"}
+
+
+def test_slots_beyond_the_cpus_are_the_cpus_a_job_gets() -> None:
+    # the testbed's queue gives its 2-CPU hosts 64 slots: 8 ranks per host must fit
+    nodes = ge.discover(sge_testbed_cell()).nodes
+    assert (nodes["gpu01"].cpus, nodes["gpu01"].cores) == (64, 64)
+    # fewer slots than CPUs (a slot per GPU): the CPUs stay, for the ranks' threads
+    gpu01 = ge.discover(cell()).nodes["gpu01"]
+    assert (gpu01.cpus, gpu01.cores, gpu01.threads_per_core) == (64, 32, 2)

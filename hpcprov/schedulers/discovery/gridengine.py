@@ -142,6 +142,7 @@ def parse_hosts(text: str) -> dict[str, Node]:
     return out
 
 
+GPU_RESOURCE = re.compile(r"^\s+h[cl]:(gpus?|ngpus|cuda)=", re.M)  # as _resource counts
 _ARCH = {"lx-amd64": "x86_64", "lx24-amd64": "x86_64", "lx26-amd64": "x86_64",
          "lx-arm64": "aarch64", "lx-aarch64": "aarch64", "lx-ppc64le": "ppc64le"}
 
@@ -207,6 +208,7 @@ def discover(run: Run) -> Cluster:
         if text is not None:
             pes[pe] = config(text)
     queues: list[Queue] = []
+    queue_slots: dict[str, tuple[int | None, dict[str, int]]] = {}
     groups: dict[str, list[str]] = {}
     for name in queue_names:
         conf = config(required(run, queue_cmd(name)))
@@ -215,20 +217,37 @@ def discover(run: Run) -> Cluster:
                 text = optional(run, hostgroup_cmd(group), notes)
                 groups[group] = _group_hosts(config(text) if text else {}, groups, run, notes)
         queues.append(parse_queue(name, conf, groups, pes, " ".join(queue_cmd(name))))
-    nodes = parse_hosts(required(run, HOSTS_CMD))
+        queue_slots[name] = slots(conf.get("slots"))
+    hosts_text = required(run, HOSTS_CMD)
+    nodes = parse_hosts(hosts_text)
     for q in queues:
+        default, per_host = queue_slots[q.name]
         for n in q.nodes:
             if n in nodes:
                 nodes[n].queues = (*nodes[n].queues, q.name)
+                _slots_as_cpus(nodes[n], per_host.get(n, default))
     if queues:  # Grid Engine has no default queue: a job without -q may land in any
         queues[0].default = True
         queues[0].sources["default"] = ("the first of qconf -sql: Grid Engine has no "
                                         "default queue")
     settings = {f"pe.{name}": rule for name, rule in pe_rules(pes).items()}
+    if m := GPU_RESOURCE.search(hosts_text):
+        settings["gpu_resource"] = m.group(1)
     return Cluster(scheduler="gridengine", queues=queues, nodes=nodes, settings=settings,
                    notes=notes, sources={"queues": " ".join(QUEUES_CMD),
                                          "nodes": " ".join(HOSTS_CMD),
                                          "parallel environments": " ".join(PES_CMD)})
+
+
+def _slots_as_cpus(node: Node, count: int | None) -> None:
+    """Grid Engine places a job's ranks by its queue's slots on each host, not by the
+    host's CPUs: where the queue gives a host more slots than qhost's NCPU (a cell that
+    oversubscribes, such as the testbed's), a job gets that many ranks there, as if they
+    were CPUs. Fewer slots than CPUs (a slot per GPU) leave the CPUs to the ranks'
+    threads: qhost's count stands."""
+    if count and node.cpus and count > node.cpus:
+        node.cpus = node.cores = count
+        node.threads_per_core = None
 
 
 def _group_hosts(conf: dict[str, str], groups: dict[str, list[str]], run: Run,
@@ -248,6 +267,9 @@ def _group_hosts(conf: dict[str, str], groups: dict[str, list[str]], run: Run,
     return list(dict.fromkeys(out))
 
 
+PE_RULES = {"$fill_up": "fill_up", "$round_robin": "round_robin", "$pe_slots": "pe_slots"}
+
+
 def preferred_pe(cluster: Cluster) -> str | None:
     """The parallel environment a drafted profile sizes multi-node jobs with: one whose
     allocation rule spreads slots over hosts ($fill_up, then $round_robin, then a fixed
@@ -259,6 +281,22 @@ def preferred_pe(cluster: Cluster) -> str | None:
             if rule == want:
                 return name
     return next((n for n, r in rules.items() if r.isdigit()), None)
+
+
+def pe_family(cluster: Cluster) -> tuple[str, list[str]] | None:
+    """A family of parallel environments that place a fixed number of slots on each host,
+    named by it (mpi1, mpi2, mpi4: allocation_rule 1, 2, 4; at least two): the profile's
+    ``pe`` for them (``mpi{per_node}``) and its members, fewest slots first; None where the
+    cell has none. Such PEs give a job exactly its ranks per node, GPUs asked or not."""
+    families: dict[str, list[tuple[int, str]]] = {}
+    for key, rule in cluster.settings.items():
+        name = key.removeprefix("pe.")
+        if key.startswith("pe.") and rule.isdigit() and name.endswith(rule) and name != rule:
+            families.setdefault(name[:-len(rule)], []).append((int(rule), name))
+    best = max(families.items(), key=lambda kv: (len(kv[1]), kv[0]), default=None)
+    if best is None or len(best[1]) < 2:
+        return None
+    return best[0] + "{per_node}", [name for _, name in sorted(best[1])]
 
 
 class GridEngineDrafting(Drafting):
@@ -273,20 +311,37 @@ class GridEngineDrafting(Drafting):
         b.add("mpirun", plain(kind="mpirun", rendezvous_env=True),
               "Open MPI reads $PE_HOSTFILE and starts remote daemons with qrsh -inherit "
               "(the parallel environment's control_slaves TRUE)")
-        b.add("torchrun", plain(kind="torchrun"),
+        b.add("torchrun", plain(kind="torchrun", per_node_wrapper="mpirun",
+                                rdzv_host="first_node"),
               "one agent per node, started by the site's mpirun (Grid Engine has no task "
-              "starter of its own)")
+              "starter of its own); the rendezvous on the job's first host")
         b.add("horovodrun", plain(kind="horovodrun"))
         return b, "mpirun"
 
     def section(self, cluster: Cluster, gpus: bool) -> Block | None:
+        """The gridengine section: the PE jobs are sized through (``pe``, with ``{per_node}``
+        for a family of fixed-rule PEs such as mpi1, mpi2, mpi4), its rule (``pe_rule``),
+        the GPU consumable as qhost -F names it."""
         pe = preferred_pe(cluster)
+        family = pe_family(cluster)
         b = Block()
-        if pe:
-            b.add("parallel_environment", pe, "the PE that spreads a job's slots over hosts "
-                  f"(allocation_rule {cluster.settings.get('pe.' + pe)}; qconf -sp {pe})")
+        if family:
+            template, members = family
+            rules = ", ".join(cluster.settings["pe." + m] for m in members)
+            b.add("pe", template, f"{', '.join(members)} (qconf -sp: allocation_rule {rules}) "
+                  "put that many slots on each host: a job gets exactly its ranks per node "
+                  "(a count with no PE of its own is refused by qsub)")
+            b.add("pe_rule", "fixed", "a number of slots per host")
+        elif pe:
+            rule = cluster.settings.get("pe." + pe, "")
+            b.add("pe", pe, "the PE that spreads a job's slots over hosts "
+                  f"(allocation_rule {rule}; qconf -sp {pe})")
+            b.add("pe_rule", PE_RULES.get(rule, "fixed" if rule.isdigit() else "fill_up"),
+                  f"qconf -sp {pe}: allocation_rule {rule}")
         if gpus:
-            b.add("gpu_resource", "gpu", "the consumable GPUs are asked by (qhost -F: hc:gpu)")
+            resource = cluster.settings.get("gpu_resource", "gpu")
+            b.add("gpu_resource", resource, "the consumable GPUs are asked by, per slot "
+                  f"(qhost -F: hc:{resource})")
         return b if b.items else None
 
     def option_hints(self, cluster: Cluster) -> list[str]:
