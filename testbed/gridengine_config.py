@@ -208,9 +208,10 @@ def global_configuration(shape: ClusterShape) -> str:
     """The global cluster configuration (``qconf -sconf``), for ``spooldefaults``.
 
     Differences from Debian's default: root may run jobs (min_uid/min_gid 0, as the whole
-    testbed runs as root); execds report every 10 s and are "unknown" after 30 s (as
-    Slurm's nodes); accounting is written at once (qacct sees a job as soon as it ends);
-    qdel kills by the job's additional group id too (ENABLE_ADDGRP_KILL); no mail.
+    testbed runs as root); execds report every 5 s and are "unknown" (queue state u)
+    after 20 s unheard, so a node stopped mid-run is noticed within ~25 s (hpcprov's
+    executor deletes a job on it); accounting is written at once (qacct sees a job as soon
+    as it ends); qdel kills by the job's additional group id too (ENABLE_ADDGRP_KILL); no mail.
     """
     settings = [
         ("conf_version", "0"),
@@ -230,8 +231,8 @@ def global_configuration(shape: ClusterShape) -> str:
         ("xprojects", "none"),
         ("enforce_project", "false"),
         ("enforce_user", "auto"),
-        ("load_report_time", "00:00:10"),
-        ("max_unheard", "00:00:30"),
+        ("load_report_time", "00:00:05"),
+        ("max_unheard", "00:00:20"),
         ("reschedule_unknown", "00:00:00"),
         ("loglevel", "log_warning"),
         ("administrator_mail", "none"),

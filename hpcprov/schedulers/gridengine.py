@@ -288,6 +288,30 @@ def qacct_fields(text: str) -> dict[str, str]:
     return out
 
 
+# queue instance states (qstat -f): u, the host's execd unheard for max_unheard (its node
+# stopped answering); the others stop new jobs there (a alarm, d/D disabled, E error, s/S/C
+# suspended, c configuration ambiguous, o orphaned); A (suspend alarm) lets jobs start
+DEAD = "u"
+CLOSED = set("uadDEsSCco")
+
+
+def qstat_queues(text: str) -> dict[str, tuple[str, str]]:
+    """``qstat -f``: each queue instance (``queue@host``) as (its host's short name, its
+    states, e.g. ``au``; "" when it has none); job lines and the pending jobs left out."""
+    out: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):  # "###... PENDING JOBS": only jobs below
+            break
+        words = line.split()
+        if len(words) < 5 or "@" not in words[0] or words[0].startswith("-"):
+            continue
+        # queuename qtype resv/used/tot. load_avg arch [states]: 8.1.9 and Univa;
+        # SGE 6.x has no resv, the same column count
+        host = words[0].split("@", 1)[1].split(".")[0]
+        out[words[0]] = (host, words[5] if len(words) > 5 else "")
+    return out
+
+
 def exit_status(info: dict[str, str]) -> tuple[int | None, str]:
     """A finished job's status and why Grid Engine failed it (``failed`` non-zero: it
     never ran the script, or stopped it, e.g. ``100 : assumedly after job`` for a kill)."""
@@ -300,9 +324,16 @@ def exit_status(info: dict[str, str]) -> tuple[int | None, str]:
 
 class GridEngineExecutor(Executor):
     """qsub -terse, then ``qstat -g t``; ``qacct -j`` (or the status file) once the job has
-    left qstat."""
+    left qstat. Every few seconds while jobs run, ``qstat -f``: a job on a host whose execd
+    went unheard (state ``u``) is deleted and its node named (its other ranks would wait
+    for it until h_rt)."""
 
     name = "gridengine"
+    HEALTH_EVERY_S = 2.0  # how often the hosts of running jobs are asked after
+
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        super().__init__(env)
+        self._health_at = 0.0
 
     def submit(self, script: Path, output: Path, exit_file: Path,
                place: Placement | None = None) -> Handle:
@@ -322,13 +353,51 @@ class GridEngineExecutor(Executor):
                 self._ended(h)
                 continue
             state, hosts = jobs[h.job_id]
-            if hosts:
-                h.nodes = ",".join(hosts)
+            if hosts:  # in name order (qstat lists the MASTER's host first)
+                h.nodes = ",".join(sorted(hosts))
             if "E" in state:
                 h.reason = f"Grid Engine holds the job in error state {state} (qstat -j " \
                            f"{h.job_id} says why)"
             elif _RUNNING.match(state):
                 self._started(h)
+        running = [h for h in handles if not h.done and h.started is not None and h.nodes]
+        now = time.monotonic()
+        if running and now - self._health_at >= self.HEALTH_EVERY_S:
+            self._health_at = now
+            self._check_hosts(running)
+
+    def _queues(self) -> dict[str, tuple[str, str]] | None:
+        """``qstat -f``'s queue instances (None: the qmaster did not answer)."""
+        proc = self._run("qstat", "-f")
+        return qstat_queues(proc.stdout) if proc.returncode == 0 else None
+
+    def _check_hosts(self, handles: list[Handle]) -> None:
+        """A job on a host whose execd stopped reporting would hang until its h_rt (its
+        other ranks wait for ever): delete it and name the host."""
+        queues = self._queues() or {}
+        dead = {host: states for host, states in queues.values() if DEAD in states}
+        for h in handles:
+            mine = [n for n in h.nodes.split(",") if n in dead]
+            if mine:
+                self.cancel(h)
+                h.state, h.exit_code, h.ended = "NODE_FAIL", None, time.monotonic()
+                h.bad_nodes = ",".join(mine)
+                h.reason = "node " + ", ".join(f"{n} stopped answering (Grid Engine queue "
+                                               f"state {dead[n]})" for n in mine)
+                self._event(h, "cancelled: " + h.reason)
+
+    def usable_nodes(self, partition: str, picks: dict[str, str | None] | None = None
+                     ) -> list[str] | None:
+        """The hosts of the cluster queue ``partition`` whose instance takes jobs (no state
+        that closes it: unknown, alarm, disabled, error, suspended); None where the qmaster
+        does not answer, the queue has no instance, or the partition is no queue."""
+        if picks is not None:
+            return None
+        queues = self._queues()
+        mine = {q: v for q, v in (queues or {}).items() if q.split("@", 1)[0] == partition}
+        if not mine:
+            return None
+        return sorted({host for host, states in mine.values() if not CLOSED & set(states)})
 
     def _ended(self, h: Handle) -> None:
         proc = self._run("qacct", "-j", h.job_id)
