@@ -88,9 +88,6 @@ class Emulated:
     refuse: Callable[[Path], Path] | None = None  # a script the scheduler refuses
     refused: str = ""             # the error (a regex) that refusal raises
     usable_nodes: list[str] | None = None  # usable_nodes(partition); None: not reported
-    # the scheduler names the nodes of a job that ended before a poll saw it run; False: a
-    # known gap of its executor (a fast job may end with no nodes), said where it is set
-    ended_nodes: bool = True
     gaps: dict[str, str] = field(default_factory=dict)     # test name -> why it is skipped
     xfail: dict[str, str] = field(default_factory=dict)    # test name -> the known defect
 
@@ -186,10 +183,6 @@ EMULATED: dict[str, Emulated] = {
         refuse=_missing,
         refused=r"qsub refused missing\.sh: Unable to read script file because of error: "
                 r"error opening \S*missing\.sh: No such file or directory",
-        # usable_nodes is None: GridEngineExecutor does not ask qhost for host states
-        # GridEngineExecutor takes a job's hosts from qstat while it runs only: one that
-        # ended between two polls has none (qacct's hostname is not read)
-        ended_nodes=False,
     ),
     "none": Emulated(
         "local", "local",
@@ -310,8 +303,8 @@ def test_jobs_run_to_completion_with_the_schedulers_exit_codes_and_nodes(sched: 
     ex.wait(handles, timeout_s=60, pending_timeout_s=60)
     got = {h.script.stem: (h.state, h.exit_code) for h in handles}
     assert got == {"ok": ("COMPLETED", 0), "bad": ("FAILED", 3)}
-    nodes = {HERE} if sched.spec.ended_nodes else {HERE, ""}
-    assert all(h.nodes in nodes and h.reason == "" for h in handles)
+    # every scheduler names the nodes of a job, one that ended before a poll saw it run too
+    assert all(h.nodes == HERE and h.reason == "" for h in handles)
     assert (sched.work / "ok.out").read_text().strip() == "fine"
     assert {e["job"] for e in ex.events} == {h.job_id for h in handles}
     for h in handles:
@@ -324,7 +317,7 @@ def test_a_job_killed_by_a_signal_ends_with_128_plus_the_signal(sched: Sched) ->
     (h,) = sched.submit(ex, sched.scripts({"killed": "kill -KILL $$"}))
     ex.wait([h], timeout_s=60, pending_timeout_s=60)
     assert (h.state, h.exit_code) == ("FAILED", 128 + signal.SIGKILL)
-    assert h.nodes in ({HERE} if sched.spec.ended_nodes else {HERE, ""})
+    assert h.nodes == HERE
 
 
 # ---- a job the scheduler forgot --------------------------------------------------------

@@ -312,6 +312,14 @@ def qstat_queues(text: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+def qacct_hosts(text: str) -> list[str]:
+    """The hosts of every record of ``qacct -j ID`` (a parallel job's tasks, where the PE
+    writes a record per task), short names, in name order."""
+    hosts = {line.split()[1].split(".")[0] for line in text.splitlines()
+             if line.startswith("hostname") and len(line.split()) > 1}
+    return sorted(hosts)
+
+
 def exit_status(info: dict[str, str]) -> tuple[int | None, str]:
     """A finished job's status and why Grid Engine failed it (``failed`` non-zero: it
     never ran the script, or stopped it, e.g. ``100 : assumedly after job`` for a kill)."""
@@ -402,6 +410,8 @@ class GridEngineExecutor(Executor):
     def _ended(self, h: Handle) -> None:
         proc = self._run("qacct", "-j", h.job_id)
         info = qacct_fields(proc.stdout) if proc.returncode == 0 else {}
+        if not h.nodes:  # it ended between two polls: its hosts from its records
+            h.nodes = ",".join(qacct_hosts(proc.stdout) if proc.returncode == 0 else [])
         code, why = exit_status(info)
         self._finished(h, code, why, "Grid Engine no longer knows the job, qacct has no "
                        "record of it, and it left no status file")
