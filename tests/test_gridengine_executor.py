@@ -81,3 +81,40 @@ def test_the_hosts_that_take_jobs_leave_out_unheard_and_disabled_ones() -> None:
     assert ex.usable_nodes("cas_v100_4") == ["gpu04"]
     assert ex.usable_nodes("nosuch.q") is None  # no such queue: unknown, not none
     assert ex.usable_nodes("amd_a100nv_8", {"constraint": "a100"}) is None
+
+
+def test_a_job_held_in_error_state_is_deleted_and_failed_with_the_reason(
+        tmp_path: Path) -> None:
+    """A job Grid Engine holds in Eqw never runs (here it could not chdir to the submitter's
+    folder on the node): it was only marked, and validate waited for its timeout. Now it is
+    deleted at once and fails with Grid Engine's reason, without its date and ids."""
+    eqw = ("job-ID  prior  name  user  state submit/start at  queue  master ja-task-ID\n"
+           "-----------------------------------------------------------------------\n"
+           "      5 0.50000 hpcprov-al root  Eqw  11/28/2026 14:02:11\n")
+    ex = Qstat(eqw, "")
+    ex.texts[("qstat", "-j", "5")] = (
+        "job_number:                 5\n"
+        "error reason          1:      11/28/2026 14:02:11 [0:31373]: error: can't chdir to "
+        "/tmp/ci-check: No such file or directory\n")
+    h = Handle("5", tmp_path / "j.sh", tmp_path / "j.out", tmp_path / "j.exit", 0.0)
+    ex.refresh([h])
+    assert h.done and ex.deleted == ["5"] and h.exit_code is None
+    assert h.reason == ("Grid Engine held the job in error state Eqw: error: can't chdir to "
+                        "/tmp/ci-check: No such file or directory")
+
+
+def test_a_job_starts_in_its_scripts_folder_whatever_the_submitters(tmp_path: Path) -> None:
+    """qsub -wd FOLDER of the script: the submitter's folder may not exist on the nodes."""
+    calls: list[tuple[str, ...]] = []
+
+    class Submit(ge.GridEngineExecutor):
+        def _run(self, *argv: str, timeout: float = 60, stdin: Path | None = None
+                 ) -> Completed:
+            calls.append(argv)
+            return Completed(0, "7\n", "")
+
+    script = tmp_path / "run" / "env.sh"
+    h = Submit({}).submit(script, tmp_path / "env.out", tmp_path / "env.exit")
+    (argv,) = calls
+    assert h.job_id == "7" and argv[argv.index("-wd") + 1] == str(script.parent)
+    assert argv[0:2] == ("qsub", "-terse") and argv[-1] == str(script)

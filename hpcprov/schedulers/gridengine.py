@@ -312,6 +312,13 @@ def qstat_queues(text: str) -> dict[str, tuple[str, str]]:
     return out
 
 
+def shown_reason(text: str) -> str:
+    """An error reason of ``qstat -j`` (``11/28/2026 14:02:11 [0:31373]: error: can't
+    chdir to /x: No such file or directory``) without its date and ids, at most 300
+    characters."""
+    return re.sub(r"^.*?\]:\s*", "", text)[:300]
+
+
 def qacct_hosts(text: str) -> list[str]:
     """The hosts of every record of ``qacct -j ID`` (a parallel job's tasks, where the PE
     writes a record per task), short names, in name order."""
@@ -345,8 +352,12 @@ class GridEngineExecutor(Executor):
 
     def submit(self, script: Path, output: Path, exit_file: Path,
                place: Placement | None = None) -> Handle:
+        # -wd: the job starts in the script's folder (the run's, on the shared scratch),
+        # never in the submitter's, which may not exist on the nodes (a node-local /tmp):
+        # Grid Engine would hold the job in error state Eqw ("can't chdir")
         proc = self._run(*GRIDENGINE.submit, *GRIDENGINE.argv("output", str(output)),
-                         *GRIDENGINE.argv("join", "y"), str(script))
+                         *GRIDENGINE.argv("join", "y"),
+                         *GRIDENGINE.argv("wd", str(script.parent)), str(script))
         self._submitted(proc, "qsub", script)
         job = submitted_job_id(proc.stdout, JOB_ID, "qsub", script)
         return self._accepted(job, script, output, exit_file)
@@ -363,9 +374,11 @@ class GridEngineExecutor(Executor):
             state, hosts = jobs[h.job_id]
             if hosts:  # in name order (qstat lists the MASTER's host first)
                 h.nodes = ",".join(sorted(hosts))
-            if "E" in state:
-                h.reason = f"Grid Engine holds the job in error state {state} (qstat -j " \
-                           f"{h.job_id} says why)"
+            if "E" in state:  # it never runs from there: deleted, failed with the reason
+                why = self._error_reason(h.job_id)
+                self.cancel(h)
+                self._finished(h, None, f"Grid Engine held the job in error state {state}"
+                               + (f": {why}" if why else ""), "")
             elif _RUNNING.match(state):
                 self._started(h)
         running = [h for h in handles if not h.done and h.started is not None and h.nodes]
@@ -373,6 +386,13 @@ class GridEngineExecutor(Executor):
         if running and now - self._health_at >= self.HEALTH_EVERY_S:
             self._health_at = now
             self._check_hosts(running)
+
+    def _error_reason(self, job_id: str) -> str:
+        """Why Grid Engine holds a job in error state (``qstat -j``'s error reason), bounded."""
+        proc = self._run("qstat", "-j", job_id)
+        found = [line.split(":", 1)[1].strip() for line in proc.stdout.splitlines()
+                 if line.startswith("error reason") and ":" in line]
+        return shown_reason(found[0]) if found else ""
 
     def _queues(self) -> dict[str, tuple[str, str]] | None:
         """``qstat -f``'s queue instances (None: the qmaster did not answer)."""
