@@ -11,7 +11,7 @@ reproduces of Flux (flux-core's manual pages), because hpcprov depends on it:
   in the submission directory, unless $FLUX_EMULATOR_HOLD is set (SCHED until cancelled).
   A missing script is refused as flux-batch refuses it, and so is one whose `# flux:`
   directives flux's parser refuses (RFC 36, :func:`parse_directives` below: flux-core's own
-  parser where flux-python is installed, else this file's reimplementation of its rules);
+  parser, from flux-python);
   the node count is the directives' -N/--nodes (-N: the flag hpcprov's spelling record of
   Flux, hpcprov.schedulers.spelling.FLUX, writes `nodes` with). Each submission records
   whether it came with --parent, and the FLUX_URI it was made under (`submitted.log`);
@@ -40,7 +40,6 @@ import io
 import json
 import os
 import re
-import shlex
 import signal
 import socket
 import subprocess
@@ -56,6 +55,8 @@ from hpcprov.schedulers.spelling import FLUX as SPELLING
 F58 = "123456789ABCDEFGHJKLMNPQRSTUVWXYZabcdefghijkmnopqrstuvwxyz"
 SPOOL = kit.Spool("FLUX_EMULATOR_DIR")
 VALUELESS = {"--exclusive", "--wait", "--unbuffered", "-v", "--verbose"}
+MISSING = ("flux emulator: flux-core's directive parser (flux-python, in the dev extra: pip "
+           "install -e '.[dev]') is not installed")
 
 
 def f58(n: int) -> str:
@@ -71,214 +72,45 @@ def _load(jid: str) -> dict | None:
 
 
 # --- RFC 36 submission directives, as flux batch reads them ---------------------------------
-# Reimplemented from RFC 36 (flux-framework/rfc spec_36.rst) and from what flux-core's parser
-# (flux/job/directives.py of flux-python) is observed to do where the RFC leaves it open; the
-# tests compare the two wherever flux-python is installed (tests/test_flux_directives.py):
-# 1. flux batch reads the script as UTF-8 text with universal newlines: "\r" and "\r\n" end a
-#    line as "\n" does.
-# 2. A directive line starts with a sentinel: non-word characters, then `flux:` or `FLUX:`;
-#    every directive of the script must use the first one's sentinel. The first non-blank
-#    line that does not start with the sentinel's prefix (trailing blanks dropped) ends the
-#    directives; a directive after that is an error (an "orphan").
-# 3. Triple quotes, before any word splitting: a "triple quote" is ANY run of three quote
-#    characters, `'` and `"` mixed (`'"'` is one). Where the line holds a positive even
-#    number of `"""` or of `'''`, each triple quote up to the last copy of that same three
-#    characters (greedy) is replaced by its contents quoted as one POSIX shell word; else a
-#    triple quote followed by anything is an error ("unclosed triple quote"). So a POSIX
-#    `'it'"'"'s'` is refused, and `'x""" --nodes=64 """'` becomes three words.
-# 4. A line that then ends with `"""` or `'''` opens (or, the same three characters, closes)
-#    a multi-line string: the lines in between are kept verbatim, less the opening line's
-#    indentation, and joined with newlines as one quoted word appended to the opening line's
-#    text. A line without the sentinel inside it is an error; a string still open at the end
-#    of the script is dropped without a word.
-# 5. The rest is split into words as a shell would, with these differences: blanks are
-#    space, tab, CR and LF; `#` outside quotes comments out the rest of the line even inside
-#    a word (`a#b` is `a`); a run of `();<>|&` outside quotes is a word of its own; outside
-#    quotes a backslash takes the next character literally; inside single AND double quotes a
-#    backslash followed by a backslash or by that quote stands for that character (`'a\'b'`
-#    is `a'b`), and before anything else stays a backslash.
-# 6. A directive whose first word starts with `-` gives options (SETARGS); none is a no-op
-#    (NOOP); anything else is an error.
-
-_SENTINEL = re.compile(r"^([^\w]*)((?:flux|FLUX):)(.*)$")
-_TRIPLE = re.compile(r"""(['"]{3})(.*)\1""")
-_OPEN_TRIPLE = re.compile(r"""['"]{3}.""")
-_BLANKS = " \t\r\n"
-_PUNCTUATION = "();<>|&"
+# flux-core's own parser (flux/job/directives.py of flux-python, a development dependency of
+# the project): no reimplementation of its rules to drift from it (tests/test_flux_directives.py
+# holds what it does with RFC 36's examples and with hpcprov's quoting).
 
 Directive = tuple[int, str, list[str]]  # (line number, SETARGS or NOOP, its words)
 
 
-def split_words(text: str) -> list[str]:
-    """One directive's words (rule 5); ValueError where a quote or escape is left open."""
-    words: list[str] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c in _BLANKS:
-            i += 1
-        elif c == "#":
-            end = text.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif c in _PUNCTUATION:
-            start = i
-            while i < n and text[i] in _PUNCTUATION:
-                i += 1
-            words.append(text[start:i])
-        else:
-            word, i = _word(text, i)
-            words.append(word)
-            if i < n and text[i] == "#":  # a comment ends the word and the line
-                end = text.find("\n", i)
-                i = n if end < 0 else end + 1
-    return words
-
-
-def _word(text: str, i: int) -> tuple[str, int]:
-    """The word that starts at ``i`` (not a blank, `#` or punctuation) and where it ends."""
-    out: list[str] = []
-    n = len(text)
-    while i < n and text[i] not in _BLANKS and text[i] not in _PUNCTUATION and text[i] != "#":
-        c = text[i]
-        if c == "\\":
-            if i + 1 >= n:
-                raise ValueError("No escaped character")
-            out.append(text[i + 1])
-            i += 2
-        elif c in "'\"":
-            i += 1
-            while True:
-                if i >= n:
-                    raise ValueError("No closing quotation")
-                q = text[i]
-                if q == c:
-                    i += 1
-                    break
-                if q == "\\":
-                    if i + 1 >= n:
-                        raise ValueError("No escaped character")
-                    after = text[i + 1]
-                    out.append(after if after in (c, "\\") else "\\" + after)
-                    i += 2
-                else:
-                    out.append(q)
-                    i += 1
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out), i
-
-
-def _triple_quotes(text: str) -> str:
-    """Rule 3."""
-    if any(k > 0 and k % 2 == 0 for k in (text.count('"""'), text.count("'''"))):
-        return _TRIPLE.sub(lambda m: shlex.quote(m.group(2)), text)
-    if _OPEN_TRIPLE.search(text):
-        raise ValueError(f"unclosed triple quote: {text.strip()}")
-    return text
-
-
-def _directive(text: str, lineno: int) -> Directive:
-    """Rule 6."""
-    try:
-        words = split_words(text)
-    except ValueError as exc:
-        raise ValueError(f"line {lineno}: {text}: {exc}") from None
-    if words and not words[0].startswith("-"):
-        raise ValueError(f"line {lineno}: Unknown directive: {text}")
-    return (lineno, "SETARGS" if words else "NOOP", words)
-
-
-def parse_directives(script: str) -> list[Directive]:
-    """The directives of a script as flux batch reads them (RFC 36, rules 1-6 above); a
-    ValueError (``line N: ...``) where flux batch refuses the script."""
-    found: list[Directive] = []
-    sentinel = prefix = None
-    ended_after = None  # the line after which directives ended (rule 2)
-    multi: dict | None = None  # an open multi-line string (rule 4)
-    for lineno, line in enumerate(io.StringIO(script, newline=None), 1):
-        m = _SENTINEL.match(line)
-        if not m:
-            if multi is not None:
-                raise ValueError(f"line {lineno}: unterminated multi-line quote at line "
-                                 f"{multi['line']}")
-            if (prefix is not None and ended_after is None and line.strip()
-                    and not line.startswith(prefix.rstrip())):
-                ended_after = lineno - 1
-            continue
-        if ended_after is not None:
-            raise ValueError(f"line {lineno}: orphan '{m.group(2)}' detected: directives "
-                             f"disabled after line {ended_after}")
-        try:
-            text = _triple_quotes(m.group(3))
-        except ValueError as exc:
-            raise ValueError(f"line {lineno}: {exc}") from None
-        if sentinel is None:
-            sentinel, prefix = m.group(1) + m.group(2), m.group(1)
-        elif m.group(1) + m.group(2) != sentinel:
-            raise ValueError(f"line {lineno}: sentinel changed from '{sentinel}' to "
-                             f"'{m.group(1) + m.group(2)}'")
-        closing = text[-3:] if text.endswith(('"""', "'''")) else None
-        if multi is None and closing:
-            indent = text[:len(text) - len(text.lstrip())]
-            multi = {"line": lineno, "quote": closing, "indent": indent, "lines": []}
-            multi["lines"].append(_unindent(text[:-3], indent))
-        elif multi is not None and closing == multi["quote"]:
-            multi["lines"].append(_unindent(text[:-3], multi["indent"]))
-            first, *rest = multi["lines"]
-            joined = first + shlex.quote("\n".join(rest))
-            if multi["quote"] in joined:
-                raise ValueError(f"line {lineno}: improperly terminated triple quoted string")
-            found.append(_directive(joined, multi["line"]))
-            multi = None
-        elif multi is not None:
-            multi["lines"].append(_unindent(text, multi["indent"]))
-        elif text:
-            found.append(_directive(text, lineno))
-    return found
-
-
-def _unindent(text: str, indent: str) -> str:
-    return text[len(indent):] if text.startswith(indent) else text
-
-
 @functools.cache
-def flux_core_parser() -> ModuleType | None:
+def flux_core_parser() -> ModuleType:
     """flux-core's own directive parser (flux/job/directives.py of flux-python), loaded on
     its own: it needs only the standard library, where importing the ``flux`` package needs
-    libflux-core. None where flux-python is not installed."""
+    libflux-core. Without flux-python (the dev extra) the emulator stops, saying so."""
     try:
         spec = importlib.util.find_spec("flux")  # finds the package without importing it
     except (ImportError, ValueError):
-        return None
+        raise SystemExit(MISSING) from None
     for folder in (spec.submodule_search_locations or []) if spec else []:
         path = Path(folder) / "job" / "directives.py"
         if path.is_file():
             loaded = importlib.util.spec_from_file_location("_flux_core_directives", path)
             if loaded is None or loaded.loader is None:
-                return None
+                raise SystemExit(MISSING)
             module = importlib.util.module_from_spec(loaded)
             loaded.loader.exec_module(module)
             return module
-    return None
+    raise SystemExit(MISSING)
 
 
-def flux_core_directives(script: str) -> list[Directive] | None:
-    """:func:`parse_directives` by flux-core's own parser; None where it is not installed."""
-    real = flux_core_parser()
-    if real is None:
-        return None
-    parsed = real.DirectiveParser(io.StringIO(script, newline=None))
+def parse_directives(script: str) -> list[Directive]:
+    """The directives of a script as flux batch reads them, by flux-core's own parser; a
+    ValueError where flux batch refuses the script."""
+    parsed = flux_core_parser().DirectiveParser(io.StringIO(script, newline=None))
     return [(d.lineno, d.action, list(d.args)) for d in parsed.directives]
 
 
 def directive_args(script: str) -> list[str]:
-    """The options a script's directives give flux batch, in order: read by flux-core's
-    parser where flux-python is installed, else by :func:`parse_directives`."""
-    found = flux_core_directives(script)
-    if found is None:
-        found = parse_directives(script)
-    return [word for _, action, words in found if action == "SETARGS" for word in words]
+    """The options a script's directives give flux batch, in order."""
+    return [word for _, action, words in parse_directives(script) if action == "SETARGS"
+            for word in words]
 
 
 def options(script: str) -> list[kit.Option]:

@@ -1184,7 +1184,8 @@ def test_an_unknown_node_count_lints_sensibly(capsys: pytest.CaptureFixture[str]
 # ======================================================= 10. guides that never lie
 
 EXTRA_STUBS = ("bsub", "bjobs", "bkill", "blaunch", "jsrun", "shifter", "podman-hpc",
-               "sinfo", "sacct", "scancel", "qdel", "pbsnodes", "flux")
+               "sinfo", "sacct", "scancel", "qdel", "pbsnodes", "flux", "qrsh", "qacct",
+               "qconf", "qhost")
 
 
 def _guide_commands(text: str) -> tuple[list[str], list[str]]:
