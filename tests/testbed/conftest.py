@@ -85,13 +85,13 @@ class Job:
         return int(self.exit_code.split(":")[0])
 
 
-class SlurmClient:
-    """Run Slurm commands against the testbed from the host ("login node")."""
+class Client:
+    """A scheduler's commands run from the host ("login node") in a working folder, with the
+    scheduler's client environment."""
 
-    def __init__(self, tb: Testbed, workdir: Path):
-        self.tb = tb
+    def __init__(self, workdir: Path, env: dict[str, str]):
         self.workdir = workdir
-        self.env = tb.environ()
+        self.env = env
 
     def run(self, *argv: str, check: bool = True, timeout: float = 60,
             **kwargs) -> subprocess.CompletedProcess:
@@ -107,6 +107,14 @@ class SlurmClient:
         path.write_text(text)
         path.chmod(mode)
         return path
+
+
+class SlurmClient(Client):
+    """Run Slurm commands against the testbed from the host ("login node")."""
+
+    def __init__(self, tb: Testbed, workdir: Path):
+        super().__init__(workdir, tb.environ())
+        self.tb = tb
 
     def job_info(self, job_id: str) -> dict[str, str]:
         out = self.run("scontrol", "show", "job", "-o", job_id).stdout
@@ -257,28 +265,12 @@ class SgeJob:
         return int(self.accounting["exit_status"].split()[0])
 
 
-class SgeClient:
+class SgeClient(Client):
     """Run Grid Engine's clients against the testbed from the host ("login node")."""
 
     def __init__(self, ge, workdir: Path):
+        super().__init__(workdir, ge.environ())
         self.ge = ge
-        self.workdir = workdir
-        self.env = ge.environ()
-
-    def run(self, *argv: str, check: bool = True, timeout: float = 60,
-            **kwargs) -> subprocess.CompletedProcess:
-        proc = subprocess.run(list(argv), cwd=self.workdir, env=self.env, capture_output=True,
-                              text=True, timeout=timeout, **kwargs)
-        if check and proc.returncode != 0:
-            raise AssertionError(f"{' '.join(argv)} -> {proc.returncode}\n"
-                                 f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")
-        return proc
-
-    def write(self, name: str, text: str, mode: int = 0o755) -> Path:
-        path = self.workdir / name
-        path.write_text(text)
-        path.chmod(mode)
-        return path
 
     def qsub(self, script: str, *args: str, name: str = "job.sh") -> str:
         """Submit ``script`` (its text) with ``qsub -terse``; the job id (checked)."""
