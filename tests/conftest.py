@@ -521,12 +521,48 @@ def emulated_scheduler(tmp_path: Path, emulator: Path, tools: Sequence[str],
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "last: run after every other test (it waits on a "
                             "build CI runs beside the tests, e.g. .ci/tf-variant)")
+    config.addinivalue_line("markers", "ranks: starts real ranks on this host (rendezvous "
+                            "ports 29500 and up): one such test at a time (the host group)")
+    # pytest-xdist's own mark (registered here too, for a run without xdist installed)
+    config.addinivalue_line("markers", "xdist_group(name): run in the worker of that group")
 
 
+# ---- two workers (CI: `pytest -n 2 --dist loadgroup`, pytest-xdist) -------------------------
+#
+# What this machine has only once goes to one worker, where its tests run one after the other
+# (an xdist group each); the unit tests go to whichever worker is free:
+# * "testbed": the testbed's one cluster (tests marked `testbed` or using its fixture); its jobs
+#   run in the nodes' own network namespaces;
+# * "host": real jobs on this host's network, whose rendezvous ports (29500 and up, the
+#   profiles' own) two workers would take at once, and the real setups with their session
+#   fixtures (a provisioned prefix, CMake 4 from the index): tests marked `slow` or `ranks`,
+#   or using one of HOST_FIXTURES.
+# Without xdist the groups do nothing.
+TESTBED_FIXTURES = frozenset({"testbed"})
+HOST_FIXTURES = frozenset({"local_prefix", "cmake4"})
+
+
+def worker_group(item: pytest.Item) -> str | None:
+    """The xdist group ``item`` runs in, or None (any worker): see above."""
+    uses = set(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("testbed") is not None or uses & TESTBED_FIXTURES:
+        return "testbed"
+    if any(item.get_closest_marker(m) is not None for m in ("slow", "ranks")) \
+            or uses & HOST_FIXTURES:
+        return "host"
+    return None
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests marked ``last`` go after the others, in their order: what they wait for (a
-    build .ci/run started beside the tests) is then most likely done."""
+    build .ci/run started beside the tests) is then most likely done. Each test that has a
+    worker group is marked with it (read by ``--dist loadgroup``)."""
     items.sort(key=lambda item: item.get_closest_marker("last") is not None)
+    for item in items:
+        group = worker_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 # ---- a second real user (tests/test_second_user.py, tests/test_edf_file.py) ----------------

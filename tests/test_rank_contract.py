@@ -323,6 +323,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.ranks  # real ranks on this host, MASTER_PORT 29500 (conftest: the host group)
 @pytest.mark.parametrize("launcher", ["mpirun", "horovodrun"])
 def test_an_unmodified_ddp_script_trains_under_the_generated_launch(
         capsys: pytest.CaptureFixture[str], tmp_path: Path, launcher: str) -> None:
