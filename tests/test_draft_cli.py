@@ -157,3 +157,25 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
                           "--json goes with --diff")
     assert_one_line_error(cli_subprocess("site", "draft", "--diff", "neuron", "-o",
                                          str(tmp_path / "x.yaml")), 2, "drop --output")
+
+
+def test_another_schedulers_commands_on_path_are_said_with_the_flag_that_drafts_them(
+        cluster: dict[str, str], tmp_path: Path) -> None:
+    """Slurm and Grid Engine both on PATH: the draft is of the first in hpcprov's order, and
+    says so on stderr and in its header, naming --scheduler for the other; slurm-wlm-torque's
+    pbsnodes beside Slurm is Slurm's own wrapper and is not named; --scheduler says nothing."""
+    bindir = Path(cluster["PATH"].split(os.pathsep)[0])
+    for tool in ("qconf", "pbsnodes"):
+        (bindir / tool).write_text(STUB)
+        (bindir / tool).chmod(0o755)
+    out = tmp_path / "x.yaml"
+    res = cli_subprocess("site", "draft", "-o", str(out), env=cluster, cwd=tmp_path)
+    assert res.rc == 0, res.err
+    said = ("Grid Engine (qconf) also on PATH: this draft is of Slurm, the first found in "
+            "hpcprov's order; --scheduler gridengine drafts that one")
+    assert f"hpcprov: warning: {said}" in res.err.splitlines()
+    assert "pbsnodes" not in res.err
+    assert f"# {said}." in out.read_text().splitlines()
+    assert cli_subprocess("site", "check", str(out)).rc == 0
+    chosen = cli_subprocess("site", "draft", "--scheduler", "slurm", env=cluster, cwd=tmp_path)
+    assert chosen.rc == 0 and "also on PATH" not in chosen.err + chosen.out

@@ -51,8 +51,11 @@ class DraftResult:
 
     @property
     def warnings(self) -> list[str]:
-        """A command that failed for another reason than being absent."""
-        return [r.problem for r in self.findings.ran if r.problem and r.returncode != 127]
+        """A command that failed for another reason than being absent; another scheduler's
+        commands on PATH beside the one drafted."""
+        also = self.findings.also_on_path
+        return [*([also] if also else []),
+                *(r.problem for r in self.findings.ran if r.problem and r.returncode != 127)]
 
     def to_json(self) -> dict[str, object]:
         return {"profile": self.profile, "site": self.site,

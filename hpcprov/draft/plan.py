@@ -36,6 +36,8 @@ class Findings:
     when: str = ""
     ran: list[Ran] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # other schedulers' commands on PATH beside the one the draft chose itself (one line, or "")
+    also_on_path: str = ""
 
 
 @dataclass

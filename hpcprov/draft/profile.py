@@ -241,6 +241,7 @@ def _header(findings: Findings) -> list[str]:
     title = schedulers.backend(c.scheduler).title + (f" {c.version}" if c.version else "")
     lines = [f"Site profile drafted by `hpcprov site draft` on {findings.host} at "
              f"{findings.when} ({title}).",
+             *([findings.also_on_path + "."] if findings.also_on_path else []),
              "Each value's comment names the command it came from. Before using it:",
              "  1. answer each QUESTION: uncomment the key under it (delete the '# ' after "
              "the indentation) and write the site's answer;",

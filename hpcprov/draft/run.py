@@ -83,6 +83,23 @@ def detect_scheduler(env: dict[str, str] | None = None) -> str:
                          "login node or pass --scheduler")
 
 
+def also_on_path(chosen: str, env: dict[str, str] | None = None) -> str:
+    """One line naming the drafting backends besides ``chosen`` whose ``marker`` command is
+    on PATH too (those ``chosen`` wraps excepted), and how to draft them; "" when there is
+    none."""
+    path = (env or os.environ).get("PATH", os.defpath)
+    skip = {chosen, *schedulers.backend(chosen).wraps}
+    others = [b for b in schedulers.drafting()
+              if b.name not in skip and shutil.which(str(b.marker), path=path)]
+    if not others:
+        return ""
+    found = ", ".join(f"{b.title} ({b.marker})" for b in others)
+    flags = " or ".join(f"--scheduler {b.name}" for b in others)
+    return (f"{found} also on PATH: this draft is of {schedulers.backend(chosen).title}, "
+            f"the first found in hpcprov's order; {flags} drafts "
+            f"{'that one' if len(others) == 1 else 'another'}")
+
+
 def scheduler_facts(scheduler: str, run: Recorder) -> Cluster:
     """The cluster as the scheduler's drafting part discovers it."""
     return schedulers.backend(scheduler).drafting().discover(run)
@@ -153,6 +170,7 @@ def discover(scheduler: str | None = None, env: dict[str, str] | None = None,
 
 def _discover(run: Recorder, scheduler: str | None, host: str | None) -> Findings:
     sched = scheduler or detect_scheduler(run.env)
+    also = "" if scheduler else also_on_path(sched, run.env)
     cluster = scheduler_facts(sched, run)
     gpus = local_gpus(run)
     notes: list[str] = []
@@ -161,4 +179,5 @@ def _discover(run: Recorder, scheduler: str | None, host: str | None) -> Finding
     return Findings(cluster=cluster, modules=plan, listing=listing, gpus=gpus,
                     host=host or host_name(), interfaces=interfaces(),
                     scratch=run.env.get("SCRATCH") or None,
-                    when=time.strftime("%Y-%m-%d %H:%M"), ran=run.ran, notes=notes)
+                    when=time.strftime("%Y-%m-%d %H:%M"), ran=run.ran, notes=notes,
+                    also_on_path=also)

@@ -165,6 +165,10 @@ class Backend(Generic[S]):
     # `hpcprov site draft`: the command whose presence on PATH says this scheduler is here
     # (tried in registry order, kinds.SCHEDULER_BACKENDS); None: the draft cannot ask it
     marker: str | None = None
+    # the other schedulers whose marker its own packages may put on PATH beside it (Debian's
+    # slurm-wlm-torque: pbsnodes, qsub, qstat over Slurm): a draft of this one does not say
+    # they are there too
+    wraps: tuple[str, ...] = ()
     # the module of its drafting part, whose ``DRAFTING`` asks the scheduler and says what a
     # draft writes for it (hpcprov.schedulers.discovery.NAME, loaded by :meth:`drafting`)
     discovery: str | None = None

@@ -83,6 +83,7 @@ class Slurm(Backend[SlurmOptions]):
     name = "slurm"
     title = "Slurm"
     marker = "scontrol"
+    wraps = ("pbs",)  # slurm-wlm-torque's pbsnodes/qsub/qstat
     discovery = "hpcprov.schedulers.discovery.slurm"
     spelling = SLURM
     section_type = SlurmOptions
