@@ -219,6 +219,24 @@ def test_bare_command_prints_help_not_errors(capsys: pytest.CaptureFixture[str])
     assert len([x for x in res.err_lines if x.startswith("hpcprov: error:")]) <= 1
 
 
+def test_site_check_takes_a_sites_name_where_no_such_file_is_here(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`hpcprov site check cc` checks the bundled profile cc and names its file; a name
+    nobody knows is one line with the closest one; a file of that name here is that file."""
+    from hpcprov.site.loader import find_profile
+
+    monkeypatch.chdir(tmp_path)
+    res = cli(capsys, "site", "check", "cc")
+    assert res.rc == 0 and res.out.strip() == f"{find_profile('cc')}: ok", res.err
+    res = cli(capsys, "site", "check", "ccc")
+    assert res.rc == 2 and res.out == ""
+    assert res.err_lines == ["ccc: unknown site 'ccc'; did you mean 'cc'?"]
+    (tmp_path / "cc").write_text("name: cc\nscheduler: nope\n")
+    res = cli(capsys, "site", "check", "cc")
+    assert res.rc == 2 and res.err_lines[0].startswith("cc:2:"), res.err
+
+
 def test_site_check_ok(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     # (neuron warns: its GH200 nodes are aarch64, its environment x86_64)
     path = write_profile(tmp_path, "fine", "extends: cc\n")

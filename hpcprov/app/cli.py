@@ -114,7 +114,8 @@ def site_show(name: str, as_json: bool) -> None:
 @json_option
 def site_check(files: tuple[str, ...], as_json: bool) -> None:
     """Validate profile files, and lint each partition's default job; one line per
-    problem, exit 2 if any."""
+    problem, exit 2 if any. A name with no such file here is a site on the search path
+    (`hpcprov site check neuron`)."""
     from hpcprov.jobs.api import check_sites
 
     report = check_sites(files)

@@ -165,8 +165,22 @@ class SiteCheck(NamedTuple):
 
 
 def check_sites(files: list[str] | tuple[str, ...], probe_nvcc: bool = True) -> SiteCheck:
-    """Validate each profile file and lint each partition's default job. ``probe_nvcc``:
-    the nvcc on PATH answers for a CUDA build whose modules name no CUDA (runs it)."""
+    """Validate each profile and lint each partition's default job: each of ``files`` a
+    file, or a site's name on the search path where no file of that name is here (the
+    report then names the file it found). ``probe_nvcc``: the nvcc on PATH answers for a
+    CUDA build whose modules name no CUDA (runs it)."""
+    from hpcprov.core.errors import ProfileError
     from hpcprov.jobs.lint import site_check_errors
+    from hpcprov.site.loader import find_profile, is_path_ref
 
-    return SiteCheck({f: site_check_errors(Path(f), probe_nvcc=probe_nvcc) for f in files})
+    found: dict[str, list[ProfileError]] = {}
+    for ref in files:
+        path = Path(ref)
+        if not is_path_ref(ref) and not path.exists():
+            try:
+                path = find_profile(ref)
+            except ProfileError as exc:
+                found[ref] = [exc]
+                continue
+        found[str(path)] = site_check_errors(path, probe_nvcc=probe_nvcc)
+    return SiteCheck(found)
