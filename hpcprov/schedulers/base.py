@@ -517,6 +517,16 @@ class Executor:
         h.reason = why or (unknown if code is None else "")
         self._event(h, "state")
 
+    def _nodes_failed(self, h: Handle, dead: dict[str, str], what: str) -> None:
+        """Cancel a job some of whose nodes stopped answering and name them: ``dead`` maps
+        each such node of the job to its state, which the scheduler calls ``what``."""
+        self.cancel(h)
+        h.state, h.exit_code, h.ended = "NODE_FAIL", None, time.monotonic()
+        h.bad_nodes = ",".join(dead)
+        h.reason = "node " + ", ".join(f"{n} stopped answering ({what} {state})"
+                                       for n, state in dead.items())
+        self._event(h, "cancelled: " + h.reason)
+
     def submit(self, script: Path, output: Path, exit_file: Path,
                place: Placement | None = None) -> Handle:
         """Submit a job script (``place``: where it runs, for executors that run jobs as

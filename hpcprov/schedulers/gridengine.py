@@ -405,14 +405,9 @@ class GridEngineExecutor(Executor):
         queues = self._queues() or {}
         dead = {host: states for host, states in queues.values() if DEAD in states}
         for h in handles:
-            mine = [n for n in h.nodes.split(",") if n in dead]
+            mine = {n: dead[n] for n in h.nodes.split(",") if n in dead}
             if mine:
-                self.cancel(h)
-                h.state, h.exit_code, h.ended = "NODE_FAIL", None, time.monotonic()
-                h.bad_nodes = ",".join(mine)
-                h.reason = "node " + ", ".join(f"{n} stopped answering (Grid Engine queue "
-                                               f"state {dead[n]})" for n in mine)
-                self._event(h, "cancelled: " + h.reason)
+                self._nodes_failed(h, mine, "Grid Engine queue state")
 
     def usable_nodes(self, partition: str, picks: dict[str, str | None] | None = None
                      ) -> list[str] | None:

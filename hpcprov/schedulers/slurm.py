@@ -330,14 +330,9 @@ class SlurmExecutor(Executor):
         if not dead:
             return
         for h in handles:
-            mine = [n for n in hostlist.expand_hostlist(h.nodes) if n in dead]
+            mine = {n: dead[n] for n in hostlist.expand_hostlist(h.nodes) if n in dead}
             if mine:
-                self.cancel(h)
-                h.state, h.exit_code, h.ended = "NODE_FAIL", None, time.monotonic()
-                h.bad_nodes = ",".join(mine)
-                h.reason = "node " + ", ".join(f"{n} stopped answering (Slurm state "
-                                               f"{dead[n]})" for n in mine)
-                self._event(h, "cancelled: " + h.reason)
+                self._nodes_failed(h, mine, "Slurm state")
 
     def usable_nodes(self, partition: str, picks: dict[str, str | None] | None = None
                      ) -> list[str] | None:
