@@ -198,6 +198,32 @@ def prefix(testbed: Testbed, wheelhouse: Path) -> Path:
     return target
 
 
+def until(what, within_s: float) -> bool:
+    """Poll ``what()`` until true or ``within_s`` seconds passed (a deadline, not a timing)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if what():
+            return True
+        time.sleep(0.2)
+    return bool(what())
+
+
+# an unmodified env:// DDP script: each rank prints one line of what it got and summed
+DDP = """\
+import os, socket
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
+t = torch.ones(1) * (dist.get_rank() + 1)
+dist.all_reduce(t)
+print(f"DDP rank={dist.get_rank()} world={dist.get_world_size()} "
+      f"local={os.environ['LOCAL_RANK']} host={socket.gethostname()} sum={int(t.item())}",
+      flush=True)
+dist.destroy_process_group()
+"""
+
+
 def records(text: str) -> list[dict[str, object]]:
     """The JSON objects the ranks of a job printed, in output order."""
     return [json.loads(m) for m in re.findall(r"\{[^{}]*\}", text)]

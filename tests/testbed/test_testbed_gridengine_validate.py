@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from hpcprov_testbed_tests import SgeClient, generated_jobscript
+from hpcprov_testbed_tests import DDP, SgeClient, generated_jobscript, until
 from hpcprov_tests import hpcprov_argv
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -59,16 +59,6 @@ def queue(gridengine) -> list[str]:
     return [ln for ln in out.splitlines()[2:] if ln.strip()]
 
 
-def until(what, within_s: float) -> bool:
-    """Poll ``what()`` until true or ``within_s`` seconds passed (a deadline, not a timing)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if what():
-            return True
-        time.sleep(0.2)
-    return bool(what())
-
-
 def test_validate_on_two_hosts_passes_env_allreduce_and_training(
         gridengine, prefix: Path, tmp_path: Path) -> None:
     """One run, a job per check (Grid Engine's jobs run no steps of one allocation): every
@@ -99,19 +89,6 @@ def test_validate_on_two_hosts_passes_env_allreduce_and_training(
     assert "#$ -pe mpi1 2\n" in script and "\n#$ -l h_rt=" in script
 
 
-DDP = """\
-import os, socket
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-t = torch.ones(1) * (dist.get_rank() + 1)
-dist.all_reduce(t)
-print(f"DDP rank={dist.get_rank()} world={dist.get_world_size()} "
-      f"local={os.environ['LOCAL_RANK']} host={socket.gethostname()} sum={int(t.item())}",
-      flush=True)
-dist.destroy_process_group()
-"""
 
 
 # (torchrun on the cell: tests/testbed/test_testbed_gridengine_torchrun.py, its agents

@@ -11,23 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hpcprov_testbed_tests import generated_jobscript
+from hpcprov_testbed_tests import DDP, generated_jobscript
 
 pytestmark = pytest.mark.testbed
 
-DDP = """\
-import os, socket
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")  # env://: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-t = torch.ones(1) * (dist.get_rank() + 1)
-dist.all_reduce(t)
-print(f"DDP rank={dist.get_rank()} world={dist.get_world_size()} "
-      f"local={os.environ['LOCAL_RANK']} host={socket.gethostname()} sum={int(t.item())}",
-      flush=True)
-dist.destroy_process_group()
-"""
 PROFILE = """\
 name: testbed
 extends: {bundled}

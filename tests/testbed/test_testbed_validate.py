@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from hpcprov_testbed_tests import reconfigured
+from hpcprov_testbed_tests import reconfigured, until
 from hpcprov_tests import hpcprov_argv
 
 pytestmark = [pytest.mark.testbed, pytest.mark.slow]
@@ -329,16 +329,6 @@ def _queue(testbed) -> list[str]:
     return out.split("\n")[:-1]
 
 
-def _until(what, within_s: float) -> bool:
-    """Poll ``what()`` until true or ``within_s`` seconds passed (a deadline, not a timing)."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if what():
-            return True
-        time.sleep(0.2)
-    return bool(what())
-
-
 @pytest.mark.parametrize(("sig", "how"), [(signal.SIGINT, "one"), (signal.SIGTERM, "per-job")])
 def test_an_interrupted_validation_leaves_the_queue_empty(testbed, prefix: Path, tmp_path: Path,
                                                           sig: signal.Signals, how: str) -> None:
@@ -354,7 +344,7 @@ def test_an_interrupted_validation_leaves_the_queue_empty(testbed, prefix: Path,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         # a job runs, and (one allocation) its first step has started
-        assert _until(lambda: any(line.endswith("RUNNING") for line in _queue(testbed))
+        assert until(lambda: any(line.endswith("RUNNING") for line in _queue(testbed))
                       and (how == "per-job" or any(rundir.glob("allocation/*/*.run"))),
                       120), proc.stderr
         proc.send_signal(sig)
@@ -365,7 +355,7 @@ def test_an_interrupted_validation_leaves_the_queue_empty(testbed, prefix: Path,
     last = err.strip().splitlines()[-1]
     word = "allocation " if how == "one" else "job "
     assert last.startswith(f"hpcprov: error: interrupted by {sig.name}: cancelled {word}"), err
-    assert _until(lambda: not _queue(testbed), 10), _queue(testbed)
+    assert until(lambda: not _queue(testbed), 10), _queue(testbed)
 
 
 def test_horovod_over_mpi_runs_through_srun_where_the_site_forbids_mpirun(
