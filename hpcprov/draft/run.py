@@ -20,6 +20,7 @@ import socket
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpcprov import schedulers
 from hpcprov.core import commands
@@ -36,6 +37,9 @@ from hpcprov.schedulers.facts import (
     why_not,
 )
 from hpcprov.site.gpu_vendors import VENDORS, read
+
+if TYPE_CHECKING:
+    from hpcprov.schedulers.base import Backend
 
 
 class OutputTooLarge(DiscoveryError):
@@ -70,32 +74,38 @@ class Recorder:
         return proc
 
 
+def on_path(env: dict[str, str] | None = None) -> list[Backend]:
+    """The drafting backends whose ``marker`` command is on PATH, in registry order."""
+    path = (env or os.environ).get("PATH", os.defpath)
+    return [b for b in schedulers.drafting() if shutil.which(str(b.marker), path=path)]
+
+
 def detect_scheduler(env: dict[str, str] | None = None) -> str:
     """The scheduler whose commands are on PATH, or DiscoveryError: the first backend, in
     registry order, whose ``marker`` command is there."""
-    path = (env or os.environ).get("PATH", os.defpath)
-    drafting = schedulers.drafting()
-    for backend in drafting:
-        if shutil.which(str(backend.marker), path=path):
-            return backend.name
+    return first_found(on_path(env))
+
+
+def first_found(found: list[Backend]) -> str:
+    """The first of ``found`` (:func:`on_path`), or DiscoveryError naming what was looked
+    for."""
+    if found:
+        return found[0].name
     raise DiscoveryError("no scheduler commands on PATH (looked for "
-                         f"{', '.join(str(b.marker) for b in drafting)}); run this on a "
-                         "login node or pass --scheduler")
+                         f"{', '.join(str(b.marker) for b in schedulers.drafting())}); run "
+                         "this on a login node or pass --scheduler")
 
 
-def also_on_path(chosen: str, env: dict[str, str] | None = None) -> str:
-    """One line naming the drafting backends besides ``chosen`` whose ``marker`` command is
-    on PATH too (those ``chosen`` wraps excepted), and how to draft them; "" when there is
-    none."""
-    path = (env or os.environ).get("PATH", os.defpath)
+def also_on_path(chosen: str, found: list[Backend]) -> str:
+    """One line naming the backends of ``found`` (:func:`on_path`) besides ``chosen`` (and
+    those ``chosen`` wraps), and how to draft them; "" when there is none."""
     skip = {chosen, *schedulers.backend(chosen).wraps}
-    others = [b for b in schedulers.drafting()
-              if b.name not in skip and shutil.which(str(b.marker), path=path)]
+    others = [b for b in found if b.name not in skip]
     if not others:
         return ""
-    found = ", ".join(f"{b.title} ({b.marker})" for b in others)
+    names = ", ".join(f"{b.title} ({b.marker})" for b in others)
     flags = " or ".join(f"--scheduler {b.name}" for b in others)
-    return (f"{found} also on PATH: this draft is of {schedulers.backend(chosen).title}, "
+    return (f"{names} also on PATH: this draft is of {schedulers.backend(chosen).title}, "
             f"the first found in hpcprov's order; {flags} drafts "
             f"{'that one' if len(others) == 1 else 'another'}")
 
@@ -169,8 +179,12 @@ def discover(scheduler: str | None = None, env: dict[str, str] | None = None,
 
 
 def _discover(run: Recorder, scheduler: str | None, host: str | None) -> Findings:
-    sched = scheduler or detect_scheduler(run.env)
-    also = "" if scheduler else also_on_path(sched, run.env)
+    if scheduler:
+        sched, also = scheduler, ""
+    else:
+        found = on_path(run.env)
+        sched = first_found(found)
+        also = also_on_path(sched, found)
     cluster = scheduler_facts(sched, run)
     gpus = local_gpus(run)
     notes: list[str] = []
